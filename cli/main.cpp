@@ -1,1 +1,30 @@
-int main() { return 0; }
+// `vdt`: one binary, git-style subcommands. Parse -> the subcommand's callback (validate, print, build, run) inside
+// one try/catch that prints the error and exits non-zero.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vdt: training for conditioned video diffusion transformers (Wan DiT) on LibTorch"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("vdt ") + VDT_GIT);
+  int exit_code = 0;
+  vdt::cli::add_parity(app, exit_code);
+  vdt::cli::add_bench(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const vdt::Error& e) {
+    std::cerr << "vdt: error: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "vdt: error: " << e.what_without_backtrace() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "vdt: error: " << e.what() << "\n";
+    return 2;
+  }
+  return exit_code;
+}

@@ -1,1 +1,1 @@
-// placeholder
+// area library: filled by later issues

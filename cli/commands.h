@@ -1,0 +1,11 @@
+// One registration function per subcommand (each in its own file); main wires them into the `vdt` app.
+// Each adds its flags with defaults and sets a callback that returns the process exit code through `exit_code`.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace vdt::cli {
+
+void add_parity(CLI::App& app, int& exit_code);
+void add_bench(CLI::App& app, int& exit_code);
+
+}  // namespace vdt::cli

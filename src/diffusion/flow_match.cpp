@@ -1,0 +1,80 @@
+// Flow-matching grids and the SFT objective. Grids are built with float32 torch ops in the reference's order so
+// they match DiffSynth bit for bit (checked against fixtures/flow_match_wan.safetensors).
+#include "diffusion/flow_match.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace vdt {
+namespace {
+FlowGrid shifted(torch::Tensor u, double shift) {
+  auto sigmas = shift * u / (1 + (shift - 1) * u);
+  return {sigmas, sigmas * 1000};
+}
+}  // namespace
+
+FlowGrid training_grid(int64_t n, double shift) {
+  return shifted(torch::linspace(1.0, 0.0, n + 1, torch::kFloat32).slice(0, 0, n), shift);
+}
+
+torch::Tensor training_weights(const FlowGrid& grid) {
+  auto x = grid.timesteps;
+  auto y = torch::exp(-2 * torch::pow((x - 500) / 1000, 2));
+  auto y_shifted = y - y.min();
+  auto w = y_shifted * (static_cast<double>(x.size(0)) / y_shifted.sum());
+  if (x.size(0) != 1000) w = w * (static_cast<double>(x.size(0)) / 1000) + w[1];
+  return w;
+}
+
+FlowGrid inference_grid(int64_t steps, double shift, double denoising_strength) {
+  VDT_CHECK(steps > 0, "inference grid: steps must be positive, got ", steps);
+  VDT_CHECK(denoising_strength > 0 && denoising_strength <= 1, "inference grid: denoising strength must be in (0, 1], got ",
+            denoising_strength);
+  return shifted(torch::linspace(denoising_strength, 0.0, steps + 1, torch::kFloat32).slice(0, 0, steps), shift);
+}
+
+torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma) {
+  return (1 - sigma) * x0 + sigma * noise;
+}
+
+torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise) { return noise - x0; }
+
+int64_t nearest_index(const FlowGrid& grid, double t) {
+  return (grid.timesteps - t).abs().argmin().item<int64_t>();  // argmin returns the first minimum
+}
+
+SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise, int64_t id, const FlowGrid& grid,
+                            const torch::Tensor& weights, torch::ScalarType compute_dtype, bool first_frame_cond) {
+  const int64_t n = grid.timesteps.size(0);
+  VDT_CHECK(id >= 0 && id < n, "grid index ", id, " outside [0, ", n, ")");
+  TORCH_CHECK(x0.dim() == 5 && noise.sizes() == x0.sizes(), "make_sft_example: x0 and noise must be [B, C, F, H, W], got ",
+              x0.sizes(), " and ", noise.sizes());
+  SftExample ex;
+  // The model sees t rounded to the compute dtype (bf16 in training); sigma follows the rounded value.
+  ex.timestep = torch::tensor(grid.timesteps[id].item<float>()).to(compute_dtype).item<double>();
+  const int64_t id2 = nearest_index(grid, ex.timestep);
+  ex.sigma = grid.sigmas[id2].item<double>();
+  ex.weight = weights[id2].item<double>();
+  const auto dtype = x0.scalar_type();
+  auto sigma = torch::tensor(ex.sigma, x0.options().dtype(torch::kFloat32)).to(dtype);
+  ex.x_t = add_noise(x0, noise, sigma);
+  ex.target = velocity_target(x0, noise);
+  const int64_t B = x0.size(0), F = x0.size(2);
+  ex.t = torch::full({B, F}, ex.timestep, x0.options().dtype(torch::kFloat32));
+  if (first_frame_cond) {
+    ex.x_t.select(2, 0).copy_(x0.select(2, 0));  // frame 0 is the clean conditioning latent
+    ex.t.select(1, 0).zero_();
+  }
+  return ex;
+}
+
+torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool first_frame_cond) {
+  TORCH_CHECK(pred.sizes() == target.sizes() && pred.dim() == 5, "flow_mse: pred ", pred.sizes(), " vs target ",
+              target.sizes());
+  auto p = first_frame_cond ? pred.slice(2, 1) : pred;
+  auto t = first_frame_cond ? target.slice(2, 1) : target;
+  return (p.to(torch::kFloat32) - t.to(torch::kFloat32)).pow(2).mean();
+}
+
+}  // namespace vdt

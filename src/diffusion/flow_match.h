@@ -1,0 +1,44 @@
+// Wan flow matching (reference/wan_spec.md §4, DiffSynth FlowMatchScheduler "Wan"): the 1000-point training grid
+// with shift 5 and its bell-shaped weights (mean 1), inference grids with shift and denoising strength,
+// add_noise, the velocity target, and the SFT objective (one grid index per micro batch, frame 0 clean).
+// Not here: where the index or noise come from (the trainer's random streams) or the sampler loop (euler).
+#pragma once
+#include <torch/types.h>
+
+namespace vdt {
+
+struct FlowGrid {
+  torch::Tensor sigmas;     // [N] float32, decreasing
+  torch::Tensor timesteps;  // [N] float32, = 1000 * sigmas
+};
+
+// set_timesteps(N, training=True) for N = 1000 and the Wan template: u = linspace(1, 0, N+1)[:-1],
+// sigma = shift*u / (1 + (shift-1)*u), t = 1000*sigma (float32 ops in the reference order).
+FlowGrid training_grid(int64_t n = 1000, double shift = 5.0);
+// Bell weight over a training grid: y = exp(-2((t-500)/1000)^2), minus its min, scaled to mean 1 ([N] float32).
+torch::Tensor training_weights(const FlowGrid& grid);
+// Inference grid of `steps` points starting at sigma = denoising_strength, shifted.
+FlowGrid inference_grid(int64_t steps, double shift = 5.0, double denoising_strength = 1.0);
+
+// x_t = (1 - sigma) x0 + sigma noise; sigma broadcastable to x0.
+torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma);
+// The flow-matching velocity target noise - x0.
+torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise);
+// Index of the grid point nearest to t (first on ties), as DiffSynth maps a rounded timestep back to sigma.
+int64_t nearest_index(const FlowGrid& grid, double t);
+
+// One SFT training example (seed GcTrainModule.forward): the model input, its timesteps and the target.
+struct SftExample {
+  torch::Tensor x_t;     // [B, C, F, H, W] noisy latents, frame 0 clean when first_frame_cond
+  torch::Tensor t;       // [B, F] model timesteps (rounded to the compute dtype; frame 0 -> 0)
+  torch::Tensor target;  // [B, C, F, H, W] velocity target
+  double sigma = 0, weight = 0, timestep = 0;
+};
+// x0 and noise [B, C, F, H, W]; grid index id in [0, N). The model timestep is t_id rounded to `compute_dtype`;
+// sigma and the weight come from the grid point nearest to that rounded value, as DiffSynth does.
+SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise, int64_t id, const FlowGrid& grid,
+                            const torch::Tensor& weights, torch::ScalarType compute_dtype, bool first_frame_cond);
+// mean((pred - target)^2) in float32 over frames 1.. (all frames without first_frame_cond), unweighted.
+torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool first_frame_cond);
+
+}  // namespace vdt

@@ -1,0 +1,81 @@
+// Attention. q/k RMSNorm is applied over the full width before the head split (Wan's qk_norm), RoPE only in
+// self-attention, and cross-attention has no mask: all Lt text rows are attended, padding included (wan_spec §3.5).
+#include "model/attention.h"
+
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/torch.h>
+
+namespace vdt {
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto xf = x.to(torch::kFloat32);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return y.to(x.scalar_type()) * weight;
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::sdpa) return at::scaled_dot_product_attention(q, k, v);
+  auto scores = torch::matmul(q.to(torch::kFloat32), k.to(torch::kFloat32).transpose(-2, -1)) /
+                std::sqrt(static_cast<double>(q.size(-1)));                  // [B, N, Lq, Lk]
+  return torch::matmul(torch::softmax(scores, -1), v.to(torch::kFloat32)).to(q.scalar_type());
+}
+
+namespace {
+// [B, L, D] -> [B, N, L, Dh]
+torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
+  return x.unflatten(-1, {heads, -1}).transpose(1, 2);
+}
+// [B, N, L, Dh] -> [B, L, D]
+torch::Tensor merge_heads(const torch::Tensor& x) { return x.transpose(1, 2).flatten(2); }
+}  // namespace
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps) : heads_(num_heads) {
+  q = register_module("q", torch::nn::Linear(dim, dim));
+  k = register_module("k", torch::nn::Linear(dim, dim));
+  v = register_module("v", torch::nn::Linear(dim, dim));
+  o = register_module("o", torch::nn::Linear(dim, dim));
+  norm_q = register_module("norm_q", RMSNorm(dim, eps));
+  norm_k = register_module("norm_k", RMSNorm(dim, eps));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope) {
+  auto qh = apply_rope(norm_q(q(x)).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
+  auto kh = apply_rope(norm_k(k(x)).unflatten(-1, {heads_, -1}), rope);
+  auto vh = v(x).unflatten(-1, {heads_, -1});
+  auto a = attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), kernel);  // [B, N, L, Dh]
+  return o(merge_heads(a));
+}
+
+CrossAttentionImpl::CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps) : heads_(num_heads) {
+  q = register_module("q", torch::nn::Linear(dim, dim));
+  k = register_module("k", torch::nn::Linear(dim, dim));
+  v = register_module("v", torch::nn::Linear(dim, dim));
+  o = register_module("o", torch::nn::Linear(dim, dim));
+  norm_q = register_module("norm_q", RMSNorm(dim, eps));
+  norm_k = register_module("norm_k", RMSNorm(dim, eps));
+}
+
+torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx) {
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
+  auto qx = norm_q(q(x));
+  auto kc = norm_k(k(ctx));
+  auto vc = v(ctx);
+  if (ctx.dim() == 3) {
+    auto a = attention(split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_), kernel);
+    return o(merge_heads(a));  // [B, L, D]
+  }
+  // Per-cell text: fold frames into the batch so frame f's tokens see only cell f.
+  const int64_t F = ctx.size(1), Lt = ctx.size(2);
+  TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
+  auto qf = qx.reshape({B * F, L / F, D});   // [B, L, D] -> [B*F, L/F, D]
+  auto kf = kc.reshape({B * F, Lt, D});      // [B, F, Lt, D] -> [B*F, Lt, D]
+  auto vf = vc.reshape({B * F, Lt, D});
+  auto a = attention(split_heads(qf, heads_), split_heads(kf, heads_), split_heads(vf, heads_), kernel);
+  return o(merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
+}
+
+}  // namespace vdt

@@ -1,0 +1,58 @@
+// Wan attention modules under their checkpoint names: RMSNorm over the full width (`norm_q`, `norm_k`),
+// self-attention with 3-axis RoPE (`self_attn`) and text cross-attention (`cross_attn`), plus the attention kernel:
+// SDPA (cuDNN on Hopper, math on CPU) with an eager softmax reference beside it for tests.
+// Not here: masks for block-causal attention (the causal workflow adds them) or any parallelism.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+
+#include "model/embeddings.h"
+
+namespace vdt {
+
+// RMSNorm as Wan: y = cast(x_f32 * rsqrt(mean(x_f32^2) + eps)) * weight; the cast happens before the weight multiply.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+enum class AttentionKernel { sdpa, eager };
+// q [B, N, Lq, Dh], k/v [B, N, Lk, Dh] -> [B, N, Lq, Dh]. `eager` is the slow, obvious softmax(q k^T / sqrt(Dh)) v.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        AttentionKernel kernel = AttentionKernel::sdpa);
+
+class SelfAttentionImpl : public torch::nn::Module {
+ public:
+  SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope);  // [B, L, D] -> [B, L, D]
+  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  RMSNorm norm_q{nullptr}, norm_k{nullptr};
+  AttentionKernel kernel = AttentionKernel::sdpa;
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(SelfAttention);
+
+class CrossAttentionImpl : public torch::nn::Module {
+ public:
+  CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps);
+  // x [B, L, D], ctx [B, Lt, D] (one text for all tokens) or [B, F, Lt, D] (per-cell text: the tokens of latent
+  // frame f, L/F of them in order, attend only to ctx[:, f]) -> [B, L, D].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ctx);
+  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  RMSNorm norm_q{nullptr}, norm_k{nullptr};
+  AttentionKernel kernel = AttentionKernel::sdpa;
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(CrossAttention);
+
+}  // namespace vdt

@@ -1,0 +1,50 @@
+// Wan block. Order of the six modulation chunks: shift, scale, gate (attention), shift, scale, gate (FFN); the
+// learned `modulation` is added to e0 before chunking, exactly as the reference.
+#include "model/block.h"
+
+#include <torch/torch.h>
+
+namespace vdt {
+
+torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = shift.size(1);
+  auto h = torch::layer_norm(x, {D}, {}, {}, eps).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
+  return (h * (1 + scale) + shift).view({B, L, D});                         // -> [B, L, D]
+}
+
+torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = gate.size(1);
+  return x + (y.view({B, G, L / G, D}) * gate).view({B, L, D});
+}
+
+WanBlockImpl::WanBlockImpl(int64_t dim, int64_t ffn_dim, int64_t num_heads, double eps) : eps_(eps) {
+  self_attn = register_module("self_attn", SelfAttention(dim, num_heads, eps));
+  cross_attn = register_module("cross_attn", CrossAttention(dim, num_heads, eps));
+  norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps)));
+  ffn = register_module("ffn", torch::nn::Sequential(torch::nn::Linear(dim, ffn_dim),
+                                                     torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")),
+                                                     torch::nn::Linear(ffn_dim, dim)));
+  modulation = register_parameter("modulation", torch::randn({1, 6, dim}) / std::sqrt(static_cast<double>(dim)));
+}
+
+void WanBlockImpl::set_attention_kernel(AttentionKernel k) {
+  self_attn->kernel = k;
+  cross_attn->kernel = k;
+}
+
+torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
+  TORCH_CHECK(in.x.dim() == 3 && in.e0.dim() == 4 && in.e0.size(2) == 6 && in.x.size(1) % in.e0.size(1) == 0,
+              "WanBlock: expected x [B, L, D] and e0 [B, G, 6, D] with G dividing L, got ", in.x.sizes(), " and ",
+              in.e0.sizes());
+  auto mod = (modulation + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D]
+  auto x = in.x;
+  // 1) self-attention with adaLN
+  x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope), mod[2]);
+  // 2) cross-attention on text, affine norm3, no gate
+  x = x + cross_attn(norm3(x), in.ctx);
+  // 3) FFN with adaLN
+  x = gated_add(x, ffn->forward(modulated_norm(x, mod[3], mod[4], eps_)), mod[5]);
+  return x;
+}
+
+}  // namespace vdt

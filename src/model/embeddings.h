@@ -1,0 +1,25 @@
+// Position and time encodings of the Wan DiT (reference/wan_spec.md §3.2, §3.6): the sinusoidal timestep embedding
+// (cos half first, computed in float64) and the interleaved 3-axis RoPE tables and their application.
+// Not here: the learned time MLP (wan_dit) or attention itself (attention).
+#pragma once
+#include <torch/types.h>
+
+#include <array>
+
+namespace vdt {
+
+// t: any shape [...] on the 0..1000 scale -> [..., freq_dim] in `dtype`; computed in float64 as the reference.
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t freq_dim, torch::ScalarType dtype);
+
+// RoPE rotation table for a token grid: cos and sin, each [L, Dh/2] float32 (angles computed in float64), token order
+// (f, h, w) row-major. The frame axis takes the first Dh - 4*(Dh//6) real dims, height and width 2*(Dh//6) each
+// (Dh 128: 22/21/21 complex pairs).
+struct RopeTable {
+  torch::Tensor cos, sin;  // [L, Dh/2]
+};
+RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device);
+
+// x: [B, L, N, Dh] -> [B, L, N, Dh], pairs (x[2j], x[2j+1]) rotated by the table; math in float32, result in x's dtype.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& rope);
+
+}  // namespace vdt

@@ -1,0 +1,132 @@
+// Wan DiT forward. The timestep path runs per timestep group (see block.h): sinusoid in float64 -> time_embedding
+// -> e [B, G, D]; time_projection -> e0 [B, G, 6, D]. With G = F' this equals the reference's per-token tensors
+// (tokens of one frame share a timestep) at 1/(H'W') of the cost.
+#include "model/wan_dit.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace vdt {
+
+HeadImpl::HeadImpl(int64_t dim, int64_t out_features, double eps) : eps_(eps) {
+  head = register_module("head", torch::nn::Linear(dim, out_features));
+  modulation = register_parameter("modulation", torch::randn({1, 2, dim}) / std::sqrt(static_cast<double>(dim)));
+}
+
+torch::Tensor HeadImpl::forward(const torch::Tensor& x, const torch::Tensor& e) {
+  auto mod = (modulation + e.unsqueeze(2)).chunk(2, 2);  // [1, 2, D] + [B, G, 1, D] -> 2 x [B, G, 1, D]
+  return head(modulated_norm(x, mod[0], mod[1], eps_));
+}
+
+WanDiTImpl::WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options) : cfg_(cfg) {
+  cfg.validate();
+  const int64_t D = cfg.dim;
+  auto place = [&](auto m) {
+    if (options.has_device() || options.has_dtype())
+      m->to(options.device(), options.dtype().toScalarType());
+    return m;
+  };
+  auto gelu_tanh = torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh"));
+  patch_embedding = register_module(
+      "patch_embedding",
+      place(torch::nn::Conv3d(torch::nn::Conv3dOptions(cfg.in_dim, D, {cfg.patch[0], cfg.patch[1], cfg.patch[2]})
+                                  .stride({cfg.patch[0], cfg.patch[1], cfg.patch[2]}))));
+  text_embedding = register_module(
+      "text_embedding", place(torch::nn::Sequential(torch::nn::Linear(cfg.text_dim, D), gelu_tanh, torch::nn::Linear(D, D))));
+  time_embedding = register_module(
+      "time_embedding", place(torch::nn::Sequential(torch::nn::Linear(cfg.freq_dim, D), torch::nn::SiLU(), torch::nn::Linear(D, D))));
+  time_projection =
+      register_module("time_projection", place(torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(D, 6 * D))));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(place(WanBlock(D, cfg.ffn_dim, cfg.num_heads, cfg.eps)));
+  head = register_module("head", place(Head(D, cfg.out_dim * cfg.patch_volume(), cfg.eps)));
+}
+
+std::array<int64_t, 3> WanDiTImpl::token_grid(at::IntArrayRef s) const {
+  VDT_CHECK(s.size() == 5 && s[2] % cfg_.patch[0] == 0 && s[3] % cfg_.patch[1] == 0 && s[4] % cfg_.patch[2] == 0,
+            "latents of shape ", s, " do not tile into patches ", cfg_.patch[0], "x", cfg_.patch[1], "x", cfg_.patch[2]);
+  return {s[2] / cfg_.patch[0], s[3] / cfg_.patch[1], s[4] / cfg_.patch[2]};
+}
+
+void WanDiTImpl::set_attention_kernel(AttentionKernel k) {
+  for (auto& b : *blocks) b->as<WanBlockImpl>()->set_attention_kernel(k);
+}
+
+void WanDiTImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard ng;
+  auto gen = at::globalContext().defaultGenerator(parameters().front().device()).clone();
+  gen.set_current_seed(seed);
+  auto xavier = [&](torch::Tensor w) {  // Xavier-uniform on the weight viewed as [out, in*k]
+    const double fan_out = w.size(0), fan_in = w.numel() / w.size(0);
+    const double a = std::sqrt(6.0 / (fan_in + fan_out));
+    w.uniform_(-a, a, gen);
+  };
+  for (auto& kv : named_parameters()) {
+    const std::string& name = kv.key();
+    auto& p = kv.value();
+    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (name.find("modulation") != std::string::npos) {
+      p.normal_(0, 1.0 / std::sqrt(static_cast<double>(cfg_.dim)), gen);
+    } else if (name.find("norm") != std::string::npos) {
+      p.fill_(is_weight ? 1.0 : 0.0);
+    } else if (!is_weight) {
+      p.zero_();
+    } else if (name == "head.head.weight") {
+      p.zero_();
+    } else if (name.rfind("text_embedding", 0) == 0 || name.rfind("time_embedding", 0) == 0) {
+      p.normal_(0, 0.02, gen);
+    } else {
+      xavier(p);
+    }
+  }
+}
+
+torch::Tensor WanDiTImpl::unpatchify(const torch::Tensor& out, std::array<int64_t, 3> grid) const {
+  const int64_t B = out.size(0), C = cfg_.out_dim;
+  const auto [pt, ph, pw] = cfg_.patch;
+  const auto [F, H, W] = grid;
+  auto y = out.view({B, F, H, W, pt, ph, pw, C});  // [B, L, pt*ph*pw*C], channels fastest
+  y = y.permute({0, 7, 1, 4, 2, 5, 3, 6});          // -> [B, C, F, pt, H, ph, W, pw]
+  return y.reshape({B, C, F * pt, H * ph, W * pw});
+}
+
+torch::Tensor WanDiTImpl::forward(const DiTInputs& in) {
+  TORCH_CHECK(in.x.dim() == 5 && in.x.size(1) == cfg_.in_dim, "WanDiT: expected x [B, ", cfg_.in_dim,
+              ", F, H, W], got ", in.x.sizes());
+  const auto grid = token_grid(in.x.sizes());
+  const int64_t B = in.x.size(0), L = grid[0] * grid[1] * grid[2];
+  const auto dtype = patch_embedding->weight.scalar_type();
+  TORCH_CHECK(in.t.dim() == 1 || (in.t.dim() == 2 && (in.t.size(1) == grid[0] || in.t.size(1) == L)),
+              "WanDiT: expected t [B], [B, F'=", grid[0], "] or [B, L=", L, "], got ", in.t.sizes());
+
+  // Patch embedding: [B, C, F, H, W] -> [B, D, F', H', W'] -> [B, L, D]
+  auto x = patch_embedding(in.x.to(dtype)).flatten(2).transpose(1, 2);
+  if (in.cond_embed.defined()) {
+    TORCH_CHECK(in.cond_embed.sizes() == x.sizes(), "WanDiT: cond_embed must be ", x.sizes(), ", got ",
+                in.cond_embed.sizes());
+    x = x + in.cond_embed.to(dtype);
+  }
+
+  // Time: t [B] or [B, G] -> e [B, G, D], e0 [B, G, 6, D]
+  auto t = in.t.dim() == 1 ? in.t.unsqueeze(1) : in.t;
+  auto e = time_embedding->forward(sinusoidal_embedding(t, cfg_.freq_dim, dtype));
+  auto e0 = time_projection->forward(e).unflatten(-1, {6, cfg_.dim});
+
+  // Text: [B, Lt, text_dim] -> [B, Lt, D]; per cell: rows [R, Lt, text_dim] -> [R, Lt, D] -> [B, F', Lt, D]
+  auto ctx = text_embedding->forward(in.context.to(dtype));
+  if (in.context_ids.defined()) {
+    TORCH_CHECK(in.context_ids.dim() == 2 && in.context_ids.size(0) == B && in.context_ids.size(1) == grid[0],
+                "WanDiT: context_ids must be [B, F'=", grid[0], "], got ", in.context_ids.sizes());
+    ctx = ctx.index_select(0, in.context_ids.flatten().to(torch::kLong)).unflatten(0, {B, grid[0]});
+  }
+
+  BlockInputs bin{x, e0, ctx, rope_table(cfg_.head_dim(), grid, x.device())};
+  for (auto& m : *blocks) {
+    auto& block = *m->as<WanBlockImpl>();
+    bin.x = block_runner_ ? block_runner_(block, bin) : block.forward(bin);
+  }
+  return unpatchify(head(bin.x, e), grid);
+}
+
+}  // namespace vdt

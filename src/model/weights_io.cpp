@@ -1,0 +1,91 @@
+// Strict weight loading: the error lists up to 20 names of each kind so a wrong checkpoint is recognised at once.
+#include "model/weights_io.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace vdt {
+namespace {
+
+bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (s.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+std::string list(const std::vector<std::string>& names) {
+  std::string out;
+  const size_t n = std::min<size_t>(names.size(), 20);
+  for (size_t i = 0; i < n; ++i) out += "\n    " + names[i];
+  if (names.size() > n) out += "\n    ... and " + std::to_string(names.size() - n) + " more";
+  return out;
+}
+
+// The key as stored in the files: the model's own name, or with DiffSynth's "model." prefix.
+std::string stored_key(const SafetensorsSet& files, const std::string& name) {
+  if (files.contains(name)) return name;
+  if (files.contains("model." + name)) return "model." + name;
+  return {};
+}
+
+}  // namespace
+
+LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, const LoadOptions& opts) {
+  torch::NoGradGuard ng;
+  LoadReport report;
+  std::vector<std::string> missing, mismatched, unexpected;
+  std::set<std::string> used;
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (auto& kv : module.named_parameters()) targets.emplace_back(kv.key(), kv.value());
+  for (auto& kv : module.named_buffers()) targets.emplace_back(kv.key(), kv.value());
+  for (auto& [name, dst] : targets) {
+    const std::string key = stored_key(files, name);
+    if (key.empty()) {
+      (has_prefix(name, opts.optional_prefixes) ? report.kept : missing).push_back(name);
+      continue;
+    }
+    used.insert(key);
+    const auto& e = files.entry(key);
+    if (at::IntArrayRef(e.shape) != dst.sizes()) {
+      std::ostringstream os;
+      os << key << ": file has " << at::IntArrayRef(e.shape) << ", model expects " << dst.sizes();
+      mismatched.push_back(os.str());
+      continue;
+    }
+    report.loaded.push_back(name);
+  }
+  for (const auto& k : files.keys())
+    if (!used.count(k) && !has_prefix(k, opts.ignore_prefixes)) unexpected.push_back(k);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string files_str;
+    for (const auto& f : files.files()) files_str += (files_str.empty() ? "" : ", ") + f->path();
+    std::ostringstream os;
+    os << "weights in " << files_str << " do not match the model:";
+    if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << list(missing);
+    if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << list(unexpected);
+    if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << list(mismatched);
+    os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given";
+    VDT_FAIL(os.str());
+  }
+  for (auto& [name, dst] : targets) {
+    const std::string key = stored_key(files, name);
+    if (!key.empty()) dst.copy_(files.get(key));
+  }
+  return report;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> export_weights(const torch::nn::Module& module,
+                                                                  torch::ScalarType dtype) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& kv : module.named_parameters()) out.emplace_back(kv.key(), kv.value().detach().to(dtype));
+  return out;
+}
+
+ModelConfig detect_config(const SafetensorsSet& files) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& k : files.keys()) shapes[k.rfind("model.", 0) == 0 ? k.substr(6) : k] = files.entry(k).shape;
+  return detect_config(shapes, files.files().front()->path());
+}
+
+}  // namespace vdt

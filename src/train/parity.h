@@ -1,0 +1,38 @@
+// Parity against a reference fixture (fixtures/FIXTURES.md format): build the model from the fixture's `config`
+// metadata, load its weights, run forward and the fixture's loss backward, and compare out, loss and every
+// fixture.grad.* by relative L2 error. Used by `vdt parity` and the parity tests.
+// Not here: producing fixtures (that is the reference implementation's job).
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+struct ParityConfig {
+  std::string fixture;
+  std::string device = "cpu";     // cpu | cuda
+  std::string dtype = "float32";  // float32 | bfloat16
+  double tol = -1;                // < 0: 1e-4 for float32, 3e-2 for bfloat16
+  void validate() const;
+  double tolerance() const;
+};
+
+struct ParityRow {
+  std::string name;
+  double rel_l2 = 0;
+  bool pass = false;
+};
+
+struct ParityResult {
+  std::vector<ParityRow> rows;
+  std::string timestep_mode;
+  bool pass() const;
+};
+
+// Relative L2 error |a - b| / |b| in float64.
+double rel_l2(const torch::Tensor& a, const torch::Tensor& ref);
+ParityResult run_parity(const ParityConfig& cfg);
+
+}  // namespace vdt

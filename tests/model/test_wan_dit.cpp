@@ -1,0 +1,96 @@
+#include <torch/torch.h>
+
+#include "model/wan_dit.h"
+#include "test_util.h"
+
+namespace vdt {
+namespace {
+
+struct TinySetup {
+  WanDiT model{preset_config("tiny")};
+  torch::Tensor x = torch::randn({2, 16, 3, 4, 6});
+  torch::Tensor ctx = torch::randn({2, 7, 64});
+  TinySetup() {
+    torch::manual_seed(0);
+    model->init_weights(1);
+    // Non-zero head so outputs depend on every block.
+    torch::NoGradGuard ng;
+    model->head->head->weight.normal_(0, 0.05);
+  }
+};
+
+TEST(WanDiT, OutputShapeAndUnpatchifyChannelsFastest) {
+  TinySetup s;
+  auto out = s.model->forward({s.x, torch::full({2}, 500.0), s.ctx});
+  EXPECT_EQ(out.sizes(), s.x.sizes());
+}
+
+// The per-frame timestep path (G = F) against the slow per-token path (G = L) of the reference.
+TEST(WanDiT, PerFrameTimestepsEqualPerTokenReference) {
+  TinySetup s;
+  auto t_frame = torch::tensor({{0.0, 700.0, 700.0}, {0.0, 250.0, 250.0}});  // [B, F]
+  const int64_t tokens_per_frame = 2 * 3;
+  auto t_token = t_frame.repeat_interleave(tokens_per_frame, 1);              // [B, L]
+  auto a = s.model->forward({s.x, t_frame, s.ctx});
+  auto b = s.model->forward({s.x, t_token, s.ctx});
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+  // A global timestep equals a per-frame tensor with every frame at that value.
+  auto c = s.model->forward({s.x, torch::tensor({700.0, 250.0}), s.ctx});
+  auto d = s.model->forward({s.x, torch::tensor({{700.0, 700.0, 700.0}, {250.0, 250.0, 250.0}}), s.ctx});
+  EXPECT_LT((c - d).abs().max().item<double>(), 1e-5);
+  EXPECT_GT((a - c).abs().max().item<double>(), 1e-3);  // frame-0 timestep 0 changes the output
+}
+
+TEST(WanDiT, SdpaEqualsEagerAttention) {
+  TinySetup s;
+  auto t = torch::tensor({300.0, 900.0});
+  auto a = s.model->forward({s.x, t, s.ctx});
+  s.model->set_attention_kernel(AttentionKernel::eager);
+  auto b = s.model->forward({s.x, t, s.ctx});
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+}
+
+TEST(WanDiT, PerCellTextWithOneSharedRowEqualsSingleContext) {
+  TinySetup s;
+  auto t = torch::tensor({300.0, 900.0});
+  auto rows = s.ctx;                                     // [R=2, Lt, text_dim]: row b for sample b
+  auto ids = torch::tensor({{0, 0, 0}, {1, 1, 1}});      // [B, F]
+  auto a = s.model->forward({s.x, t, s.ctx});
+  auto b = s.model->forward({s.x, t, rows, ids});
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+  // Different text per cell changes only... at least the output of the frames whose cell changed.
+  auto ids2 = torch::tensor({{0, 1, 0}, {1, 1, 1}});
+  auto c = s.model->forward({s.x, t, rows, ids2});
+  EXPECT_GT((c - a).abs().max().item<double>(), 1e-4);
+}
+
+TEST(WanDiT, CondEmbedIsAddedAfterPatchEmbedding) {
+  TinySetup s;
+  auto t = torch::tensor({300.0, 900.0});
+  auto a = s.model->forward({s.x, t, s.ctx});
+  auto zero = torch::zeros({2, 3 * 2 * 3, 128});
+  auto b = s.model->forward({s.x, t, s.ctx, {}, zero});
+  EXPECT_TRUE(torch::allclose(a, b));
+  test::expect_error([&] { s.model->forward({s.x, t, s.ctx, {}, torch::zeros({2, 5, 128})}); }, {"cond_embed"});
+}
+
+TEST(WanDiT, BlockRunnerWrapsEveryBlock) {
+  TinySetup s;
+  int calls = 0;
+  s.model->set_block_runner([&](WanBlockImpl& b, const BlockInputs& in) {
+    ++calls;
+    return b.forward(in);
+  });
+  s.model->forward({s.x, torch::tensor({1.0, 2.0}), s.ctx});
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(WanDiT, BadShapesNameWhatWasExpected) {
+  TinySetup s;
+  test::expect_error([&] { s.model->forward({torch::randn({1, 5, 3, 4, 6}), torch::ones({1}), s.ctx}); },
+                     {"expected x [B, 16, F, H, W]"});
+  test::expect_error([&] { s.model->forward({s.x, torch::ones({2, 5}), s.ctx}); }, {"expected t"});
+}
+
+}  // namespace
+}  // namespace vdt

@@ -1,0 +1,67 @@
+// Shared helpers for the test suite: paths to ../shared fixtures, temp directories, running the vdt binary.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace vdt::test {
+
+inline std::string shared_dir() {
+  const char* env = std::getenv("VDT_SHARED");
+  return env ? env : VDT_SHARED_DIR;
+}
+inline std::string fixture(const std::string& name) { return shared_dir() + "/fixtures/" + name; }
+
+// A fresh directory under the system temp dir, removed at destruction.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("vdt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::filesystem::path path_;
+};
+
+struct RunResult {
+  int code = 0;
+  std::string output;
+};
+// Runs the built vdt binary with `args` (a shell-quoted string), capturing stdout and stderr.
+inline RunResult run_vdt(const std::string& args) {
+  const std::string cmd = std::string(VDT_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Expects `fn` to throw an exception whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error mentioning " << *parts.begin();
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
+  }
+}
+
+}  // namespace vdt::test
