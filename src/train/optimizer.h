@@ -1,0 +1,54 @@
+// AdamW with parameter groups and explicit state dtype, as the trainers need it: a fused multi-tensor path
+// (at::_fused_adamw_, the kernel behind PyTorch's AdamW(fused=True)) and a slow per-tensor reference path written
+// from Loshchilov & Hutter's update, compared in tests. Plus gradient-norm clipping that reports the pre-clip norm
+// as a tensor (no host sync). Not here: LR schedules (schedule.h), master weights or sharding (the trainer, dist/).
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+struct AdamWGroup {
+  std::string name;
+  std::vector<torch::Tensor> params;
+  double lr = 1e-5;
+  double weight_decay = 0.01;
+};
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool fused = true;  // false: the reference path
+  std::optional<torch::ScalarType> state_dtype;  // moments dtype; default: the parameter's dtype
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<AdamWGroup> groups, AdamWConfig cfg);
+  // One update from each parameter's .grad (parameters without a gradient are skipped).
+  void step();
+  void zero_grad();
+  std::vector<AdamWGroup>& groups() { return groups_; }
+  int64_t steps_taken() const { return steps_; }
+  // Moments per parameter, in group order: exp_avg, exp_avg_sq.
+  const std::vector<std::vector<torch::Tensor>>& exp_avg() const { return exp_avg_; }
+  const std::vector<std::vector<torch::Tensor>>& exp_avg_sq() const { return exp_avg_sq_; }
+  std::vector<std::vector<torch::Tensor>>& mutable_exp_avg() { return exp_avg_; }
+  std::vector<std::vector<torch::Tensor>>& mutable_exp_avg_sq() { return exp_avg_sq_; }
+  void set_steps_taken(int64_t s);
+
+ private:
+  void step_reference(size_t g);
+  void step_fused(size_t g);
+  std::vector<AdamWGroup> groups_;
+  AdamWConfig cfg_;
+  std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_, step_tensors_;
+  int64_t steps_ = 0;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the pre-clip norm (0-dim float32 tensor on
+// the gradients' device). max_norm <= 0 only measures.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace vdt
