@@ -10,7 +10,7 @@ TORCH_VERSION=2.11.0
 say() { echo "[vdt setup] $*" >&2; }
 
 need_pkgs=()
-for p in cmake ninja-build ccache g++ libcli11-dev nlohmann-json3-dev libgtest-dev python3-pip; do
+for p in cmake ninja-build ccache g++ libcli11-dev nlohmann-json3-dev libgtest-dev zlib1g-dev python3-pip; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 # python3-pip: any pip works; skip the Debian one when a pip is already on PATH.

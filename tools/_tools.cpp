@@ -1,0 +1,1 @@
+// tools library anchor: synthetic data (synth) and checkpoint inspection live here.
