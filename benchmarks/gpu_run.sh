@@ -2,7 +2,9 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|all]   (default all)
+# sft: a short `vdt train sft` at the real geometry (random 5B weights, synthetic data at 832x480, 48 channels,
+# 21 latent frames, 4096-wide text) with validation and export.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/vdt_out}; mkdir -p "$OUT"
@@ -28,5 +30,16 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   for ck in block none; do
     $build/vdt bench step --checkpointing $ck --steps 6 --warmup 2 2>&1 | tee "$OUT/bench_step_$ck.log" || rc=1
   done
+fi
+if [ "$what" = sft ] || [ "$what" = all ]; then
+  root=/tmp/vdt_sft_root
+  $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
+    --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 3 --val_runs 1 --val_clips_per_run 2 \
+    --n_drop 1 2>&1 | tee "$OUT/sft_synth.log" || rc=1
+  $build/vdt train sft --data_root $root --output /tmp/vdt_sft_run --res 832x480 --max_steps 8 --grad_accum 2 \
+    --warmup_steps 2 --val_every 4 --val_n 1 --save_every 8 --num_workers 4 --device cuda 2>&1 \
+    | tee "$OUT/sft_run.log" || rc=1
+  cp /tmp/vdt_sft_run/train_log.csv "$OUT/sft_train_log.csv"; cp /tmp/vdt_sft_run/val_log.csv "$OUT/sft_val_log.csv"
+  cp /tmp/vdt_sft_run/done.json "$OUT/sft_done.json"; ls -la /tmp/vdt_sft_run >> "$OUT/sft_run.log"
 fi
 exit $rc

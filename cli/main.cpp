@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   vdt::cli::add_parity(app, exit_code);
   vdt::cli::add_bench(app, exit_code);
+  vdt::cli::add_data(app, exit_code);
+  vdt::cli::add_train(app, exit_code);
+  vdt::cli::add_sample(app, exit_code);
+  vdt::cli::add_demo(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

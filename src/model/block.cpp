@@ -9,12 +9,13 @@ namespace vdt {
 torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = shift.size(1);
   auto h = torch::layer_norm(x, {D}, {}, {}, eps).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
-  return (h * (1 + scale) + shift).view({B, L, D});                         // -> [B, L, D]
+  // Modulation in the dtype of shift/scale (float32: the official Wan's fp32 island), result in x's dtype.
+  return (h.to(scale.scalar_type()) * (1 + scale) + shift).to(x.scalar_type()).view({B, L, D});  // -> [B, L, D]
 }
 
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = gate.size(1);
-  return x + (y.view({B, G, L / G, D}) * gate).view({B, L, D});
+  return x + (y.view({B, G, L / G, D}).to(gate.scalar_type()) * gate).to(x.scalar_type()).view({B, L, D});
 }
 
 WanBlockImpl::WanBlockImpl(int64_t dim, int64_t ffn_dim, int64_t num_heads, double eps) : eps_(eps) {
@@ -36,7 +37,7 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   TORCH_CHECK(in.x.dim() == 3 && in.e0.dim() == 4 && in.e0.size(2) == 6 && in.x.size(1) % in.e0.size(1) == 0,
               "WanBlock: expected x [B, L, D] and e0 [B, G, 6, D] with G dividing L, got ", in.x.sizes(), " and ",
               in.e0.sizes());
-  auto mod = (modulation + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D]
+  auto mod = (modulation.to(in.e0.scalar_type()) + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D], float32
   auto x = in.x;
   // 1) self-attention with adaLN
   x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope), mod[2]);

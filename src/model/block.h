@@ -14,7 +14,7 @@ namespace vdt {
 
 struct BlockInputs {
   torch::Tensor x;     // [B, L, D] residual stream
-  torch::Tensor e0;    // [B, G, 6, D] time projection per timestep group
+  torch::Tensor e0;    // [B, G, 6, D] time projection per timestep group (float32)
   torch::Tensor ctx;   // [B, Lt, D] or [B, F, Lt, D] embedded text
   RopeTable rope;      // [L, Dh/2] tables
 };

@@ -15,7 +15,8 @@ HeadImpl::HeadImpl(int64_t dim, int64_t out_features, double eps) : eps_(eps) {
 }
 
 torch::Tensor HeadImpl::forward(const torch::Tensor& x, const torch::Tensor& e) {
-  auto mod = (modulation + e.unsqueeze(2)).chunk(2, 2);  // [1, 2, D] + [B, G, 1, D] -> 2 x [B, G, 1, D]
+  // [1, 2, D] + [B, G, 1, D] -> 2 x [B, G, 1, D], in e's dtype (float32)
+  auto mod = (modulation.to(e.scalar_type()) + e.unsqueeze(2)).chunk(2, 2);
   return head(modulated_norm(x, mod[0], mod[1], eps_));
 }
 
@@ -91,7 +92,13 @@ torch::Tensor WanDiTImpl::unpatchify(const torch::Tensor& out, std::array<int64_
   return y.reshape({B, C, F * pt, H * ph, W * pw});
 }
 
-torch::Tensor WanDiTImpl::forward(const DiTInputs& in) {
+void WanDiTImpl::install_sem_cond(const SemCondConfig& cfg) {
+  VDT_CHECK(!has_sem_cond(), "gc_sem_cond is already installed");
+  gc_sem_cond = register_module("gc_sem_cond", SemCond(cfg, cfg_.dim, cfg_.patch));
+  gc_sem_cond->to(patch_embedding->weight.device(), patch_embedding->weight.scalar_type());
+}
+
+torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
   TORCH_CHECK(in.x.dim() == 5 && in.x.size(1) == cfg_.in_dim, "WanDiT: expected x [B, ", cfg_.in_dim,
               ", F, H, W], got ", in.x.sizes());
   const auto grid = token_grid(in.x.sizes());
@@ -107,11 +114,31 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in) {
                 in.cond_embed.sizes());
     x = x + in.cond_embed.to(dtype);
   }
+  if (aux) aux->x_rms = x.detach().to(torch::kFloat32).pow(2).mean().sqrt();
+  if (has_sem_cond()) {
+    TORCH_CHECK(in.sem_ids.defined(), "WanDiT: gc_sem_cond is installed but no sem_ids were given");
+    TORCH_CHECK(in.sem_ids.dim() == 4 && in.sem_ids.size(0) == B && in.sem_ids.size(1) == in.x.size(2),
+                "WanDiT: sem_ids must be [B, F, Hs, Ws] with B = ", B, " and F = ", in.x.size(2), ", got ",
+                in.sem_ids.sizes());
+    auto sem = gc_sem_cond(in.sem_ids);  // [B, L, D]
+    TORCH_CHECK(sem.sizes() == x.sizes(), "WanDiT: gc_sem_cond output ", sem.sizes(), " does not match the token grid ",
+                x.sizes(), "; is sem_scale right (ids must be latent size x sem_scale)?");
+    if (aux) aux->sem_rms = sem.detach().to(torch::kFloat32).pow(2).mean().sqrt();
+    x = x + sem;
+  } else if (aux) {
+    aux->sem_rms = torch::zeros({}, torch::kFloat32);
+  }
 
-  // Time: t [B] or [B, G] -> e [B, G, D], e0 [B, G, 6, D]
+  // Time, in float32 whatever the weights' dtype (the official Wan keeps this path in fp32; it is tiny):
+  // t [B] or [B, G] -> e [B, G, D], e0 [B, G, 6, D]
   auto t = in.t.dim() == 1 ? in.t.unsqueeze(1) : in.t;
-  auto e = time_embedding->forward(sinusoidal_embedding(t, cfg_.freq_dim, dtype));
-  auto e0 = time_projection->forward(e).unflatten(-1, {6, cfg_.dim});
+  auto lin32 = [](const torch::nn::Module& m, const torch::Tensor& x) {
+    const auto& l = *m.as<torch::nn::LinearImpl>();
+    return torch::linear(x, l.weight.to(torch::kFloat32), l.bias.to(torch::kFloat32));
+  };
+  auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
+                                                         sinusoidal_embedding(t, cfg_.freq_dim, torch::kFloat32))));
+  auto e0 = lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim});
 
   // Text: [B, Lt, text_dim] -> [B, Lt, D]; per cell: rows [R, Lt, text_dim] -> [R, Lt, D] -> [B, F', Lt, D]
   auto ctx = text_embedding->forward(in.context.to(dtype));

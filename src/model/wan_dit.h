@@ -1,7 +1,8 @@
 // The Wan DiT (reference/wan_spec.md §3) under its checkpoint key names: patch embedding, text and time MLPs,
 // time projection, N blocks, head with its 2-way modulation, unpatchify (channels fastest).
 // Attachment points for later features, so the model stays free of training concerns:
-//   * `cond_embed` is added to the patch embedding output (the semantic-map adapter attaches here);
+//   * `cond_embed` is added to the patch embedding output; the semantic-map adapter `gc_sem_cond`, once installed,
+//     adds its output there from `sem_ids`;
 //   * `context_ids` selects per-cell text rows (each distinct row embedded once);
 //   * a block runner wraps each block call (activation checkpointing, offload) from outside.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "model/block.h"
 #include "model/config.h"
+#include "model/sem_cond.h"
 
 namespace vdt {
 
@@ -36,6 +38,12 @@ struct DiTInputs {
   torch::Tensor context;      // [B, Lt, text_dim], or rows [R, Lt, text_dim] when context_ids is given
   torch::Tensor context_ids;  // optional [B, F'] row of `context` for each cell (latent frame)
   torch::Tensor cond_embed;   // optional [B, L, D] added after patch embedding
+  torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids for gc_sem_cond (required once it is installed)
+};
+
+// Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
+struct DiTAux {
+  torch::Tensor sem_rms, x_rms;  // 0-dim float32, detached
 };
 
 using BlockRunner = std::function<torch::Tensor(WanBlockImpl&, const BlockInputs&)>;
@@ -44,7 +52,11 @@ class WanDiTImpl : public torch::nn::Module {
  public:
   // Builds on `options` (device, dtype) block by block, so a 5B model never sits whole in host memory.
   explicit WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options = {});
-  torch::Tensor forward(const DiTInputs& in);  // -> [B, out_dim, F, H, W]
+  torch::Tensor forward(const DiTInputs& in, DiTAux* aux = nullptr);  // -> [B, out_dim, F, H, W]
+
+  // Adds the zero-initialised semantic-map adapter as submodule `gc_sem_cond` (on this model's device and dtype).
+  void install_sem_cond(const SemCondConfig& cfg);
+  bool has_sem_cond() const { return !gc_sem_cond.is_empty(); }
 
   // Token grid (F', H', W') for a latent of shape [B, C, F, H, W].
   std::array<int64_t, 3> token_grid(at::IntArrayRef latent_shape) const;
@@ -58,6 +70,7 @@ class WanDiTImpl : public torch::nn::Module {
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   Head head{nullptr};
+  SemCond gc_sem_cond{nullptr};
 
  private:
   torch::Tensor unpatchify(const torch::Tensor& out, std::array<int64_t, 3> grid) const;

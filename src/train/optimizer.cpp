@@ -38,10 +38,12 @@ void AdamW::zero_grad() {
     for (auto& p : g.params) p.mutable_grad() = torch::Tensor();
 }
 
-void AdamW::step() {
+void AdamW::step(const torch::Tensor& found_inf) {
   torch::NoGradGuard ng;
+  // The reference path checks on the host; the fused kernel skips on the device.
+  if (!cfg_.fused && found_inf.defined() && found_inf.item<double>() != 0) return;
   ++steps_;
-  for (size_t g = 0; g < groups_.size(); ++g) cfg_.fused ? step_fused(g) : step_reference(g);
+  for (size_t g = 0; g < groups_.size(); ++g) cfg_.fused ? step_fused(g, found_inf) : step_reference(g);
 }
 
 void AdamW::step_reference(size_t gi) {
@@ -64,7 +66,7 @@ void AdamW::step_reference(size_t gi) {
   }
 }
 
-void AdamW::step_fused(size_t gi) {
+void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf) {
   const auto& g = groups_[gi];
   // _fused_adamw_ wants every list on one device and dtype family: bucket by (device, param dtype, state dtype).
   std::map<std::tuple<std::string, int, int>, std::vector<size_t>> buckets;
@@ -83,9 +85,15 @@ void AdamW::step_fused(size_t gi) {
       vs.push_back(exp_avg_sq_[gi][i]);
       ss.push_back(step_tensors_[gi][i]);
     }
-    at::_foreach_add_(ss, 1.0);
+    std::optional<torch::Tensor> inf;
+    if (found_inf.defined()) {
+      inf = found_inf.to(ps.front().device(), torch::kFloat32);
+      at::_foreach_add_(ss, 1.0 - *inf);  // a skipped step does not count (the kernel leaves steps alone)
+    } else {
+      at::_foreach_add_(ss, 1.0);
+    }
     at::_fused_adamw_(ps, gs, ms, vs, {}, ss, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
   }
 }
 

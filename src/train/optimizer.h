@@ -26,8 +26,9 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(std::vector<AdamWGroup> groups, AdamWConfig cfg);
-  // One update from each parameter's .grad (parameters without a gradient are skipped).
-  void step();
+  // One update from each parameter's .grad (parameters without a gradient are skipped). When `found_inf` (a 0-dim
+  // float tensor on the parameters' device) is non-zero the update is skipped on the device, without a host sync.
+  void step(const torch::Tensor& found_inf = {});
   void zero_grad();
   std::vector<AdamWGroup>& groups() { return groups_; }
   int64_t steps_taken() const { return steps_; }
@@ -40,7 +41,7 @@ class AdamW {
 
  private:
   void step_reference(size_t g);
-  void step_fused(size_t g);
+  void step_fused(size_t g, const torch::Tensor& found_inf);
   std::vector<AdamWGroup> groups_;
   AdamWConfig cfg_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_, step_tensors_;

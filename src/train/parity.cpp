@@ -48,6 +48,11 @@ ParityResult run_parity(const ParityConfig& cfg) {
     VDT_CHECK(files.contains(k), cfg.fixture, ": fixture tensor '", k, "' is missing");
 
   const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  // float32 parity means float32 arithmetic: cuDNN convolutions default to TF32 on Hopper (~1e-3 relative error).
+  if (cfg.dtype == "float32") {
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
   const auto dtype = cfg.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
   WanDiT model(mc);
   load_weights(*model, files);
@@ -55,7 +60,8 @@ ParityResult run_parity(const ParityConfig& cfg) {
 
   auto x = files.get("fixture.x").to(device, dtype);
   auto ctx = files.get("fixture.context").to(device, dtype);
-  auto t = files.get("fixture.timestep").to(device, torch::kFloat32).to(dtype).to(torch::kFloat32);  // [B]
+  // The exact timestep: rounding it to the compute dtype is a training policy (make_sft_example), not the model's.
+  auto t = files.get("fixture.timestep").to(device, torch::kFloat32);  // [B]
   const bool first_frame_zero = result.timestep_mode == "per_token_first_frame_zero";
   if (first_frame_zero) {
     const int64_t F = model->token_grid(x.sizes())[0];

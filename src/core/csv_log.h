@@ -1,0 +1,47 @@
+// Append-only CSV logs (train_log.csv, val_log.csv; SPEC §4). A resumed run appends under the same header; when the
+// columns changed (a code upgrade), the old file is moved aside to <stem>.old<N>.csv so rows never land under a
+// header that does not describe them (the seed's rotate_csv_if_header_changed). Not a CSV reader.
+#pragma once
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+class CsvLog {
+ public:
+  // Opens `path` for append, writing the header when the file is new or empty. If it exists with a different header
+  // line, it is first moved aside to <stem>.old<N><ext> (first free N); rotated() then names the moved file.
+  CsvLog(const std::string& path, std::vector<std::string> columns);
+  ~CsvLog();
+  CsvLog(const CsvLog&) = delete;
+  CsvLog& operator=(const CsvLog&) = delete;
+
+  // One row; missing columns are written empty, an unknown column is an error naming it and the file.
+  void write(const std::map<std::string, std::string>& row);
+  // One row, values in column order; a size mismatch is an error.
+  void write_values(const std::vector<std::string>& values);
+  // Rows reach the OS at every write (tail -f works, a crash loses none); flush() adds fsync.
+  void flush();
+
+  const std::optional<std::string>& rotated() const { return rotated_; }
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& columns() const { return columns_; }
+
+ private:
+  void write_line(const std::string& line);
+
+  std::string path_;
+  std::vector<std::string> columns_;
+  std::optional<std::string> rotated_;
+  FILE* file_ = nullptr;
+};
+
+// Quotes a field (doubling inner quotes) when it holds a comma, a quote, CR or LF (RFC 4180).
+std::string csv_escape(const std::string& s);
+// Compact number: printf %.6g, with non-finite values spelled "nan", "inf", "-inf".
+std::string fmt_num(double v);
+
+}  // namespace vdt

@@ -1,0 +1,155 @@
+// TensorBoard event files without protobuf: each record is u64le length | u32le masked_crc32c(length) | Event bytes |
+// u32le masked_crc32c(Event bytes) (tensorboard/summary/writer/record_writer.py). Field numbers from event.proto and
+// summary.proto: Event wall_time=1 (double), step=2 (int64), file_version=3 (string), summary=5; Summary value=1;
+// Summary.Value tag=1 (string), simple_value=2 (float).
+#include "core/tb_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace vdt {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the event-file encoder writes host-order little-endian");
+
+constexpr std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = make_crc_table();
+
+// Protobuf wire format: tag = (field << 3) | wire type; 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+template <typename T>
+void put_fixed(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+void put_bytes(std::string& out, uint32_t field, const std::string& s) {
+  put_varint(out, (field << 3) | 2);
+  put_varint(out, s.size());
+  out += s;
+}
+
+double wall_time_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  VDT_CHECK_SYS(::gethostname(buf, sizeof buf - 1), "TbWriter: cannot read the host name for the event file name");
+  return buf;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = kCrcTable[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t masked_crc32c(const void* data, size_t n) {
+  const uint32_t c = crc32c(data, n);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+TbWriter::TbWriter(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VDT_CHECK(!ec && std::filesystem::is_directory(dir), dir, ": cannot create the TensorBoard log directory (",
+            ec ? ec.message() : "a file is in the way", ")");
+  const double t = wall_time_now();
+  char stamp[16];
+  std::snprintf(stamp, sizeof stamp, "%010lld", static_cast<long long>(t));
+  // <n> plays the role of event_file_writer.py's global uid: distinct writers of one process, opened in the same
+  // second, get distinct files. O_EXCL skips names already on disk (a restarted process reusing a pid).
+  static std::atomic<int> counter{0};
+  const std::string base = dir + "/events.out.tfevents." + stamp + "." + hostname() + "." + std::to_string(::getpid());
+  int fd = -1;
+  for (;;) {
+    path_ = base + "." + std::to_string(counter++);
+    fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  VDT_CHECK_SYS(fd, path_, ": cannot create the TensorBoard event file");
+  file_ = ::fdopen(fd, "wb");
+  if (!file_) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    VDT_CHECK_SYS(-1, path_, ": cannot open the TensorBoard event file for writing");
+  }
+  std::string ev;
+  put_varint(ev, (1 << 3) | 1);
+  put_fixed(ev, t);
+  put_bytes(ev, 3, "brain.Event:2");
+  write_record(ev);
+}
+
+TbWriter::~TbWriter() {
+  if (!file_) return;
+  // A destructor cannot throw; a failed final flush is reported, not swallowed.
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0)
+    std::cerr << "[vdt] warning: " << path_ << ": final flush failed: " << std::strerror(errno) << "\n";
+  std::fclose(file_);
+}
+
+void TbWriter::add_scalar(const std::string& tag, double value, int64_t step) {
+  std::string val;
+  put_bytes(val, 1, tag);
+  put_varint(val, (2 << 3) | 5);
+  put_fixed(val, static_cast<float>(value));
+  std::string summary;
+  put_bytes(summary, 1, val);
+  std::string ev;
+  put_varint(ev, (1 << 3) | 1);
+  put_fixed(ev, wall_time_now());
+  put_varint(ev, (2 << 3) | 0);
+  put_varint(ev, static_cast<uint64_t>(step));  // int64: negative values take 10 bytes (two's complement)
+  put_bytes(ev, 5, summary);
+  write_record(ev);
+}
+
+void TbWriter::write_record(const std::string& data) {
+  std::string rec;
+  rec.reserve(data.size() + 16);
+  put_fixed(rec, static_cast<uint64_t>(data.size()));
+  put_fixed(rec, masked_crc32c(rec.data(), 8));
+  rec += data;
+  put_fixed(rec, masked_crc32c(data.data(), data.size()));
+  if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size())
+    VDT_CHECK_SYS(-1, path_, ": write failed (disk full?)");
+}
+
+void TbWriter::flush() {
+  VDT_CHECK_SYS(std::fflush(file_) == 0 ? 0 : -1, path_, ": flush failed (disk full?)");
+  VDT_CHECK_SYS(::fsync(::fileno(file_)), path_, ": fsync failed (disk full?)");
+}
+
+}  // namespace vdt

@@ -1,0 +1,40 @@
+// TensorBoard event-file writer for scalars, with the Event/Summary protobufs hand-encoded (no protobuf dependency,
+// and no clash with the google/ headers shipped inside torch/include). Format: tensorboard's record_writer.py and
+// event_file_writer.py (reference/cpp_ecosystem.md §4). Scalars only: no histograms, images or text.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace vdt {
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF); not zlib's CRC-32.
+uint32_t crc32c(const void* data, size_t n);
+// The TFRecord mask: ((c >> 15) | (c << 17)) + 0xa282ead8, mod 2^32.
+uint32_t masked_crc32c(const void* data, size_t n);
+
+// Writes one events.out.tfevents.<unix time, 10 digits>.<hostname>.<pid>.<n> file under a directory. Records are
+// buffered; flush() pushes them to disk (the trainer calls it at its log interval), the destructor flushes too.
+class TbWriter {
+ public:
+  // Creates `dir` if needed and writes the header record Event{wall_time, file_version="brain.Event:2"}.
+  explicit TbWriter(const std::string& dir);
+  ~TbWriter();
+  TbWriter(const TbWriter&) = delete;
+  TbWriter& operator=(const TbWriter&) = delete;
+
+  // Event{wall_time, step, summary{value{tag, simple_value}}}; the value is stored as float32 (simple_value).
+  void add_scalar(const std::string& tag, double value, int64_t step);
+  // fflush + fsync.
+  void flush();
+  const std::string& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& data);
+
+  std::string path_;
+  FILE* file_ = nullptr;
+};
+
+}  // namespace vdt

@@ -1,0 +1,27 @@
+// Euler sampling over the Wan inference grid (wan_spec §4.5) with two-branch classifier-free guidance and the TI2V
+// first frame re-imposed after every step. The model is a callback, so this file knows no network.
+// Not here: the causal chunk-by-chunk sampler (causal workflow).
+#pragma once
+#include <torch/types.h>
+
+#include <functional>
+
+namespace vdt {
+
+struct EulerConfig {
+  int64_t steps = 30;
+  double shift = 5.0;
+  double cfg_scale = 5.0;
+  double denoising_strength = 1.0;
+  bool first_frame_cond = true;
+};
+
+// x [B, C, F, H, W], t [B, F] (0..1000) -> velocity [B, C, F, H, W]
+using VelocityFn = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t)>;
+
+// noise [B, C, F, H, W]; first_frame [B, C, 1, H, W] (required when first_frame_cond). `negative` may be empty:
+// then no guidance. v = neg + cfg (pos - neg); x <- x + v (sigma_{k+1} - sigma_k), sigma_N = 0.
+torch::Tensor euler_sample(const VelocityFn& positive, const VelocityFn& negative, const torch::Tensor& noise,
+                           const torch::Tensor& first_frame, const EulerConfig& cfg);
+
+}  // namespace vdt

@@ -1,0 +1,51 @@
+// Master weights. Gradients are moved (added, then freed) after every micro batch so the bf16 gradient buffers
+// never hold a sum: accumulation happens in fp32.
+#include "train/master_weights.h"
+
+#include <torch/torch.h>
+
+namespace vdt {
+
+TrainParams::TrainParams(std::vector<std::pair<std::string, torch::Tensor>> named, bool fp32_masters)
+    : model_(std::move(named)), masters_(fp32_masters) {
+  for (auto& [name, p] : model_)
+    optim_.push_back(masters_ ? p.detach().to(torch::kFloat32).clone() : p);
+}
+
+void TrainParams::accumulate_grads() {
+  if (!masters_) return;
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    auto& p = model_[i].second;
+    if (!p.grad().defined()) continue;
+    auto& g = optim_[i].mutable_grad();
+    if (g.defined())
+      g.add_(p.grad());
+    else
+      g = p.grad().to(torch::kFloat32);
+    p.mutable_grad() = torch::Tensor();
+  }
+}
+
+void TrainParams::publish() {
+  if (!masters_) return;
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < model_.size(); ++i) model_[i].second.copy_(optim_[i]);
+}
+
+std::vector<torch::Tensor> TrainParams::select(const std::function<bool(const std::string&)>& keep) const {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < model_.size(); ++i)
+    if (keep(model_[i].first)) out.push_back(optim_[i]);
+  return out;
+}
+
+std::vector<torch::Tensor> TrainParams::all() const { return optim_; }
+
+int64_t TrainParams::numel(const std::function<bool(const std::string&)>& keep) const {
+  int64_t n = 0;
+  for (const auto& t : select(keep)) n += t.numel();
+  return n;
+}
+
+}  // namespace vdt

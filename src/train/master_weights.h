@@ -1,0 +1,34 @@
+// The parameters the optimizer updates, paired with the model's compute parameters (SPEC §4 precision):
+//   mixed: compute weights in bf16, fp32 master copies owned here; micro-batch gradients are accumulated into
+//          fp32 master gradients, the optimizer updates the masters, and publish() writes them back in bf16;
+//   bf16 / fp32: the optimizer updates the model's own parameters (no copies).
+// Not here: sharding the masters across ranks (dist/ ZeRO-2 replaces this for world > 1).
+#pragma once
+#include <torch/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+class TrainParams {
+ public:
+  TrainParams(std::vector<std::pair<std::string, torch::Tensor>> named, bool fp32_masters);
+  // After a micro batch's backward: move the compute gradients into the master gradients (mixed only).
+  void accumulate_grads();
+  // After the optimizer step: copy masters into the compute weights (mixed only).
+  void publish();
+  // Optimizer-side tensors (masters or the parameters themselves) whose name passes `keep`.
+  std::vector<torch::Tensor> select(const std::function<bool(const std::string&)>& keep) const;
+  std::vector<torch::Tensor> all() const;
+  bool has_masters() const { return masters_; }
+  int64_t numel(const std::function<bool(const std::string&)>& keep) const;
+
+ private:
+  std::vector<std::pair<std::string, torch::Tensor>> model_;
+  std::vector<torch::Tensor> optim_;
+  bool masters_;
+};
+
+}  // namespace vdt

@@ -1,0 +1,51 @@
+// The SFT run's logs (SPEC §4): the start-up configuration table, config.json, train_log.csv (17 columns),
+// val_log.csv, TensorBoard scalars under tensorboard/, one console line per logged step with ETA, done.json.
+// Not here: what the numbers mean (the trainer computes them).
+#pragma once
+#include <torch/types.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/csv_log.h"
+#include "core/tb_writer.h"
+#include "train/sft_config.h"
+#include "train/validation.h"
+
+namespace vdt {
+
+class SftDataset;
+class WanDiTImpl;
+
+// Facts for config.json and the start-up table: dataset counts, val clip ids, geometry, model, groups, environment.
+nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
+                                 const WanDiTImpl& model, int64_t n_micro, int64_t steps_per_epoch,
+                                 const torch::Device& device, int64_t cond_params, int64_t dit_params);
+
+// Peak memory in GiB: CUDA peak allocated on a GPU, the process's peak RSS on the CPU.
+double peak_memory_gb(const torch::Device& device);
+
+class RunLog {
+ public:
+  static const std::vector<std::string>& train_columns();
+  static const std::vector<std::string>& val_columns();
+  // Prints the table, writes config.json, opens the CSVs (rotating a changed header) and the TensorBoard writer.
+  void open(const SftConfig& cfg, const nlohmann::ordered_json& facts);
+  void step(int64_t step, int64_t max_steps, const std::vector<std::pair<std::string, double>>& values,
+            const std::string& clips);
+  void time_only(double step_time, double data_time);
+  void validation(int64_t step, const std::vector<ValRow>& rows);
+  std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
+  void done(int64_t steps, double peak_gb, const std::string& last_export);
+
+ private:
+  std::string out_;
+  std::unique_ptr<CsvLog> train_csv_, val_csv_;
+  std::unique_ptr<TbWriter> tb_;
+  std::vector<double> step_times_, data_times_;
+};
+
+}  // namespace vdt

@@ -1,0 +1,21 @@
+// Schedules; the SFT form reproduces the seed's LambdaLR coefficient exactly.
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vdt {
+
+double warmup_factor(int64_t step, int64_t warmup) {
+  if (warmup <= 0) return 1.0;
+  return std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup));
+}
+
+double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double min_ratio) {
+  if (step < warmup) return static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const double span = std::max<int64_t>(total - warmup, 1);
+  const double p = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+  return min_ratio + (1 - min_ratio) * 0.5 * (1 + std::cos(M_PI * p));
+}
+
+}  // namespace vdt

@@ -1,0 +1,13 @@
+// Learning-rate schedules as pure functions of the optimizer step (so a resume lands on the same value):
+// the SFT's linear warmup then constant (seed warmup_lambda), and warmup + cosine for the causal trainer.
+#pragma once
+#include <cstdint>
+
+namespace vdt {
+
+// min(1, (step + 1) / warmup), or 1 when warmup <= 0. `step` counts optimizer steps taken before this one.
+double warmup_factor(int64_t step, int64_t warmup);
+// Linear warmup to 1 over `warmup` steps, then cosine from 1 down to min_ratio at `total`.
+double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double min_ratio);
+
+}  // namespace vdt

@@ -1,0 +1,308 @@
+// The SFT loop. train_sft() reads top to bottom: build -> for each step { train_step; maybe validate; maybe export;
+// log } -> final export and done.json. Setup lives in build_* functions; logging in run_log.
+#include "train/sft_trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/sft_dataset.h"
+#include "diffusion/flow_match.h"
+#include "model/weights_io.h"
+#include "train/activation_checkpoint.h"
+#include "train/export.h"
+#include "train/master_weights.h"
+#include "train/optimizer.h"
+#include "train/run_log.h"
+#include "train/schedule.h"
+#include "train/validation.h"
+
+namespace vdt {
+namespace {
+
+constexpr uint32_t kTimestepPurpose = 0x74696d65;  // "time"
+constexpr uint32_t kNoisePurpose = 0x6e6f6973;     // "nois"
+const std::string kCondPrefix = "gc_sem_cond.";
+
+bool is_cond(const std::string& name) { return name.rfind(kCondPrefix, 0) == 0; }
+
+struct SftRun {
+  SftConfig cfg;
+  torch::Device device{torch::kCPU};
+  torch::ScalarType dtype = torch::kFloat32;  // compute dtype
+  int rank = 0, world = 1;
+  std::shared_ptr<SftDataset> train_ds, val_ds;
+  std::unique_ptr<Loader> loader;
+  WanDiT model{nullptr};
+  std::unique_ptr<TrainParams> params;
+  std::unique_ptr<AdamW> opt;
+  FlowGrid grid;
+  torch::Tensor grid_weights;
+  RunLog log;
+  std::string init_ckpt;
+  // data position
+  int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
+  std::vector<std::vector<int64_t>> epoch_batches;
+};
+
+struct StepStats {
+  double loss = 0, mse = 0, timestep = 0, grad_norm = 0, sem_rms = 0, x_rms = 0;
+  double text_drop = 0, cond_drop = 0, mask_frac = 0, data_time = 0;
+  int64_t micro = 0;
+  std::string clips;
+};
+
+void build_device(SftRun& r) {
+  const bool cuda = r.cfg.device == "cuda" || (r.cfg.device == "auto" && torch::cuda::is_available());
+  VDT_CHECK(!cuda || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
+  r.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  r.dtype = r.cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16;
+}
+
+void build_data(SftRun& r) {
+  SftDataConfig dc;
+  dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.vocab = r.cfg.vocab, dc.res = r.cfg.res;
+  dc.text_dropout = r.cfg.text_dropout, dc.cond_dropout = r.cfg.cond_dropout, dc.mask_p = r.cfg.mask_p;
+  dc.include_dropped = r.cfg.include_dropped, dc.limit = r.cfg.limit, dc.seed = r.cfg.seed;
+  dc.split = "train";
+  r.train_ds = std::make_shared<SftDataset>(dc);
+  VDT_CHECK(r.train_ds->size() > 0, r.cfg.data_root, ": no train clips (after dropping drop rows and --limit)");
+  if (r.cfg.val_every > 0 && r.cfg.val_n > 0) {
+    SftDataConfig vc = dc;
+    vc.split = "val", vc.limit = r.cfg.val_n, vc.include_dropped = false;
+    r.val_ds = std::make_shared<SftDataset>(vc, r.train_ds->text_table());
+    check_no_leak(*r.train_ds, *r.val_ds);
+  }
+  r.n_micro = static_cast<int64_t>(
+      rank_micro_batches(r.cfg.seed, 0, r.train_ds->size(), r.rank, r.world, r.cfg.batch_size).size());
+  VDT_CHECK(r.n_micro > 0, "--batch_size ", r.cfg.batch_size, " exceeds the ", r.train_ds->size(),
+            " train clips per rank; lower it");
+  r.loader = std::make_unique<Loader>(r.train_ds, r.cfg.batch_size, r.cfg.num_workers, 2, r.device.is_cuda());
+}
+
+void build_model(SftRun& r) {
+  ModelConfig mc = preset_config(r.cfg.model);
+  std::vector<std::string> base_files;
+  if (!r.cfg.model_dir.empty()) {
+    for (const auto& e : std::filesystem::directory_iterator(r.cfg.model_dir))
+      if (e.path().extension() == ".safetensors") base_files.push_back(e.path().string());
+    std::sort(base_files.begin(), base_files.end());
+    VDT_CHECK(!base_files.empty(), "--model_dir ", r.cfg.model_dir, ": no .safetensors files found");
+  }
+  VDT_CHECK(r.train_ds->info().latent_channels == mc.in_dim, r.cfg.data_root, "/dataset.json: latent_channels ",
+            r.train_ds->info().latent_channels, " does not match --model ", r.cfg.model, " (in_dim ", mc.in_dim, ")");
+  VDT_CHECK(r.train_ds->info().text_dim == mc.text_dim, r.cfg.data_root, "/dataset.json: text_dim ",
+            r.train_ds->info().text_dim, " does not match --model ", r.cfg.model, " (text_dim ", mc.text_dim, ")");
+  const auto master_dtype = r.cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  r.model = WanDiT(mc, torch::TensorOptions().device(r.device).dtype(master_dtype));
+  r.model->init_weights(r.cfg.seed);
+  SemCondConfig sc;
+  sc.vocab = r.cfg.vocab, sc.vocab_size = sem_vocab_size(r.cfg.vocab), sc.scale = r.train_ds->info().sem_scale;
+  sc.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, mc.dim);
+  r.model->install_sem_cond(sc);
+  if (!base_files.empty()) load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
+  if (!r.cfg.resume.empty()) {  // warm start from an export (a plain Wan export leaves the adapter zero)
+    VDT_CHECK(r.cfg.resume.size() > 12 && r.cfg.resume.substr(r.cfg.resume.size() - 12) == ".safetensors",
+              "--resume ", r.cfg.resume, ": only warm starts from a .safetensors export are supported so far");
+    auto files = SafetensorsSet::open({r.cfg.resume});
+    const auto& meta = files.metadata();
+    if (files.contains("gc_sem_cond.patch.weight"))
+      VDT_CHECK(meta.count("vocab") && meta.at("vocab") == r.cfg.vocab, "--resume ", r.cfg.resume, ": its gc_sem_cond vocab is '",
+                meta.count("vocab") ? meta.at("vocab") : "?", "', this run has --vocab ", r.cfg.vocab);
+    if (meta.count("res") && meta.at("res") != r.cfg.res)
+      std::printf("[resume] note: %s was trained at res %s, this run uses %s (cross-resolution warm start)\n",
+                  r.cfg.resume.c_str(), meta.at("res").c_str(), r.cfg.res.c_str());
+    const auto rep = load_weights(*r.model, files, {.optional_prefixes = {kCondPrefix}});
+    std::printf("[resume] warm start from %s: %zu tensors, gc_sem_cond %s\n", r.cfg.resume.c_str(), rep.loaded.size(),
+                rep.kept.empty() ? "loaded" : "kept zero-initialised");
+    r.init_ckpt = r.cfg.resume;
+  }
+  // Compute weights: bf16 copies for mixed precision, the parameters themselves otherwise.
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto& kv : r.model->named_parameters()) named.emplace_back(kv.key(), kv.value());
+  const bool masters = r.cfg.precision == "mixed";
+  r.params = std::make_unique<TrainParams>(named, masters);
+  // Module::to changes the parameters' data in place (same tensors), so the pairing above stays valid.
+  if (masters) r.model->to(r.dtype);
+  if (r.cfg.gradient_checkpointing) enable_block_checkpointing(*r.model);
+  r.model->train();
+  r.grid = training_grid();
+  r.grid_weights = training_weights(r.grid);
+}
+
+void build_optimizer(SftRun& r) {
+  AdamWConfig oc;
+  if (r.cfg.precision != "bf16") oc.state_dtype = torch::kFloat32;
+  r.opt = std::make_unique<AdamW>(
+      std::vector<AdamWGroup>{{"dit", r.params->select([](const std::string& n) { return !is_cond(n); }), r.cfg.lr,
+                               r.cfg.weight_decay},
+                              {"gc_sem_cond", r.params->select(is_cond), r.cfg.cond_lr, r.cfg.weight_decay}},
+      oc);
+}
+
+// Starts the next epoch's micro batches (the permutation is a function of (seed, epoch)).
+void start_epoch(SftRun& r, int64_t skip) {
+  r.epoch_batches = rank_micro_batches(r.cfg.seed, r.epoch, r.train_ds->size(), r.rank, r.world, r.cfg.batch_size);
+  r.loader->start_epoch(r.epoch, r.epoch_batches, skip);
+  r.epoch_micro = skip;
+}
+
+StepStats train_step(SftRun& r, int64_t step) {
+  StepStats st;
+  // 1) learning rates for this step (warmup applies to both groups)
+  const double f = warmup_factor(step, r.cfg.warmup_steps);
+  r.opt->groups()[0].lr = r.cfg.lr * f;
+  r.opt->groups()[1].lr = r.cfg.cond_lr * f;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(r.device).dtype(torch::kFloat32));
+  for (int64_t m = 0; m < r.cfg.grad_accum; ++m) {
+    // 2) batch: the epoch's micro batches; its tail forms a short step
+    auto batch = r.loader->next();
+    st.data_time += r.loader->last_wait_seconds();
+    if (!batch) {
+      if (m > 0) break;
+      ++r.epoch;
+      start_epoch(r, 0);
+      batch = r.loader->next();
+      st.data_time += r.loader->last_wait_seconds();
+      VDT_CHECK(batch.has_value(), "epoch ", r.epoch, " produced no batch");
+    }
+    ++r.epoch_micro;
+    for (const auto& c : batch->clip_ids) st.clips += (st.clips.empty() ? "" : ";") + c;
+    // 3) noise and timestep: per-rank streams keyed by (seed, micro counter, rank)
+    const uint64_t micro = r.micro_counter++;
+    const int64_t id = std::min<int64_t>(999, static_cast<int64_t>(
+                                                  RngStream(r.cfg.seed, kTimestepPurpose).uniform(micro, r.rank) * 1000));
+    auto gen = make_generator(r.device, RngStream(r.cfg.seed, kNoisePurpose).u64(micro, r.rank));
+    auto x0 = batch->latents.to(r.device, r.dtype, /*non_blocking=*/true);
+    auto noise = torch::randn(x0.sizes(), gen, x0.options().dtype(torch::kFloat32)).to(r.dtype);
+    const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, r.dtype, r.cfg.first_frame_cond);
+    // 4) forward, loss, backward (scaled by 1/grad_accum as the seed's accelerate does, short steps included)
+    DiTAux aux;
+    auto pred = r.model->forward({ex.x_t, ex.t, batch->context.to(r.device, r.dtype, true),
+                                  batch->context_ids.to(r.device), {}, batch->ids.to(r.device, true)},
+                                 &aux);
+    auto mse = flow_mse(pred, ex.target, r.cfg.first_frame_cond);
+    auto loss = mse * ex.weight;
+    (loss / static_cast<double>(r.cfg.grad_accum)).backward();
+    r.params->accumulate_grads();
+    loss_sum = loss_sum + loss.detach();
+    st.mse += mse.item<double>();
+    st.timestep = ex.timestep;
+    st.sem_rms = aux.sem_rms.item<double>();
+    st.x_rms = aux.x_rms.item<double>();
+    st.text_drop += batch->text_drop.mean().item<double>();
+    st.cond_drop += batch->cond_drop.mean().item<double>();
+    st.mask_frac += batch->mask_frac.mean().item<double>();
+    ++st.micro;
+  }
+  // 5) clip, skip the update on a non-finite loss or norm (on the device), update, publish
+  auto norm = clip_grad_norm(r.params->all(), r.cfg.grad_clip);
+  auto found_inf = (~torch::isfinite(norm) | ~torch::isfinite(loss_sum)).to(torch::kFloat32);
+  r.opt->step(found_inf);
+  r.params->publish();
+  r.opt->zero_grad();
+  for (auto& p : r.model->parameters()) p.mutable_grad() = torch::Tensor();
+  // 6) metrics
+  st.loss = loss_sum.item<double>() / st.micro;
+  st.grad_norm = norm.item<double>();
+  st.mse /= st.micro, st.text_drop /= st.micro, st.cond_drop /= st.micro, st.mask_frac /= st.micro;
+  return st;
+}
+
+Metadata export_metadata(const SftRun& r, int64_t step) {
+  Metadata m;
+  m["format"] = "pt";
+  m["trainer"] = "vdt train sft";
+  m["stage"] = "sft_bidirectional";
+  m["vocab"] = r.cfg.vocab;
+  m["res"] = r.cfg.res;
+  m["step"] = std::to_string(step);
+  m["data_root"] = r.cfg.data_root;
+  m["sem_scale"] = std::to_string(r.model->gc_sem_cond->config().scale);
+  m["sem_hidden"] = std::to_string(r.model->gc_sem_cond->config().hidden);
+  m["model_config"] = r.model->config().to_json();
+  m["init_ckpt"] = r.init_ckpt;
+  m["resumed_from"] = "";
+  m["resumed_step"] = "0";
+  m["hyperparameters"] = r.cfg.to_json();
+  m["first_frame_cond"] = r.cfg.first_frame_cond ? "True" : "False";
+  m["seed"] = std::to_string(r.cfg.seed);
+  return m;
+}
+
+std::string do_export(SftRun& r, int64_t step) {
+  const std::string path = (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
+  export_checkpoint(*r.model, path, export_metadata(r, step));
+  std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
+  return path;
+}
+
+void do_validation(SftRun& r, int64_t step) {
+  if (!r.val_ds) return;
+  ValConfig vc;
+  vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond, vc.first_frame_cond = r.cfg.first_frame_cond;
+  vc.seed = r.cfg.seed, vc.max_clips = r.cfg.val_n;
+  r.log.validation(step, run_validation(*r.model, *r.val_ds, vc));
+}
+
+}  // namespace
+
+SftSummary train_sft(const SftConfig& cfg) {
+  cfg.validate();
+  SftRun r;
+  r.cfg = cfg;
+  std::filesystem::create_directories(cfg.output);
+  build_device(r);
+  build_data(r);
+  build_model(r);
+  build_optimizer(r);
+  const int64_t steps_per_epoch = (r.n_micro + cfg.grad_accum - 1) / cfg.grad_accum;
+  r.log.open(cfg, run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
+                            r.params->numel(is_cond), r.params->numel([](const std::string& n) { return !is_cond(n); })));
+
+  SftSummary sum;
+  start_epoch(r, 0);
+  for (int64_t step = 0; step < cfg.max_steps;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats st = train_step(r, step);
+    ++step;
+    const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(st.loss))
+      VDT_FAIL("step ", step, ": loss = ", st.loss, " (non-finite); the update was skipped and training stops. ",
+               "The last export", sum.last_export.empty() ? " (none yet)" : " " + sum.last_export, " is intact.\n",
+               "---> HINT: lower --lr, check the data with `vdt data check`, or try --precision mixed");
+    if (step == 1) sum.first_loss = st.loss;
+    sum.last_loss = st.loss;
+    if (step % cfg.log_every == 0 || step == cfg.max_steps)
+      r.log.step(step, cfg.max_steps,
+                 {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.opt->groups()[0].lr},
+                  {"cond_lr", r.opt->groups()[1].lr}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms},
+                  {"x_rms", st.x_rms}, {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop},
+                  {"mask_frac", st.mask_frac}, {"step_time", step_time}, {"data_time", st.data_time},
+                  {"mem_gb", peak_memory_gb(r.device)}, {"epoch", static_cast<double>(r.epoch)}},
+                 st.clips);
+    else
+      r.log.time_only(step_time, st.data_time);
+    if (cfg.val_every > 0 && step % cfg.val_every == 0) do_validation(r, step);
+    if (cfg.save_every > 0 && step % cfg.save_every == 0) sum.last_export = do_export(r, step);
+  }
+  if (sum.last_export.empty() || sum.last_export.find("step-" + std::to_string(cfg.max_steps) + ".") == std::string::npos) {
+    if (cfg.val_every > 0 && cfg.max_steps % cfg.val_every != 0) do_validation(r, cfg.max_steps);
+    sum.last_export = do_export(r, cfg.max_steps);
+  }
+  sum.steps = cfg.max_steps;
+  sum.peak_mem_gb = peak_memory_gb(r.device);
+  std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
+  r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
+  return sum;
+}
+
+}  // namespace vdt

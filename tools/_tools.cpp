@@ -1,1 +1,0 @@
-// tools library anchor: synthetic data (synth) and checkpoint inspection live here.
