@@ -11,9 +11,6 @@
 
 namespace vdt::cli {
 
-// Until cli/data_synth.cpp provides the real one.
-__attribute__((weak)) void add_data_synth(CLI::App&, int&) {}
-
 namespace {
 
 struct DataCheckArgs {

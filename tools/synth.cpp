@@ -111,8 +111,8 @@ Clip draw_clip(const SynthConfig& cfg, const Run& run, int64_t r, int64_t c) {
     p.disc = id % 2 == 1;
     p.x0 = d.range(0.2, 0.8) * run.zoom;
     p.y0 = d.range(0.2, 0.8) * run.zoom;
-    p.half_w = d.range(0.09, 0.17) * run.zoom;
-    p.half_h = p.disc ? p.half_w : d.range(0.09, 0.17) * run.zoom;
+    p.half_w = d.range(0.11, 0.2) * run.zoom;
+    p.half_h = p.disc ? p.half_w : d.range(0.11, 0.2) * run.zoom;
     const Dir a = static_cast<Dir>(d.pick(kNumDirs)), b = static_cast<Dir>(d.pick(kNumDirs));
     const int64_t k = 1 + d.pick(std::max<int64_t>(F, 1));  // frames >= k move as b; k == F: no switch
     p.dirs.resize(F);
@@ -126,7 +126,7 @@ Clip draw_clip(const SynthConfig& cfg, const Run& run, int64_t r, int64_t c) {
 // 2-D affine world (x, y) -> normalised image (u, v) of frame f: {a, b, c, d, e, f} with u = a x + b y + c.
 std::array<double, 6> world_to_image(const Run& run, int64_t f) {
   const double cx = kDirX[run.pan] * kPanSpeed * run.zoom * f, cy = kDirY[run.pan] * kPanSpeed * run.zoom * f;
-  return {1.0 / run.zoom, 0.0, -cx / run.zoom, 0.0, 1.0 / run.zoom, -cy / run.zoom};
+  return {1.0 / run.zoom, 0.0, 0.0 - cx / run.zoom, 0.0, 1.0 / run.zoom, 0.0 - cy / run.zoom};  // no -0 in JSON
 }
 
 // Part centre at frame f: the start plus the motions of frames 1..f.

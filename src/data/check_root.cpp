@@ -32,7 +32,8 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
 
   const std::string dataset_json = root + "/dataset.json", clips = root + "/index/clips.jsonl";
   DatasetInfo info;
-  if (!attempt([&] { info = parse_dataset_json(dataset_json); })) return problems;  // nothing else is checkable
+  if (!attempt([&] { info = parse_dataset_json(dataset_json); }))
+    return {problems[0].substr(0, problems[0].find('\n'))};  // nothing else is checkable
   if (!expected_res.empty() && info.res != expected_res)
     problems.push_back(dataset_json + ": res is " + info.res + ", expected " + expected_res + " (--res)");
 
@@ -93,6 +94,7 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
     if (std::filesystem::exists(meta))
       attempt([&] { read_meta(meta, f_ids >= 0 ? f_ids : info.latent_frames); });
   }
+  for (auto& p : problems) p = p.substr(0, p.find('\n'));  // one line each: errors' "---> HINT:" lines dropped
   return problems;
 }
 

@@ -94,7 +94,7 @@ class TinyRoot {
       emb[i].narrow(0, 0, len).copy_(torch::full({len, kTextDim}, static_cast<float>(i + 1)));
       lens.push_back(static_cast<int32_t>(len));
     }
-    save_safetensors(table(), {{"embeddings", emb.to(torch::kBFloat16)}, {"lengths", torch::tensor(lens)}},
+    save_safetensors(table(), {{"embeddings", emb.to(torch::kBFloat16)}, {"lengths", torch::tensor(lens, torch::kInt)}},
                      {{"prompts", nlohmann::json(prompts_).dump()}});
   }
   void write_latents(const std::string& clip, const torch::Tensor& t, const std::string& key = "latents") const {

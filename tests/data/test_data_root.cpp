@@ -33,7 +33,7 @@ TEST(DataRoot, VocabSizeAndResParse) {
   EXPECT_EQ(vocab_size("parts"), 20);
   EXPECT_EQ(vocab_size("ids"), 10);
   expect_error([] { vocab_size("words"); }, {"--vocab", "words"});
-  EXPECT_EQ(parse_res("832x480", "--res"), std::make_pair<int64_t, int64_t>(832, 480));
+  EXPECT_EQ(parse_res("832x480", "--res"), (std::pair<int64_t, int64_t>{832, 480}));
   expect_error([] { parse_res("832*480", "--res"); }, {"--res", "832*480"});
   expect_error([] { parse_res("x480", "--res"); }, {"--res"});
 }
@@ -139,6 +139,21 @@ TEST(DataRoot, CheckRootLeakByClipAndBadMeta) {
   EXPECT_NE(p[0].find("clip 't0' is in train (line 1) and val (line 6)"), std::string::npos) << p[0];
   EXPECT_NE(p[1].find(t.meta("t1")), std::string::npos) << p[1];
   EXPECT_NE(p[1].find("frame 1 is not invertible"), std::string::npos) << p[1];
+}
+
+TEST(DataRoot, CheckRootBadDatasetJsonIsOneProblem) {
+  TinyRoot t;
+  TinyRoot::write_text(t.file("dataset.json"), "{\"format\": 1");
+  auto p = check_root(t.root());
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find(t.file("dataset.json") + ": malformed JSON"), std::string::npos) << p[0];
+  std::filesystem::remove(t.file("dataset.json"));
+  p = check_root(t.root());
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].find('\n'), std::string::npos) << p[0];
+  p = check_root(t.root() + "/nowhere");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("not a directory"), std::string::npos) << p[0];
 }
 
 }  // namespace
