@@ -47,7 +47,7 @@ std::map<std::string, std::vector<double>> read_csv(const std::string& path) {
 void add_demo(CLI::App& app, int& exit_code) {
   struct Opts {
     std::string out = "vdt-demo";
-    int64_t steps = 600;
+    int64_t steps = 400;
     uint64_t seed = 0;
     int workers = 2;
   };

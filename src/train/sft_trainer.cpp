@@ -268,6 +268,9 @@ SftSummary train_sft(const SftConfig& cfg) {
   r.log.open(cfg, run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
                             r.params->numel(is_cond), r.params->numel([](const std::string& n) { return !is_cond(n); })));
 
+  if (cfg.save_state)
+    std::printf("[state] note: training-state slots (--save_state, --resume DIR) come with exact resume; this run "
+                "writes exports only\n");
   SftSummary sum;
   start_epoch(r, 0);
   for (int64_t step = 0; step < cfg.max_steps;) {
