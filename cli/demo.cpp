@@ -50,6 +50,7 @@ void add_demo(CLI::App& app, int& exit_code) {
     int64_t steps = 400;
     uint64_t seed = 0;
     int workers = 2;
+    std::string resume;
   };
   auto o = std::make_shared<Opts>();
   auto* d = app.add_subcommand("demo", "Synthetic data -> train the tiny model on the CPU -> validate, export, sample, preview");
@@ -57,13 +58,15 @@ void add_demo(CLI::App& app, int& exit_code) {
   d->add_option("--steps", o->steps, "training steps")->capture_default_str();
   d->add_option("--seed", o->seed, "seed of data and training")->capture_default_str();
   d->add_option("--num_workers", o->workers, "loader threads")->capture_default_str();
+  d->add_option("--resume", o->resume,
+                "auto: continue the demo's training from its last saved state (after Ctrl-C) instead of starting over");
   d->callback([o, &exit_code] {
     namespace fs = std::filesystem;
     const fs::path out = fs::absolute(o->out);
     // 1) data
     SynthConfig sc;
     sc.out = (out / "data").string(), sc.seed = o->seed, sc.overwrite = true;
-    const auto rep = synth_root(sc);
+    const auto rep = synth_root(sc);  // deterministic in the seed: a resumed demo gets the same data again
     std::printf("[demo] data root %s: %lld train clips (%lld marked drop), %lld val clips, %lld prompts, res %s\n",
                 sc.out.c_str(), static_cast<long long>(rep.n_train), static_cast<long long>(rep.n_drop),
                 static_cast<long long>(rep.n_val), static_cast<long long>(rep.n_prompts), rep.res.c_str());
@@ -74,8 +77,17 @@ void add_demo(CLI::App& app, int& exit_code) {
     c.batch_size = 2, c.num_workers = o->workers, c.val_every = std::max<int64_t>(o->steps / 6, 1), c.val_n = 4;
     c.save_every = o->steps, c.log_every = std::max<int64_t>(o->steps / 30, 1), c.seed = o->seed;
     c.gradient_checkpointing = false;
-    fs::remove_all(c.output);
+    c.resume = o->resume;
+    if (o->resume.empty()) fs::remove_all(c.output);
     const auto sum = train_sft(c);
+    if (sum.stopped) {
+      std::printf("\n[demo] training stopped at step %lld of %lld; its state is in %s.\n"
+                  "       Continue where it stopped:  scripts/demo.sh --resume auto%s\n",
+                  static_cast<long long>(sum.steps), static_cast<long long>(o->steps), sum.state_dir.c_str(),
+                  o->steps == 400 ? "" : (" --steps " + std::to_string(o->steps)).c_str());
+      exit_code = 0;
+      return;
+    }
     // 3) sample val clips with the export, write the preview grid
     auto model = load_checkpoint_model({sum.last_export}, torch::kCPU, torch::kFloat32);
     SftDataConfig dc;

@@ -57,13 +57,19 @@ void add_train(CLI::App& app, int& exit_code) {
   s->add_flag("--val_uncond,!--no-val_uncond", c->val_uncond, "also run uncond and nulltext variants (default on)");
   s->add_option("--log_every", c->log_every, "log every N steps")->capture_default_str();
   s->add_option("--output", c->output, "run directory")->required();
-  s->add_option("--resume", c->resume, "warm start from a .safetensors export");
+  s->add_option("--resume", c->resume,
+                "X.safetensors: warm start (weights only, step 0); a run directory, state_A/B or state: continue "
+                "exactly from its newest complete state; auto: the newest state in --output, or a fresh start");
   s->add_option("--seed", c->seed, "seed of every random stream")->capture_default_str();
   s->callback([c, &exit_code] {
     const auto sum = train_sft(*c);
-    std::printf("trained %lld steps: loss %.4f -> %.4f; last export %s\n", static_cast<long long>(sum.steps),
-                sum.first_loss, sum.last_loss, sum.last_export.c_str());
-    exit_code = 0;
+    if (sum.steps > sum.start_step)
+      std::printf("%s steps %lld..%lld: loss %.4f -> %.4f; last export %s%s%s\n",
+                  sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
+                  static_cast<long long>(sum.steps), sum.first_loss, sum.last_loss,
+                  sum.last_export.empty() ? "(none)" : sum.last_export.c_str(), sum.state_dir.empty() ? "" : "; state ",
+                  sum.state_dir.c_str());
+    exit_code = 0;  // a signal stop too: the state is saved, a scheduler may re-queue the job
   });
 }
 

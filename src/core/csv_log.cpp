@@ -48,6 +48,35 @@ std::string fmt_num(double v) {
   return buf;
 }
 
+int64_t CsvLog::keep_rows_through(const std::string& path, double max_first) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return 0;
+  std::ifstream in(path);
+  VDT_CHECK(in.good(), path, ": cannot read");
+  std::string header, line, kept;
+  std::getline(in, header);
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    const std::string first = line.substr(0, line.find(','));
+    char* end = nullptr;
+    const double v = std::strtod(first.c_str(), &end);
+    if (end != first.c_str() && v > max_first) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped == 0) return 0;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << header << "\n" << kept;
+    VDT_CHECK(out.good(), tmp, ": write failed (disk full?)");
+  }
+  fs::rename(tmp, path);
+  return dropped;
+}
+
 CsvLog::CsvLog(const std::string& path, std::vector<std::string> columns) : path_(path), columns_(std::move(columns)) {
   VDT_CHECK(!columns_.empty(), path_, ": a CSV log needs at least one column");
   std::set<std::string> seen;

@@ -26,6 +26,11 @@ class CsvLog {
   // Rows reach the OS at every write (tail -f works, a crash loses none); flush() adds fsync.
   void flush();
 
+  // For a resumed run: rewrites the file at `path` (if any) keeping the header and the rows whose first column is a
+  // number <= max_first (a run that crashed after its last saved state logged steps the resumed run will log
+  // again). Returns how many rows were dropped. Call before opening the log.
+  static int64_t keep_rows_through(const std::string& path, double max_first);
+
   const std::optional<std::string>& rotated() const { return rotated_; }
   const std::string& path() const { return path_; }
   const std::vector<std::string>& columns() const { return columns_; }

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace vdt {
 namespace {
@@ -314,6 +315,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   try {
     write_all(fd, &hn, 8, tmp);
     write_all(fd, h.data(), h.size(), tmp);
+    fault_point("safetensors: header written");
     for (const auto& [k, t] : order) write_all(fd, t.data_ptr(), t.numel() * t.element_size(), tmp);
     VDT_CHECK_SYS(::fchmod(fd, 0644), tmp, ": chmod");
     VDT_CHECK_SYS(::fsync(fd), tmp, ": fsync failed (disk full?)");
@@ -323,6 +325,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     ::unlink(tmp.c_str());
     throw;
   }
+  fault_point("safetensors: data written, not yet renamed");
   if (::rename(tmp.c_str(), path.c_str()) < 0) {
     ::unlink(tmp.c_str());
     VDT_CHECK_SYS(-1, "cannot rename ", tmp, " to ", path);

@@ -63,11 +63,22 @@ void WanDiTImpl::init_weights(uint64_t seed) {
     const double a = std::sqrt(6.0 / (fan_in + fan_out));
     w.uniform_(-a, a, gen);
   };
-  for (auto& kv : named_parameters()) {
+  const auto params = named_parameters();
+  for (auto& kv : params) {
     const std::string& name = kv.key();
     auto& p = kv.value();
     const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    if (name.find("modulation") != std::string::npos) {
+    if (name.rfind("gc_sem_cond.", 0) == 0) {
+      // The adapter: PyTorch's default Conv3d / Linear init (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(fan_in)) for
+      // weight and bias), as the seed gets it, but from this seed; proj_out stays zero.
+      if (name.rfind("gc_sem_cond.proj_out.", 0) == 0) {
+        p.zero_();
+      } else {
+        const auto w = params[name.substr(0, name.rfind('.')) + ".weight"];
+        const double bound = 1.0 / std::sqrt(static_cast<double>(w.numel() / w.size(0)));
+        p.uniform_(-bound, bound, gen);
+      }
+    } else if (name.find("modulation") != std::string::npos) {
       p.normal_(0, 1.0 / std::sqrt(static_cast<double>(cfg_.dim)), gen);
     } else if (name.find("norm") != std::string::npos) {
       p.fill_(is_weight ? 1.0 : 0.0);

@@ -42,6 +42,19 @@ std::vector<torch::Tensor> TrainParams::select(const std::function<bool(const st
 
 std::vector<torch::Tensor> TrainParams::all() const { return optim_; }
 
+std::vector<std::string> TrainParams::select_names(const std::function<bool(const std::string&)>& keep) const {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : model_)
+    if (keep(name)) out.push_back(name);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> TrainParams::named() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < model_.size(); ++i) out.emplace_back(model_[i].first, optim_[i]);
+  return out;
+}
+
 int64_t TrainParams::numel(const std::function<bool(const std::string&)>& keep) const {
   int64_t n = 0;
   for (const auto& t : select(keep)) n += t.numel();

@@ -22,6 +22,9 @@ class TrainParams {
   // Optimizer-side tensors (masters or the parameters themselves) whose name passes `keep`.
   std::vector<torch::Tensor> select(const std::function<bool(const std::string&)>& keep) const;
   std::vector<torch::Tensor> all() const;
+  // Names of the tensors select(keep) returns, in the same order; named() pairs every optimizer-side tensor.
+  std::vector<std::string> select_names(const std::function<bool(const std::string&)>& keep) const;
+  std::vector<std::pair<std::string, torch::Tensor>> named() const;
   bool has_masters() const { return masters_; }
   int64_t numel(const std::function<bool(const std::string&)>& keep) const;
 

@@ -33,6 +33,43 @@ void AdamW::set_steps_taken(int64_t s) {
     for (auto& t : g) t.fill_(static_cast<double>(s));
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    VDT_CHECK(groups_[g].names.size() == groups_[g].params.size(), "AdamW group '", groups_[g].name,
+              "' has no parameter names; its state cannot be saved");
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& n = groups_[g].names[i];
+      out.emplace_back("exp_avg." + n, exp_avg_[g][i]);
+      out.emplace_back("exp_avg_sq." + n, exp_avg_sq_[g][i]);
+      out.emplace_back("step." + n, step_tensors_[g][i]);
+    }
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& where) {
+  torch::NoGradGuard ng;
+  int64_t steps = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    VDT_CHECK(groups_[g].names.size() == groups_[g].params.size(), "AdamW group '", groups_[g].name,
+              "' has no parameter names; its state cannot be loaded");
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& n = groups_[g].names[i];
+      for (auto [key, dst] : {std::pair{"exp_avg." + n, exp_avg_[g][i]}, {"exp_avg_sq." + n, exp_avg_sq_[g][i]},
+                              {"step." + n, step_tensors_[g][i]}}) {
+        const auto src = get(key);
+        VDT_CHECK(src.defined(), where, ": optimizer state '", key, "' is missing");
+        VDT_CHECK(src.sizes() == dst.sizes(), where, ": optimizer state '", key, "' has shape ", src.sizes(),
+                  ", the model's parameter needs ", dst.sizes());
+        dst.copy_(src);
+      }
+      steps = std::max<int64_t>(steps, static_cast<int64_t>(step_tensors_[g][i].item<double>()));
+    }
+  }
+  steps_ = steps;
+}
+
 void AdamW::zero_grad() {
   for (auto& g : groups_)
     for (auto& p : g.params) p.mutable_grad() = torch::Tensor();

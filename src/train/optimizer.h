@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct AdamWGroup {
   std::vector<torch::Tensor> params;
   double lr = 1e-5;
   double weight_decay = 0.01;
+  std::vector<std::string> names;  // the parameters' checkpoint names (state files key by them); may be empty
 };
 
 struct AdamWConfig {
@@ -38,6 +40,11 @@ class AdamW {
   std::vector<std::vector<torch::Tensor>>& mutable_exp_avg() { return exp_avg_; }
   std::vector<std::vector<torch::Tensor>>& mutable_exp_avg_sq() { return exp_avg_sq_; }
   void set_steps_taken(int64_t s);
+  // The training state by parameter name (groups need names): exp_avg.<name>, exp_avg_sq.<name>, step.<name> (the
+  // 0-dim step count the fused kernel keeps per parameter). load_state() takes them back, checking shape and
+  // converting dtype; a missing key is an error naming it and `where`.
+  std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  void load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& where);
 
  private:
   void step_reference(size_t g);

@@ -110,7 +110,7 @@ const std::vector<std::string>& RunLog::val_columns() {
   return c;
 }
 
-void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts) {
+void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step) {
   out_ = cfg.output;
   std::filesystem::create_directories(out_);
   // The start-up table: one screen with what this run will do.
@@ -132,11 +132,24 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts) {
               static_cast<long long>(cfg.max_steps), static_cast<long long>(cfg.batch_size),
               static_cast<long long>(cfg.grad_accum), d["geometry"]["n_micro"].dump().c_str(),
               d["steps_per_epoch"].dump().c_str());
-  std::printf("| outputs   %s  (save every %lld, val every %lld at t=%s)\n", out_.c_str(),
-              static_cast<long long>(cfg.save_every), static_cast<long long>(cfg.val_every), cfg.val_timesteps.c_str());
+  std::printf("| outputs   %s  (save every %lld%s, val every %lld at t=%s)\n", out_.c_str(),
+              static_cast<long long>(cfg.save_every), cfg.save_state ? " with state" : "",
+              static_cast<long long>(cfg.val_every), cfg.val_timesteps.c_str());
+  if (resumed_step > 0) std::printf("| resume    from step %lld (%s)\n", static_cast<long long>(resumed_step),
+                                    facts["resume"]["resumed_from"].get<std::string>().c_str());
   std::printf("+-------------------------------------------------------------------\n");
   std::fflush(stdout);
-  write_json((std::filesystem::path(out_) / "config.json").string(), facts);
+  write_json((std::filesystem::path(out_) /
+              (resumed_step > 0 ? "config_resume" + std::to_string(resumed_step) + ".json" : "config.json"))
+                 .string(),
+             facts);
+  for (const char* name : {"train_log.csv", "val_log.csv"}) {
+    const auto path = (std::filesystem::path(out_) / name).string();
+    if (const int64_t n = resumed_step > 0 ? CsvLog::keep_rows_through(path, static_cast<double>(resumed_step)) : 0;
+        n > 0)
+      std::printf("[log] %s: dropped %lld rows logged after step %lld (they are trained again)\n", name,
+                  static_cast<long long>(n), static_cast<long long>(resumed_step));
+  }
   train_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "train_log.csv").string(), train_columns());
   val_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "val_log.csv").string(), val_columns());
   for (const auto* csv : {train_csv_.get(), val_csv_.get()})

@@ -32,8 +32,9 @@ class RunLog {
  public:
   static const std::vector<std::string>& train_columns();
   static const std::vector<std::string>& val_columns();
-  // Prints the table, writes config.json, opens the CSVs (rotating a changed header) and the TensorBoard writer.
-  void open(const SftConfig& cfg, const nlohmann::ordered_json& facts);
+  // Prints the table, writes config.json (config_resume<N>.json when resuming at step N > 0), opens the CSVs
+  // (rotating a changed header; on resume dropping rows logged after step N) and the TensorBoard writer.
+  void open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step = 0);
   void step(int64_t step, int64_t max_steps, const std::vector<std::pair<std::string, double>>& values,
             const std::string& clips);
   void time_only(double step_time, double data_time);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "core/stop_signal.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "data/sft_dataset.h"
@@ -23,6 +24,7 @@
 #include "train/optimizer.h"
 #include "train/run_log.h"
 #include "train/schedule.h"
+#include "train/train_state.h"
 #include "train/validation.h"
 
 namespace vdt {
@@ -51,6 +53,10 @@ struct SftRun {
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
   std::vector<std::vector<int64_t>> epoch_batches;
+  Geometry geometry;
+  // resume: where this process started, and the slot it must not overwrite (resumed from or last written)
+  int64_t start_step = 0, skip_micro = 0;
+  std::string resumed_from, state_slot, resume_how;
 };
 
 struct StepStats {
@@ -86,6 +92,11 @@ void build_data(SftRun& r) {
   VDT_CHECK(r.n_micro > 0, "--batch_size ", r.cfg.batch_size, " exceeds the ", r.train_ds->size(),
             " train clips per rank; lower it");
   r.loader = std::make_unique<Loader>(r.train_ds, r.cfg.batch_size, r.cfg.num_workers, 2, r.device.is_cuda());
+  r.geometry = {r.world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, r.train_ds->size(), r.cfg.seed};
+}
+
+bool is_warm_start(const std::string& resume) {
+  return resume.size() > 12 && resume.substr(resume.size() - 12) == ".safetensors";
 }
 
 void build_model(SftRun& r) {
@@ -103,15 +114,13 @@ void build_model(SftRun& r) {
             r.train_ds->info().text_dim, " does not match --model ", r.cfg.model, " (text_dim ", mc.text_dim, ")");
   const auto master_dtype = r.cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
   r.model = WanDiT(mc, torch::TensorOptions().device(r.device).dtype(master_dtype));
-  r.model->init_weights(r.cfg.seed);
   SemCondConfig sc;
   sc.vocab = r.cfg.vocab, sc.vocab_size = sem_vocab_size(r.cfg.vocab), sc.scale = r.train_ds->info().sem_scale;
   sc.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, mc.dim);
   r.model->install_sem_cond(sc);
+  r.model->init_weights(r.cfg.seed);  // every parameter from the seed, the adapter included (same on every rank)
   if (!base_files.empty()) load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
-  if (!r.cfg.resume.empty()) {  // warm start from an export (a plain Wan export leaves the adapter zero)
-    VDT_CHECK(r.cfg.resume.size() > 12 && r.cfg.resume.substr(r.cfg.resume.size() - 12) == ".safetensors",
-              "--resume ", r.cfg.resume, ": only warm starts from a .safetensors export are supported so far");
+  if (is_warm_start(r.cfg.resume)) {  // warm start from an export (a plain Wan export leaves the adapter zero)
     auto files = SafetensorsSet::open({r.cfg.resume});
     const auto& meta = files.metadata();
     if (files.contains("gc_sem_cond.patch.weight"))
@@ -141,11 +150,71 @@ void build_model(SftRun& r) {
 void build_optimizer(SftRun& r) {
   AdamWConfig oc;
   if (r.cfg.precision != "bf16") oc.state_dtype = torch::kFloat32;
+  const auto not_cond = [](const std::string& n) { return !is_cond(n); };
   r.opt = std::make_unique<AdamW>(
-      std::vector<AdamWGroup>{{"dit", r.params->select([](const std::string& n) { return !is_cond(n); }), r.cfg.lr,
-                               r.cfg.weight_decay},
-                              {"gc_sem_cond", r.params->select(is_cond), r.cfg.cond_lr, r.cfg.weight_decay}},
+      std::vector<AdamWGroup>{
+          {"dit", r.params->select(not_cond), r.cfg.lr, r.cfg.weight_decay, r.params->select_names(not_cond)},
+          {"gc_sem_cond", r.params->select(is_cond), r.cfg.cond_lr, r.cfg.weight_decay, r.params->select_names(is_cond)}},
       oc);
+}
+
+TrainerState current_state(const SftRun& r, int64_t step) {
+  TrainerState st;
+  st.step = step;
+  st.pos = {r.epoch, r.epoch_micro, static_cast<uint64_t>(r.micro_counter)};
+  st.geometry = r.geometry;
+  st.vocab = r.cfg.vocab, st.res = r.cfg.res, st.init_ckpt = r.init_ckpt, st.model = r.cfg.model;
+  st.precision = r.cfg.precision;
+  return st;
+}
+
+// --resume DIR | auto: weights, optimizer moments and step counts, data position and micro-batch counter from the
+// newest complete state slot. A vocab, res or model mismatch is an error naming both values.
+void build_resume(SftRun& r) {
+  if (r.cfg.resume.empty() || is_warm_start(r.cfg.resume)) return;
+  const bool is_auto = r.cfg.resume == "auto";
+  auto loaded = load_trainer_state(is_auto ? r.cfg.output : r.cfg.resume, is_auto);
+  if (!loaded) {
+    std::printf("[resume] auto: no complete state in %s; starting from step 0\n", r.cfg.output.c_str());
+    return;
+  }
+  const auto& st = loaded->st;
+  const std::string where = "--resume " + loaded->slot;
+  for (auto [name, saved, now] : {std::tuple{"vocab", st.vocab, r.cfg.vocab}, {"res", st.res, r.cfg.res},
+                                  {"model", st.model, r.cfg.model}})
+    VDT_CHECK(saved.empty() || saved == now, where, ": the state was trained with --", name, " ", saved,
+              ", this run has --", name, " ", now, "\n---> HINT: resume with the same --", name,
+              ", or warm start from a step-N.safetensors export");
+  if (!st.precision.empty() && st.precision != r.cfg.precision)
+    std::printf("[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
+                "are converted)\n", st.precision.c_str(), r.cfg.precision.c_str());
+  {
+    torch::NoGradGuard ng;
+    for (auto& [name, t] : r.params->named()) {
+      VDT_CHECK(loaded->weights.contains(name), where, ": weight '", name, "' is missing from the state");
+      const auto src = loaded->weights.get(name);
+      VDT_CHECK(src.sizes() == t.sizes(), where, ": weight '", name, "' has shape ", src.sizes(), ", the model needs ",
+                t.sizes());
+      t.copy_(src);
+    }
+  }
+  r.params->publish();
+  r.opt->load_state([&](const std::string& k) { return loaded->optimizer.contains(k) ? loaded->optimizer.get(k)
+                                                                                      : torch::Tensor(); },
+                    loaded->slot);
+  const ResumePoint rp = resume_position(st, r.geometry);
+  r.start_step = st.step;
+  r.epoch = rp.epoch, r.skip_micro = rp.skip, r.micro_counter = static_cast<int64_t>(st.pos.micro_counter);
+  r.init_ckpt = st.init_ckpt;
+  r.resumed_from = std::filesystem::canonical(loaded->slot).string();
+  r.state_slot = loaded->slot;
+  r.resume_how = rp.how;
+  std::printf("[resume] %s: step %lld, epoch %lld after %lld micro batches (%s); init_ckpt %s\n",
+              r.resumed_from.c_str(), static_cast<long long>(st.step), static_cast<long long>(rp.epoch),
+              static_cast<long long>(rp.skip), rp.how.c_str(), r.init_ckpt.empty() ? "(base)" : r.init_ckpt.c_str());
+  if (!(st.geometry == r.geometry))
+    std::printf("[resume] saved geometry %s != this run's %s\n", st.geometry.to_json().dump().c_str(),
+                r.geometry.to_json().dump().c_str());
 }
 
 // Starts the next epoch's micro batches (the permutation is a function of (seed, epoch)).
@@ -230,8 +299,8 @@ Metadata export_metadata(const SftRun& r, int64_t step) {
   m["sem_hidden"] = std::to_string(r.model->gc_sem_cond->config().hidden);
   m["model_config"] = r.model->config().to_json();
   m["init_ckpt"] = r.init_ckpt;
-  m["resumed_from"] = "";
-  m["resumed_step"] = "0";
+  m["resumed_from"] = r.resumed_from;
+  m["resumed_step"] = std::to_string(r.resumed_from.empty() ? 0 : r.start_step);
   m["hyperparameters"] = r.cfg.to_json();
   m["first_frame_cond"] = r.cfg.first_frame_cond ? "True" : "False";
   m["seed"] = std::to_string(r.cfg.seed);
@@ -243,6 +312,15 @@ std::string do_export(SftRun& r, int64_t step) {
   export_checkpoint(*r.model, path, export_metadata(r, step));
   std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
   return path;
+}
+
+std::string do_save_state(SftRun& r, int64_t step) {
+  r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), r.params->named(),
+                                    r.opt->state(), r.rank, r.world);
+  std::printf("[state] %s (step %lld, epoch %lld after %lld micro batches; %s/state points here)\n",
+              r.state_slot.c_str(), static_cast<long long>(step), static_cast<long long>(r.epoch),
+              static_cast<long long>(r.epoch_micro), r.cfg.output.c_str());
+  return r.state_slot;
 }
 
 void do_validation(SftRun& r, int64_t step) {
@@ -264,25 +342,41 @@ SftSummary train_sft(const SftConfig& cfg) {
   build_data(r);
   build_model(r);
   build_optimizer(r);
+  build_resume(r);
   const int64_t steps_per_epoch = (r.n_micro + cfg.grad_accum - 1) / cfg.grad_accum;
-  r.log.open(cfg, run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
-                            r.params->numel(is_cond), r.params->numel([](const std::string& n) { return !is_cond(n); })));
+  auto facts = run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
+                         r.params->numel(is_cond), r.params->numel([](const std::string& n) { return !is_cond(n); }));
+  facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
+                     {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
+  r.log.open(cfg, facts, r.start_step);
 
-  if (cfg.save_state)
-    std::printf("[state] note: training-state slots (--save_state, --resume DIR) come with exact resume; this run "
-                "writes exports only\n");
   SftSummary sum;
-  start_epoch(r, 0);
-  for (int64_t step = 0; step < cfg.max_steps;) {
+  sum.start_step = r.start_step;
+  if (r.start_step >= cfg.max_steps) {
+    std::printf("[resume] the state is at step %lld >= --max_steps %lld: nothing to train\n",
+                static_cast<long long>(r.start_step), static_cast<long long>(cfg.max_steps));
+    sum.steps = r.start_step;
+    const auto last = std::filesystem::path(cfg.output) / ("step-" + std::to_string(r.start_step) + ".safetensors");
+    if (std::filesystem::exists(last)) sum.last_export = last.string();
+    sum.state_dir = r.state_slot;
+    return sum;
+  }
+  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0
+  start_epoch(r, r.skip_micro);
+  int64_t step = r.start_step;
+  std::string saved_state;  // slot written at `step`, if any
+  while (step < cfg.max_steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = train_step(r, step);
     ++step;
+    saved_state.clear();
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(st.loss))
       VDT_FAIL("step ", step, ": loss = ", st.loss, " (non-finite); the update was skipped and training stops. ",
-               "The last export", sum.last_export.empty() ? " (none yet)" : " " + sum.last_export, " is intact.\n",
+               "The last export", sum.last_export.empty() ? " (none yet)" : " " + sum.last_export,
+               r.state_slot.empty() ? "" : " and the state " + r.state_slot, " are intact.\n",
                "---> HINT: lower --lr, check the data with `vdt data check`, or try --precision mixed");
-    if (step == 1) sum.first_loss = st.loss;
+    if (step == r.start_step + 1) sum.first_loss = st.loss;
     sum.last_loss = st.loss;
     if (step % cfg.log_every == 0 || step == cfg.max_steps)
       r.log.step(step, cfg.max_steps,
@@ -295,13 +389,32 @@ SftSummary train_sft(const SftConfig& cfg) {
     else
       r.log.time_only(step_time, st.data_time);
     if (cfg.val_every > 0 && step % cfg.val_every == 0) do_validation(r, step);
-    if (cfg.save_every > 0 && step % cfg.save_every == 0) sum.last_export = do_export(r, step);
+    if (cfg.save_every > 0 && step % cfg.save_every == 0) {
+      sum.last_export = do_export(r, step);
+      if (cfg.save_state) saved_state = do_save_state(r, step);
+    }
+    if (StopOnSignal::requested() && step < cfg.max_steps) {
+      if (cfg.save_state && saved_state.empty()) saved_state = do_save_state(r, step);
+      if (!cfg.save_state) sum.last_export = do_export(r, step);
+      std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
+                  static_cast<long long>(step), static_cast<long long>(cfg.max_steps),
+                  cfg.save_state ? ("Continue with the same command plus --resume " + cfg.output +
+                                    " (or --resume auto)").c_str()
+                                 : "No state was saved (--no-save_state); the weights are in the export above.");
+      std::fflush(stdout);
+      sum.stopped = true;
+      sum.steps = step;
+      sum.state_dir = r.state_slot;
+      return sum;
+    }
   }
   if (sum.last_export.empty() || sum.last_export.find("step-" + std::to_string(cfg.max_steps) + ".") == std::string::npos) {
     if (cfg.val_every > 0 && cfg.max_steps % cfg.val_every != 0) do_validation(r, cfg.max_steps);
     sum.last_export = do_export(r, cfg.max_steps);
   }
+  if (cfg.save_state && saved_state.empty()) do_save_state(r, cfg.max_steps);
   sum.steps = cfg.max_steps;
+  sum.state_dir = r.state_slot;
   sum.peak_mem_gb = peak_memory_gb(r.device);
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
   r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);

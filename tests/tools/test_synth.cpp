@@ -264,6 +264,8 @@ TEST(Synth, TextNamesEveryMotionInFineIds) {
   cfg.latent_channels = 48;
   synth_root(cfg);
   const auto mc = check_motion(cfg.out);
+  RecordProperty("agree", mc.agree);
+  RecordProperty("checked", mc.checked);
   EXPECT_GE(mc.checked, 100);
   EXPECT_GE(mc.agree, 0.95 * mc.checked) << mc.agree << " of " << mc.checked << " motions agree with the text";
 }
