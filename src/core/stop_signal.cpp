@@ -25,6 +25,7 @@ void on_signal(int sig) {
 }  // namespace
 
 StopOnSignal::StopOnSignal() {
+  g_signal.store(0);  // a new run starts without a pending request
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

@@ -8,7 +8,7 @@ namespace vdt {
 
 class StopOnSignal {
  public:
-  StopOnSignal();   // installs the handlers (the previous ones are restored by the destructor)
+  StopOnSignal();   // clears any earlier request and installs the handlers (the destructor restores the old ones)
   ~StopOnSignal();
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;

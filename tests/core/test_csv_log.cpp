@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -118,6 +119,24 @@ TEST(CsvLog, Errors) {
   test::expect_error([&] { CsvLog dup(tmp.file("d.csv"), {"a", "a"}); }, {"duplicate column 'a'"});
   test::expect_error([&] { CsvLog bad(tmp.file("no/such/dir/x.csv"), {"a"}); }, {"no/such/dir/x.csv"});
   EXPECT_EQ(slurp(path), "step,loss\n");  // failed writes left nothing behind
+}
+
+TEST(CsvLog, KeepRowsThroughDropsRowsLoggedAfterTheResumedStep) {
+  test::TempDir d;
+  const auto path = d.file("train_log.csv");
+  {
+    CsvLog log(path, {"step", "loss"});
+    for (int s = 1; s <= 5; ++s) log.write_values({std::to_string(s), "0.5"});
+  }
+  EXPECT_EQ(CsvLog::keep_rows_through(path, 3), 2);
+  EXPECT_EQ(CsvLog::keep_rows_through(path, 3), 0);
+  EXPECT_EQ(CsvLog::keep_rows_through(d.file("missing.csv"), 3), 0);
+  CsvLog log(path, {"step", "loss"});  // same header: appends after step 3
+  log.write_values({"4", "0.25"});
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), "step,loss\n1,0.5\n2,0.5\n3,0.5\n4,0.25\n");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/sft_trainer.h"
+#include "train/train_state.h"
 
 namespace vdt {
 namespace {
@@ -165,7 +166,11 @@ TEST_F(SftRunTest, BadConfigurationFailsBeforeTraining) {
 TEST_F(SftRunTest, NonFiniteLossStopsAndKeepsTheLastExport) {
   auto c = base_config(dir_->file("nan"));
   c.max_steps = 6, c.val_every = 0, c.save_every = 1, c.lr = 1e30, c.cond_lr = 1e30, c.warmup_steps = 0;
-  test::expect_error([&] { train_sft(c); }, {"non-finite", "is intact"});
+  test::expect_error([&] { train_sft(c); }, {"non-finite", "intact", "state_A"});
+  // The last good state (step 1) loads.
+  const auto st = load_trainer_state(c.output, false);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->st.step, 1);
   // Every export written before the stop is complete and loadable.
   int n = 0;
   for (const auto& e : fs::directory_iterator(c.output))
