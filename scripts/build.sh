@@ -9,7 +9,17 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${VDT_BUILD_TYPE:-Release} -DTorch_DIR="$torch_dir" \
     ${VDT_CMAKE_ARGS:-} > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 fi
-if ! ninja -C "$build" -n 2>/dev/null | grep -q 'no work to do'; then
-  echo "[vdt build] building in $build ($jobs jobs; log: $build.build.log)" >&2
-  cmake --build "$build" -j "$jobs" > "$build.build.log" 2>&1 || { tail -n 80 "$build.build.log"; exit 1; }
+# Quiet when up to date: the "building" line appears only once ninja starts compiling or linking something.
+announce() {
+  local line shown=0
+  while IFS= read -r line; do
+    if [ $shown = 0 ] && [[ $line =~ ^\[[0-9]+/[0-9]+\]\ (Building|Linking) ]]; then
+      echo "[vdt build] building in $build ($jobs jobs; log: $build.build.log)" >&2
+      shown=1
+    fi
+  done
+}
+if ! cmake --build "$build" -j "$jobs" 2>&1 | tee "$build.build.log" | announce; then
+  tail -n 80 "$build.build.log"
+  exit 1
 fi
