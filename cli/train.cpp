@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "dist/communicator.h"
 #include "train/sft_trainer.h"
 
 namespace vdt::cli {
@@ -62,7 +63,15 @@ void add_train(CLI::App& app, int& exit_code) {
                 "exactly from its newest complete state; auto: the newest state in --output, or a fresh start");
   s->add_option("--seed", c->seed, "seed of every random stream")->capture_default_str();
   s->callback([c, &exit_code] {
-    const auto sum = train_sft(*c);
+    const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
+    if (env.world > 1 && c->device == "auto") c->device = "cuda";
+    const auto comm = make_communicator(env, c->device == "cpu" ? torch::Device(torch::kCPU)
+                                                                : torch::Device(torch::kCUDA, env.local_rank));
+    const auto sum = train_sft(*c, *comm, env.local_rank);
+    if (env.rank != 0) {
+      exit_code = 0;
+      return;
+    }
     if (sum.steps > sum.start_step)
       std::printf("%s steps %lld..%lld: loss %.4f -> %.4f; last export %s%s%s\n",
                   sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),

@@ -60,9 +60,9 @@ void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& g
                               {"step." + n, step_tensors_[g][i]}}) {
         const auto src = get(key);
         VDT_CHECK(src.defined(), where, ": optimizer state '", key, "' is missing");
-        VDT_CHECK(src.sizes() == dst.sizes(), where, ": optimizer state '", key, "' has shape ", src.sizes(),
-                  ", the model's parameter needs ", dst.sizes());
-        dst.copy_(src);
+        VDT_CHECK(src.numel() == dst.numel(), where, ": optimizer state '", key, "' has ", src.numel(),
+                  " elements, the model's parameter needs ", dst.numel(), " (", dst.sizes(), ")");
+        dst.copy_(src.reshape(dst.sizes()));
       }
       steps = std::max<int64_t>(steps, static_cast<int64_t>(step_tensors_[g][i].item<double>()));
     }

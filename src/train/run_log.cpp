@@ -60,7 +60,7 @@ double peak_memory_gb(const torch::Device& device) {
 
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
                                  const WanDiTImpl& model, int64_t n_micro, int64_t steps_per_epoch,
-                                 const torch::Device& device, int64_t cond_params, int64_t dit_params) {
+                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   nlohmann::ordered_json j;
@@ -74,7 +74,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                   {"val_used", val ? val->size() : 0},
                   {"val_clip_ids", val ? val->clip_ids() : std::vector<std::string>{}},
                   {"geometry",
-                   {{"num_processes", 1}, {"grad_accum", cfg.grad_accum}, {"batch_size", cfg.batch_size},
+                   {{"num_processes", world}, {"grad_accum", cfg.grad_accum}, {"batch_size", cfg.batch_size},
                     {"n_micro", n_micro}, {"n_train", train.size()}, {"seed", cfg.seed}}},
                   {"steps_per_epoch", steps_per_epoch}};
   const auto& mc = model.config();
@@ -92,8 +92,8 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
               {"precision", cfg.precision},
               {"torch", TORCH_VERSION},
               {"hostname", host},
-              {"world_size", 1},
-              {"global_batch", cfg.batch_size * cfg.grad_accum}};
+              {"world_size", world},
+              {"global_batch", world * cfg.batch_size * cfg.grad_accum}};
   return j;
 }
 

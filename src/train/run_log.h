@@ -23,7 +23,7 @@ class WanDiTImpl;
 // Facts for config.json and the start-up table: dataset counts, val clip ids, geometry, model, groups, environment.
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
                                  const WanDiTImpl& model, int64_t n_micro, int64_t steps_per_epoch,
-                                 const torch::Device& device, int64_t cond_params, int64_t dit_params);
+                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world = 1);
 
 // Peak memory in GiB: CUDA peak allocated on a GPU, the process's peak RSS on the CPU.
 double peak_memory_gb(const torch::Device& device);

@@ -26,6 +26,7 @@
 #include "train/schedule.h"
 #include "train/train_state.h"
 #include "train/validation.h"
+#include "train/zero2.h"
 
 namespace vdt {
 namespace {
@@ -40,12 +41,16 @@ struct SftRun {
   SftConfig cfg;
   torch::Device device{torch::kCPU};
   torch::ScalarType dtype = torch::kFloat32;  // compute dtype
-  int rank = 0, world = 1;
+  int rank = 0, world = 1, device_index = 0;
+  Communicator* comm = nullptr;
   std::shared_ptr<SftDataset> train_ds, val_ds;
   std::unique_ptr<Loader> loader;
   WanDiT model{nullptr};
+  // One of two update paths: replicated (one rank: TrainParams + AdamW) or ZeRO-2 (world > 1: sharded).
   std::unique_ptr<TrainParams> params;
-  std::unique_ptr<AdamW> opt;
+  std::unique_ptr<AdamW> replicated_opt;
+  std::unique_ptr<Zero2> zero;
+  AdamW* opt = nullptr;  // the optimizer of whichever path (learning rates are set through it)
   FlowGrid grid;
   torch::Tensor grid_weights;
   RunLog log;
@@ -69,7 +74,8 @@ struct StepStats {
 void build_device(SftRun& r) {
   const bool cuda = r.cfg.device == "cuda" || (r.cfg.device == "auto" && torch::cuda::is_available());
   VDT_CHECK(!cuda || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
-  r.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.device_index))
+               : torch::Device(torch::kCPU);
   r.dtype = r.cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16;
 }
 
@@ -138,9 +144,25 @@ void build_model(SftRun& r) {
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (auto& kv : r.model->named_parameters()) named.emplace_back(kv.key(), kv.value());
   const bool masters = r.cfg.precision == "mixed";
-  r.params = std::make_unique<TrainParams>(named, masters);
+  if (r.world == 1) {
+    r.params = std::make_unique<TrainParams>(named, masters);
+  } else {  // ZeRO-2: this rank's slices of the masters, taken before the cast to the compute dtype
+    AdamWConfig oc;
+    if (r.cfg.precision != "bf16") oc.state_dtype = torch::kFloat32;
+    const auto not_cond = [](const std::string& n) { return !is_cond(n); };
+    r.zero = std::make_unique<Zero2>(
+        named,
+        std::vector<Zero2Group>{{"dit", not_cond, r.cfg.lr, r.cfg.weight_decay},
+                                {"gc_sem_cond", is_cond, r.cfg.cond_lr, r.cfg.weight_decay}},
+        *r.comm, masters ? torch::kFloat32 : r.dtype, oc);
+  }
   // Module::to changes the parameters' data in place (same tensors), so the pairing above stays valid.
   if (masters) r.model->to(r.dtype);
+  if (r.zero) {
+    named.clear();
+    for (auto& kv : r.model->named_parameters()) named.emplace_back(kv.key(), kv.value());
+    r.zero->attach(named);
+  }
   if (r.cfg.gradient_checkpointing) enable_block_checkpointing(*r.model);
   r.model->train();
   r.grid = training_grid();
@@ -148,14 +170,19 @@ void build_model(SftRun& r) {
 }
 
 void build_optimizer(SftRun& r) {
+  if (r.zero) {
+    r.opt = &r.zero->optimizer();
+    return;
+  }
   AdamWConfig oc;
   if (r.cfg.precision != "bf16") oc.state_dtype = torch::kFloat32;
   const auto not_cond = [](const std::string& n) { return !is_cond(n); };
-  r.opt = std::make_unique<AdamW>(
+  r.replicated_opt = std::make_unique<AdamW>(
       std::vector<AdamWGroup>{
           {"dit", r.params->select(not_cond), r.cfg.lr, r.cfg.weight_decay, r.params->select_names(not_cond)},
           {"gc_sem_cond", r.params->select(is_cond), r.cfg.cond_lr, r.cfg.weight_decay, r.params->select_names(is_cond)}},
       oc);
+  r.opt = r.replicated_opt.get();
 }
 
 TrainerState current_state(const SftRun& r, int64_t step) {
@@ -188,23 +215,32 @@ void build_resume(SftRun& r) {
   if (!st.precision.empty() && st.precision != r.cfg.precision)
     std::printf("[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
                 "are converted)\n", st.precision.c_str(), r.cfg.precision.c_str());
-  {
+  if (r.zero) {
+    r.zero->load([&](const std::string& kind, const std::string& name) { return loaded->full(kind, name); },
+                 loaded->optimizer_steps());
+    r.zero->publish();
+  } else {
     torch::NoGradGuard ng;
     for (auto& [name, t] : r.params->named()) {
-      VDT_CHECK(loaded->weights.contains(name), where, ": weight '", name, "' is missing from the state");
-      const auto src = loaded->weights.get(name);
-      VDT_CHECK(src.sizes() == t.sizes(), where, ": weight '", name, "' has shape ", src.sizes(), ", the model needs ",
-                t.sizes());
-      t.copy_(src);
+      const auto src = loaded->full("weight", name);
+      VDT_CHECK(src.numel() == t.numel(), where, ": weight '", name, "' has ", src.numel(),
+                " elements, the model needs ", t.sizes());
+      t.copy_(src.reshape(t.sizes()));
     }
+    r.params->publish();
+    const double steps = static_cast<double>(loaded->optimizer_steps());
+    r.opt->load_state(
+        [&](const std::string& k) {
+          const auto dot = k.find('.');
+          const std::string kind = k.substr(0, dot), name = k.substr(dot + 1);
+          return kind == "step" ? torch::full({}, steps) : loaded->full(kind, name);
+        },
+        loaded->slot);
   }
-  r.params->publish();
-  r.opt->load_state([&](const std::string& k) { return loaded->optimizer.contains(k) ? loaded->optimizer.get(k)
-                                                                                      : torch::Tensor(); },
-                    loaded->slot);
   const ResumePoint rp = resume_position(st, r.geometry);
   r.start_step = st.step;
-  r.epoch = rp.epoch, r.skip_micro = rp.skip, r.micro_counter = static_cast<int64_t>(st.pos.micro_counter);
+  r.epoch = rp.epoch, r.skip_micro = rp.skip;
+  r.micro_counter = static_cast<int64_t>(rp.micro_counter);  // the streams' key: micro_counter * world + rank
   r.init_ckpt = st.init_ckpt;
   r.resumed_from = std::filesystem::canonical(loaded->slot).string();
   r.state_slot = loaded->slot;
@@ -245,11 +281,12 @@ StepStats train_step(SftRun& r, int64_t step) {
     }
     ++r.epoch_micro;
     for (const auto& c : batch->clip_ids) st.clips += (st.clips.empty() ? "" : ";") + c;
-    // 3) noise and timestep: per-rank streams keyed by (seed, micro counter, rank)
-    const uint64_t micro = r.micro_counter++;
+    // 3) noise and timestep: streams keyed by the global micro-batch index (different on every rank, and the same
+    //    draws for any world size: rank r's j-th micro batch is global position j * world + r)
+    const uint64_t micro = static_cast<uint64_t>(r.micro_counter++) * r.world + r.rank;
     const int64_t id = std::min<int64_t>(999, static_cast<int64_t>(
-                                                  RngStream(r.cfg.seed, kTimestepPurpose).uniform(micro, r.rank) * 1000));
-    auto gen = make_generator(r.device, RngStream(r.cfg.seed, kNoisePurpose).u64(micro, r.rank));
+                                                  RngStream(r.cfg.seed, kTimestepPurpose).uniform(micro, 0) * 1000));
+    auto gen = make_generator(r.device, RngStream(r.cfg.seed, kNoisePurpose).u64(micro, 0));
     auto x0 = batch->latents.to(r.device, r.dtype, /*non_blocking=*/true);
     auto noise = torch::randn(x0.sizes(), gen, x0.options().dtype(torch::kFloat32)).to(r.dtype);
     const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, r.dtype, r.cfg.first_frame_cond);
@@ -261,7 +298,7 @@ StepStats train_step(SftRun& r, int64_t step) {
     auto mse = flow_mse(pred, ex.target, r.cfg.first_frame_cond);
     auto loss = mse * ex.weight;
     (loss / static_cast<double>(r.cfg.grad_accum)).backward();
-    r.params->accumulate_grads();
+    r.zero ? r.zero->finish_micro() : r.params->accumulate_grads();
     loss_sum = loss_sum + loss.detach();
     st.mse += mse.item<double>();
     st.timestep = ex.timestep;
@@ -272,15 +309,21 @@ StepStats train_step(SftRun& r, int64_t step) {
     st.mask_frac += batch->mask_frac.mean().item<double>();
     ++st.micro;
   }
-  // 5) clip, skip the update on a non-finite loss or norm (on the device), update, publish
-  auto norm = clip_grad_norm(r.params->all(), r.cfg.grad_clip);
+  // 5) the loss over all ranks; clip, skip the update on a non-finite loss or norm (on the device), update, publish
+  loss_sum = loss_sum / static_cast<double>(st.micro * r.world);
+  r.comm->all_reduce(loss_sum)->wait();
+  auto norm = r.zero ? r.zero->clip_grad_norm(r.cfg.grad_clip) : clip_grad_norm(r.params->all(), r.cfg.grad_clip);
   auto found_inf = (~torch::isfinite(norm) | ~torch::isfinite(loss_sum)).to(torch::kFloat32);
-  r.opt->step(found_inf);
-  r.params->publish();
-  r.opt->zero_grad();
+  if (r.zero) {
+    r.zero->step(found_inf);
+  } else {
+    r.opt->step(found_inf);
+    r.params->publish();
+    r.opt->zero_grad();
+  }
   for (auto& p : r.model->parameters()) p.mutable_grad() = torch::Tensor();
-  // 6) metrics
-  st.loss = loss_sum.item<double>() / st.micro;
+  // 6) metrics (the loss is the mean over every rank's micro batches; the rest are this rank's)
+  st.loss = loss_sum.item<double>();
   st.grad_norm = norm.item<double>();
   st.mse /= st.micro, st.text_drop /= st.micro, st.cond_drop /= st.micro, st.mask_frac /= st.micro;
   return st;
@@ -309,14 +352,25 @@ Metadata export_metadata(const SftRun& r, int64_t step) {
 
 std::string do_export(SftRun& r, int64_t step) {
   const std::string path = (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
-  export_checkpoint(*r.model, path, export_metadata(r, step));
-  std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
+  if (r.rank == 0) {  // every rank holds the same weights
+    export_checkpoint(*r.model, path, export_metadata(r, step));
+    std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
+  }
+  r.comm->barrier();
   return path;
 }
 
 std::string do_save_state(SftRun& r, int64_t step) {
-  r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), r.params->named(),
-                                    r.opt->state(), r.rank, r.world);
+  if (r.zero) {
+    NamedTensors w, o;
+    for (auto& [k, t] : r.zero->state_tensors()) (k.rfind("master.", 0) == 0 ? w : o).emplace_back(k, t);
+    r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), w, o, *r.comm,
+                                      {{"zero2_layout", r.zero->layout().dump()}});
+  } else {
+    r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), r.params->named(),
+                                      r.opt->state(), *r.comm);
+  }
+  if (r.rank != 0) return r.state_slot;
   std::printf("[state] %s (step %lld, epoch %lld after %lld micro batches; %s/state points here)\n",
               r.state_slot.c_str(), static_cast<long long>(step), static_cast<long long>(r.epoch),
               static_cast<long long>(r.epoch_micro), r.cfg.output.c_str());
@@ -327,16 +381,47 @@ void do_validation(SftRun& r, int64_t step) {
   if (!r.val_ds) return;
   ValConfig vc;
   vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond, vc.first_frame_cond = r.cfg.first_frame_cond;
-  vc.seed = r.cfg.seed, vc.max_clips = r.cfg.val_n;
-  r.log.validation(step, run_validation(*r.model, *r.val_ds, vc));
+  vc.seed = r.cfg.seed, vc.max_clips = r.cfg.val_n, vc.rank = r.rank, vc.world = r.world;
+  auto rows = run_validation(*r.model, *r.val_ds, vc);
+  if (r.world > 1) {  // sums over the ranks' clips, then means again
+    auto acc = torch::zeros({static_cast<int64_t>(rows.size()), 4}, torch::kFloat64);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double n = static_cast<double>(rows[i].n);
+      acc[i][0] = rows[i].mse * n, acc[i][1] = rows[i].mse_uncond * n, acc[i][2] = rows[i].mse_nulltext * n;
+      acc[i][3] = n;
+    }
+    auto dev = acc.to(r.device);
+    r.comm->all_reduce(dev)->wait();
+    acc = dev.cpu();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double n = std::max(acc[i][3].item<double>(), 1.0);
+      rows[i].mse = acc[i][0].item<double>() / n, rows[i].mse_uncond = acc[i][1].item<double>() / n;
+      rows[i].mse_nulltext = acc[i][2].item<double>() / n, rows[i].n = static_cast<int64_t>(acc[i][3].item<double>());
+      rows[i].gap_uncond = rows[i].mse_uncond - rows[i].mse, rows[i].gap_nulltext = rows[i].mse_nulltext - rows[i].mse;
+    }
+  }
+  if (r.rank == 0) r.log.validation(step, rows);
+}
+
+bool any_rank(SftRun& r, bool v) {  // so every rank takes the same branch
+  if (r.world == 1) return v;
+  auto t = torch::full({1}, v ? 1.0f : 0.0f, torch::TensorOptions().device(r.device));
+  r.comm->all_reduce(t, ReduceOp::Max)->wait();
+  return t.item<float>() > 0;
 }
 
 }  // namespace
 
 SftSummary train_sft(const SftConfig& cfg) {
+  auto single = make_single_rank();
+  return train_sft(cfg, *single, 0);
+}
+
+SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index) {
   cfg.validate();
   SftRun r;
   r.cfg = cfg;
+  r.comm = &comm, r.rank = comm.rank(), r.world = comm.world(), r.device_index = device_index;
   std::filesystem::create_directories(cfg.output);
   build_device(r);
   build_data(r);
@@ -344,11 +429,16 @@ SftSummary train_sft(const SftConfig& cfg) {
   build_optimizer(r);
   build_resume(r);
   const int64_t steps_per_epoch = (r.n_micro + cfg.grad_accum - 1) / cfg.grad_accum;
-  auto facts = run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
-                         r.params->numel(is_cond), r.params->numel([](const std::string& n) { return !is_cond(n); }));
-  facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
-                     {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
-  r.log.open(cfg, facts, r.start_step);
+  int64_t cond_params = 0, dit_params = 0;
+  for (const auto& kv : r.model->named_parameters()) (is_cond(kv.key()) ? cond_params : dit_params) += kv.value().numel();
+  if (r.rank == 0) {
+    auto facts = run_facts(cfg, *r.train_ds, r.val_ds.get(), *r.model, r.n_micro, steps_per_epoch, r.device,
+                           cond_params, dit_params, r.world);
+    facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
+                       {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
+    facts["env"]["communicator"] = comm.describe();
+    r.log.open(cfg, facts, r.start_step);
+  }
 
   SftSummary sum;
   sum.start_step = r.start_step;
@@ -371,14 +461,14 @@ SftSummary train_sft(const SftConfig& cfg) {
     ++step;
     saved_state.clear();
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!std::isfinite(st.loss))
+    if (!std::isfinite(st.loss))  // the loss is reduced over ranks: every rank stops here
       VDT_FAIL("step ", step, ": loss = ", st.loss, " (non-finite); the update was skipped and training stops. ",
                "The last export", sum.last_export.empty() ? " (none yet)" : " " + sum.last_export,
                r.state_slot.empty() ? "" : " and the state " + r.state_slot, " are intact.\n",
                "---> HINT: lower --lr, check the data with `vdt data check`, or try --precision mixed");
     if (step == r.start_step + 1) sum.first_loss = st.loss;
     sum.last_loss = st.loss;
-    if (step % cfg.log_every == 0 || step == cfg.max_steps)
+    if (r.rank == 0 && (step % cfg.log_every == 0 || step == cfg.max_steps))
       r.log.step(step, cfg.max_steps,
                  {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.opt->groups()[0].lr},
                   {"cond_lr", r.opt->groups()[1].lr}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms},
@@ -393,14 +483,15 @@ SftSummary train_sft(const SftConfig& cfg) {
       sum.last_export = do_export(r, step);
       if (cfg.save_state) saved_state = do_save_state(r, step);
     }
-    if (StopOnSignal::requested() && step < cfg.max_steps) {
+    if (any_rank(r, StopOnSignal::requested()) && step < cfg.max_steps) {
       if (cfg.save_state && saved_state.empty()) saved_state = do_save_state(r, step);
       if (!cfg.save_state) sum.last_export = do_export(r, step);
-      std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
-                  static_cast<long long>(step), static_cast<long long>(cfg.max_steps),
-                  cfg.save_state ? ("Continue with the same command plus --resume " + cfg.output +
-                                    " (or --resume auto)").c_str()
-                                 : "No state was saved (--no-save_state); the weights are in the export above.");
+      if (r.rank == 0)
+        std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
+                    static_cast<long long>(step), static_cast<long long>(cfg.max_steps),
+                    cfg.save_state ? ("Continue with the same command plus --resume " + cfg.output +
+                                      " (or --resume auto)").c_str()
+                                   : "No state was saved (--no-save_state); the weights are in the export above.");
       std::fflush(stdout);
       sum.stopped = true;
       sum.steps = step;
@@ -417,7 +508,7 @@ SftSummary train_sft(const SftConfig& cfg) {
   sum.state_dir = r.state_slot;
   sum.peak_mem_gb = peak_memory_gb(r.device);
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
-  r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
+  if (r.rank == 0) r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
   return sum;
 }
 

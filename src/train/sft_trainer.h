@@ -1,11 +1,12 @@
 // `vdt train sft` (SPEC §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised gc_sem_cond
 // adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the adapter group at --cond_lr,
 // warmup, gradient accumulation, clipping, validation with cond/uncond/nulltext, bf16 exports, CSV/TensorBoard logs.
-// State slots and exact resume: train/train_state.h, docs/resume.md. One process (CPU or one GPU); distribution plugs
-// in through dist/ later.
+// State slots and exact resume: train/train_state.h, docs/resume.md. Several ranks: ZeRO-2 (train/zero2.h) over a
+// dist/ communicator, docs/distributed.md.
 #pragma once
 #include <string>
 
+#include "dist/communicator.h"
 #include "train/sft_config.h"
 
 namespace vdt {
@@ -18,6 +19,10 @@ struct SftSummary {
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
 };
 
+// One process (CPU or one GPU).
 SftSummary train_sft(const SftConfig& cfg);
+// One rank of several (ZeRO-2 over `comm`; world 1 runs the replicated path). Every rank returns the summary; only
+// rank 0 writes logs and exports. device_index: the GPU of this rank (LOCAL_RANK).
+SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index);
 
 }  // namespace vdt

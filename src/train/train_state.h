@@ -9,6 +9,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "dist/communicator.h"
 
 namespace vdt {
 
@@ -48,16 +50,28 @@ struct TrainerState {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes a new slot under run_dir (never over `keep_slot`, the slot last written or resumed from) and commits it;
-// returns its directory. On failure (full disk, ...) throws with the file and errno, saying the previous state is
-// intact, after removing what it wrote.
+// returns its directory. Every rank writes its own weights/optimizer shard (with `shard_meta` in the metadata); rank 0
+// chooses the slot, writes trainer_state.json and commits once every rank's files are written. On failure (full
+// disk, ...) throws with the file and errno, saying the previous state is intact, after removing what it wrote.
 std::string save_trainer_state(const std::string& run_dir, const std::string& keep_slot, const TrainerState& st,
-                               const NamedTensors& weights, const NamedTensors& optimizer, int rank = 0,
-                               int world = 1);
+                               const NamedTensors& weights, const NamedTensors& optimizer, Communicator& comm,
+                               const Metadata& shard_meta = {});
 
+// A loaded slot. Its tensors are read through full(), whatever the layout that wrote them: one rank's
+// per-parameter tensors (weight `<name>`, `exp_avg.<name>`, `exp_avg_sq.<name>`, `step.<name>`) or the ZeRO-2 bucket
+// slices of W ranks (`master.bucketK`, `exp_avg.bucketK`, ... with the layout in the metadata), so a state loads
+// with any world size.
 struct LoadedState {
   std::string slot;
   TrainerState st;
-  SafetensorsSet weights, optimizer;
+  std::vector<std::shared_ptr<SafetensorsFile>> weight_files, optimizer_files;
+  // The full tensor of `kind` ("weight", "exp_avg" or "exp_avg_sq") of parameter `name` (flattened for bucket
+  // layouts); an error naming the slot when absent.
+  torch::Tensor full(const std::string& kind, const std::string& name) const;
+  int64_t optimizer_steps() const;
+
+ private:
+  mutable std::map<std::string, torch::Tensor> bucket_cache_;
 };
 
 // The state behind --resume PATH (a run directory, a slot, or the `state` link; see find_slot). Prints a note for
@@ -68,9 +82,12 @@ std::optional<LoadedState> load_trainer_state(const std::string& path, bool allo
 // Where a resumed run starts reading: the seed's resume_position. Unchanged geometry -> the next micro batch of the
 // saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
 // without an epoch -> inferred from the step with the current geometry.
+// Beyond the seed: when only the world size changed, the exact global sample stream continues (when the consumed
+// positions split evenly over the new ranks).
 struct ResumePoint {
   int64_t epoch = 0, skip = 0;
   std::string how;
+  uint64_t micro_counter = 0;  // this rank's micro-batch counter (global count / world)
 };
 ResumePoint resume_position(const TrainerState& saved, const Geometry& now);
 

@@ -46,7 +46,7 @@ std::vector<ValRow> run_validation(WanDiTImpl& model, const SftDataset& val, con
     ValRow row;
     row.timestep = t;
     const int64_t id = nearest_index(grid, t);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = cfg.rank; i < n; i += cfg.world) {
       const auto cond = val.get_with(i, false, false);
       auto x0 = cond.latents.unsqueeze(0).to(torch::kFloat32);  // [1, C, F, H, W]
       auto gen = make_generator(torch::kCPU, noise_stream.u64(fnv1a64(cond.clip_id), static_cast<uint32_t>(t * 1000)));

@@ -26,6 +26,7 @@ struct ValConfig {
   bool first_frame_cond = true;
   uint64_t seed = 0;
   int64_t max_clips = 16;
+  int rank = 0, world = 1;  // this rank validates clips rank, rank + world, ... (the trainer reduces the rows)
 };
 
 std::vector<ValRow> run_validation(WanDiTImpl& model, const SftDataset& val, const ValConfig& cfg);

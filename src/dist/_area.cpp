@@ -1,1 +1,0 @@
-// area library: filled by later issues
