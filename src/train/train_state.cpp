@@ -197,16 +197,19 @@ ResumePoint resume_position(const TrainerState& saved, const Geometry& now) {
     const uint64_t counter = saved.pos.micro_counter * was.num_processes;  // global micro batches so far
     Geometry same_world = was;
     same_world.num_processes = now.num_processes, same_world.n_micro = now.n_micro;
+    if (was.grad_accum * was.num_processes == now.grad_accum * now.num_processes) same_world.grad_accum = now.grad_accum;
     if (!(was == now) && same_world == now) {
-      // Only the world size changed. The permutation is global and rank r takes positions r, r + world, ...: the
-      // stream continues exactly when the global positions consumed split evenly over the new ranks.
+      // Only the world size changed (with --grad_accum alongside, keeping the global batch). The permutation is
+      // global and rank r takes positions r, r + world, ...: the stream continues exactly when the global positions
+      // consumed split evenly over the new ranks.
       const int64_t used = saved.pos.epoch_micro * was.num_processes;
       if (used % now.num_processes == 0 && counter % static_cast<uint64_t>(now.num_processes) == 0) {
         const int64_t skip = used / now.num_processes;
         const uint64_t c = counter / static_cast<uint64_t>(now.num_processes);
-        if (skip >= now.n_micro) return {saved.pos.epoch + 1, 0, "exact (world size changed; the epoch was used up)", c};
-        return {saved.pos.epoch, skip, "exact (world size " + std::to_string(was.num_processes) + " -> " +
-                                           std::to_string(now.num_processes) + ": same global sample stream)", c};
+        const std::string how = "exact (world size " + std::to_string(was.num_processes) + " -> " +
+                                std::to_string(now.num_processes) + ": same global sample stream";
+        if (skip >= now.n_micro) return {saved.pos.epoch + 1, 0, how + "; the epoch was used up)", c};
+        return {saved.pos.epoch, skip, how + ")", c};
       }
     }
     const uint64_t c = counter / static_cast<uint64_t>(now.num_processes);
