@@ -2,7 +2,7 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|all]   (default all)
 # sft: a short `vdt train sft` at the real geometry (random 5B weights, synthetic data at 832x480, 48 channels,
 # 21 latent frames, 4096-wide text) with validation and export.
 set -uo pipefail
@@ -41,5 +41,21 @@ if [ "$what" = sft ] || [ "$what" = all ]; then
     | tee "$OUT/sft_run.log" || rc=1
   cp /tmp/vdt_sft_run/train_log.csv "$OUT/sft_train_log.csv"; cp /tmp/vdt_sft_run/val_log.csv "$OUT/sft_val_log.csv"
   cp /tmp/vdt_sft_run/done.json "$OUT/sft_done.json"; ls -la /tmp/vdt_sft_run >> "$OUT/sft_run.log"
+fi
+if [ "$what" = multi ]; then
+  # ZeRO-2 scaling: the same per-GPU work (batch 1 x GA 2 per rank) on 1 GPU and on 2 GPUs through torchrun.
+  root=/tmp/vdt_multi_root
+  $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
+    --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 2 \
+    --n_drop 0 > "$OUT/multi_synth.log" 2>&1 || rc=1
+  args="--data_root $root --res 832x480 --max_steps ${STEPS:-7} --grad_accum 2 --warmup_steps 2 --val_every 7 \
+    --val_n 2 --val_timesteps 500 --save_every 1000 --no-save_state --num_workers 4"
+  $build/vdt train sft $args --output /tmp/vdt_multi_1gpu --device cuda > "$OUT/multi_1gpu.log" 2>&1 || rc=1
+  tail -4 "$OUT/multi_1gpu.log"; cp /tmp/vdt_multi_1gpu/done.json "$OUT/multi_1gpu_done.json"
+  cp /tmp/vdt_multi_1gpu/train_log.csv "$OUT/multi_1gpu_train_log.csv"
+  python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/vdt train sft $args \
+    --output /tmp/vdt_multi_2gpu > "$OUT/multi_2gpu.log" 2>&1 || rc=1
+  grep -E "CRC|done|step 7|val|error|Error" "$OUT/multi_2gpu.log" | tail -12
+  cp /tmp/vdt_multi_2gpu/done.json "$OUT/multi_2gpu_done.json"; cp /tmp/vdt_multi_2gpu/train_log.csv "$OUT/multi_2gpu_train_log.csv"
 fi
 exit $rc
