@@ -43,7 +43,8 @@ if [ "$what" = sft ] || [ "$what" = all ]; then
   cp /tmp/vdt_sft_run/done.json "$OUT/sft_done.json"; ls -la /tmp/vdt_sft_run >> "$OUT/sft_run.log"
 fi
 if [ "$what" = multi ]; then
-  # ZeRO-2 scaling: the same per-GPU work (batch 1 x GA 2 per rank) on 1 GPU and on 2 GPUs through torchrun.
+  # ZeRO-2 scaling: the same per-GPU work (batch 1 x GA 2 per rank) on 1 GPU and on NPROC (default 2) GPUs through
+# torchrun.
   root=/tmp/vdt_multi_root
   $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 2 \
@@ -51,11 +52,11 @@ if [ "$what" = multi ]; then
   args="--data_root $root --res 832x480 --max_steps ${STEPS:-7} --grad_accum 2 --warmup_steps 2 --val_every 7 \
     --val_n 2 --val_timesteps 500 --save_every 1000 --no-save_state --num_workers 4"
   $build/vdt train sft $args --output /tmp/vdt_multi_1gpu --device cuda > "$OUT/multi_1gpu.log" 2>&1 || rc=1
-  tail -4 "$OUT/multi_1gpu.log"; cp /tmp/vdt_multi_1gpu/done.json "$OUT/multi_1gpu_done.json"
-  cp /tmp/vdt_multi_1gpu/train_log.csv "$OUT/multi_1gpu_train_log.csv"
-  python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/vdt train sft $args \
-    --output /tmp/vdt_multi_2gpu > "$OUT/multi_2gpu.log" 2>&1 || rc=1
-  grep -E "CRC|done|step 7|val|error|Error" "$OUT/multi_2gpu.log" | tail -12
-  cp /tmp/vdt_multi_2gpu/done.json "$OUT/multi_2gpu_done.json"; cp /tmp/vdt_multi_2gpu/train_log.csv "$OUT/multi_2gpu_train_log.csv"
+  grep -E "^step|done" "$OUT/multi_1gpu.log" | cut -c1-200; cp /tmp/vdt_multi_1gpu/done.json "$OUT/multi_1gpu_done.json"
+  n=${NPROC:-2}
+  python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train sft $args \
+    --output /tmp/vdt_multi_${n}gpu > "$OUT/multi_${n}gpu.log" 2>&1 || rc=1
+  grep -E "^step|CRC|done|val|error|Error|Warn" "$OUT/multi_${n}gpu.log" | cut -c1-200 | tail -16
+  cp /tmp/vdt_multi_${n}gpu/done.json "$OUT/multi_${n}gpu_done.json"
 fi
 exit $rc

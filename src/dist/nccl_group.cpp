@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <cstdio>
 #endif
 
 namespace vdt {
@@ -40,6 +41,13 @@ class NcclGroup : public Communicator {
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = std::chrono::minutes(30);
     pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, opts);
+  }
+  ~NcclGroup() override {
+    try {  // torch.distributed's destroy_process_group: finish pending work, release the communicators
+      pg_->shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[dist] NCCL shutdown: %s\n", e.what());
+    }
   }
   int rank() const override { return env_.rank; }
   int world() const override { return env_.world; }

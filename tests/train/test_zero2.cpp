@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/error.h"
 #include "dist/local_group.h"
 #include "test_util.h"
 #include "tools/synth.h"
@@ -145,6 +146,27 @@ TEST_F(Zero2Test, ShardedStateFromTwoRanksContinuesOnFourAndFromOneOnTwo) {
   two.resume = two.output;
   run(two, 2);
   EXPECT_LT(relative_update_gap(ref.output, two.output, init.output), 1e-3);
+}
+
+TEST_F(Zero2Test, ANonFiniteLossStopsEveryRankAtTheSameStep) {
+  auto c = config("nan", 2, 6);
+  c.lr = c.cond_lr = 1e30, c.warmup_steps = 0, c.val_every = 0, c.save_every = 1;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  run_local_ranks(2, [&](Communicator& comm) {
+    try {
+      train_sft(c, comm, 0);
+    } catch (const Error& e) {  // each rank stops by itself, with the same message: no rank waits in a collective
+      std::lock_guard<std::mutex> lk(mu);
+      errors.push_back(e.what());
+    }
+  });
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].substr(0, 30), errors[1].substr(0, 30));
+  EXPECT_NE(errors[0].find("non-finite"), std::string::npos) << errors[0];
+  const auto st = load_trainer_state(c.output, false);  // the last good state is whole
+  ASSERT_TRUE(st.has_value());
+  EXPECT_GE(st->st.step, 1);
 }
 
 }  // namespace
