@@ -1,0 +1,54 @@
+#include "diffusion/forcing.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace vdt {
+
+void ForcingConfig::validate() const {
+  VDT_CHECK(chunks >= 1, "span of ", chunks, " chunks: expected >= 1");
+  VDT_CHECK(chunk_frames >= 1, "--chunk-frames ", chunk_frames, ": expected >= 1");
+  VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
+}
+
+double df_sigma(double u, double shift) { return shift * u / (1.0 + (shift - 1.0) * u); }
+
+DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
+                          const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights) {
+  cfg.validate();
+  const int64_t B = x0.size(0), F = x0.size(2);
+  VDT_CHECK(x0.dim() == 5 && F == cfg.chunks * cfg.chunk_frames, "diffusion forcing: latents ", x0.sizes(),
+            " do not hold ", cfg.chunks, " chunks of ", cfg.chunk_frames, " frames");
+  VDT_CHECK(static_cast<int64_t>(u.size()) == cfg.chunks, "diffusion forcing: ", u.size(), " noise levels for ",
+            cfg.chunks, " chunks");
+  DfExample ex;
+  std::vector<float> sigma_f(static_cast<size_t>(F));
+  for (int64_t c = 0; c < cfg.chunks; ++c) {
+    const double s = df_sigma(u[c], cfg.level_shift);
+    ex.sigmas.push_back(s);
+    ex.weights.push_back(grid_weights[nearest_index(grid, 1000.0 * s)].item<double>());
+    for (int64_t f = 0; f < cfg.chunk_frames; ++f) sigma_f[c * cfg.chunk_frames + f] = static_cast<float>(s);
+  }
+  if (cfg.clean_first_frame) sigma_f[0] = 0;
+  auto sig = torch::tensor(sigma_f).to(x0.device());                      // [F]
+  auto sig5 = sig.view({1, 1, F, 1, 1});                                  // broadcast over [B, C, F, H, W]
+  ex.x_t = add_noise(x0.to(torch::kFloat32), noise.to(torch::kFloat32), sig5).to(x0.scalar_type());
+  ex.target = velocity_target(x0.to(torch::kFloat32), noise.to(torch::kFloat32)).to(x0.scalar_type());
+  ex.t = (sig * 1000.0).unsqueeze(0).expand({B, F}).contiguous();        // [B, F]
+  return ex;
+}
+
+torch::Tensor df_loss(const torch::Tensor& pred, const DfExample& ex, const ForcingConfig& cfg) {
+  auto total = torch::zeros({}, pred.options().dtype(torch::kFloat32));
+  for (int64_t c = 0; c < cfg.chunks; ++c) {
+    int64_t begin = c * cfg.chunk_frames, n = cfg.chunk_frames;
+    if (c == 0 && cfg.clean_first_frame) ++begin, --n;
+    if (n == 0) continue;
+    auto d = pred.narrow(2, begin, n).to(torch::kFloat32) - ex.target.narrow(2, begin, n).to(torch::kFloat32);
+    total = total + d.pow(2).mean() * ex.weights[c];
+  }
+  return total / static_cast<double>(cfg.chunks);
+}
+
+}  // namespace vdt

@@ -1,0 +1,42 @@
+// Diffusion forcing for the causal workflow (SPEC §5 `df`, seed rtcwm): a span of `chunks` chunks of `chunk_frames`
+// latent frames, each chunk with its own noise level u ~ U(0, 1) shifted by `level_shift`
+// (sigma = s u / (1 + (s - 1) u), t = 1000 sigma), per-frame timesteps from the chunk, and a loss that is each chunk's
+// MSE weighted by the bell weight of its t (the training grid's weight at the nearest grid point), averaged over
+// chunks. The first latent frame of the span may be given clean (Picture-1 style): timestep 0, no loss.
+// Not here: where u comes from (the caller's counter-based stream) or the attention pattern (model/block_causal.h).
+#pragma once
+#include <torch/types.h>
+
+#include <vector>
+
+#include "diffusion/flow_match.h"
+
+namespace vdt {
+
+struct ForcingConfig {
+  int64_t chunks = 6, chunk_frames = 3;
+  double level_shift = 3.0;
+  bool clean_first_frame = false;
+  void validate() const;  // names the flag at fault
+};
+
+// The shifted noise level of a uniform draw u in [0, 1).
+double df_sigma(double u, double shift);
+
+struct DfExample {
+  torch::Tensor x_t;            // [B, C, F, H, W], F = chunks * chunk_frames
+  torch::Tensor t;              // [B, F] per-frame model timesteps (float32)
+  torch::Tensor target;         // [B, C, F, H, W] velocity target
+  std::vector<double> sigmas;   // per chunk
+  std::vector<double> weights;  // per chunk: bell weight of the chunk's t
+};
+
+// x0 and noise [B, C, F, H, W]; u: one uniform draw per chunk.
+DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
+                          const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
+
+// mean over chunks of weight_c * mean((pred - target)^2 over chunk c's frames) in float32; a clean first frame is
+// left out of chunk 0.
+torch::Tensor df_loss(const torch::Tensor& pred, const DfExample& ex, const ForcingConfig& cfg);
+
+}  // namespace vdt

@@ -1,0 +1,75 @@
+#include "model/block_causal.h"
+
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace vdt {
+
+CausalKernel causal_kernel_from_string(const std::string& s) {
+  if (s == "prefix") return CausalKernel::prefix;
+  if (s == "mask") return CausalKernel::mask;
+  if (s == "eager") return CausalKernel::eager;
+  VDT_FAIL("--attn ", s, ": expected prefix or mask");
+}
+
+torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device) {
+  VDT_CHECK(n_chunks >= 1 && chunk_tokens >= 1, "block_causal_mask: ", n_chunks, " chunks of ", chunk_tokens,
+            " tokens, expected >= 1 each");
+  auto chunk = torch::arange(n_chunks * chunk_tokens, torch::TensorOptions().device(device)).div(
+      chunk_tokens, "floor");                      // [L] chunk index of each token
+  return chunk.unsqueeze(1) >= chunk.unsqueeze(0);  // [L, L]: key chunk <= query chunk
+}
+
+torch::Tensor teacher_forcing_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device) {
+  auto causal = block_causal_mask(n_chunks, chunk_tokens, device);  // [L, L]
+  auto chunk = torch::arange(n_chunks * chunk_tokens, torch::TensorOptions().device(device)).div(chunk_tokens, "floor");
+  auto strictly_before = chunk.unsqueeze(1) > chunk.unsqueeze(0);   // noisy i -> clean j < i
+  auto same = chunk.unsqueeze(1) == chunk.unsqueeze(0);             // noisy i -> noisy i
+  auto none = torch::zeros_like(causal);
+  auto top = torch::cat({causal, none}, 1);                         // clean queries: clean keys only
+  auto bottom = torch::cat({strictly_before, same}, 1);             // noisy queries
+  return torch::cat({top, bottom}, 0);                              // [2L, 2L]
+}
+
+torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& mask) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const auto ct = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;  // at least float32
+  auto s = torch::matmul(q.to(ct), k.to(ct).transpose(-2, -1)) * scale;  // [B, N, Lq, Lk]
+  s = s.masked_fill(~mask, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(s, -1), v.to(ct)).to(q.scalar_type());
+}
+
+torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     int64_t chunk_tokens, CausalKernel kernel) {
+  TORCH_CHECK(q.dim() == 4 && q.sizes() == k.sizes() && k.sizes() == v.sizes(),
+              "block_causal_attention: expected q, k, v [B, N, L, Dh] of one shape, got ", q.sizes(), k.sizes(),
+              v.sizes());
+  const int64_t L = q.size(2);
+  TORCH_CHECK(chunk_tokens >= 1 && L % chunk_tokens == 0, "block_causal_attention: L = ", L,
+              " is not a multiple of chunk_tokens = ", chunk_tokens);
+  const int64_t n = L / chunk_tokens;
+  switch (kernel) {
+    case CausalKernel::prefix: {
+      std::vector<torch::Tensor> out;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t end = (i + 1) * chunk_tokens;
+        out.push_back(at::scaled_dot_product_attention(q.narrow(2, i * chunk_tokens, chunk_tokens),
+                                                       k.narrow(2, 0, end), v.narrow(2, 0, end)));
+      }
+      return torch::cat(out, 2);
+    }
+    case CausalKernel::mask:
+      return at::scaled_dot_product_attention(q, k, v, block_causal_mask(n, chunk_tokens, q.device()));
+    case CausalKernel::eager:
+      return masked_attention_eager(q, k, v, block_causal_mask(n, chunk_tokens, q.device()));
+  }
+  VDT_FAIL("block_causal_attention: unknown kernel");
+}
+
+}  // namespace vdt

@@ -1,0 +1,33 @@
+// Block-causal attention for the causal workflow (SPEC §5, reference/peers.md §1): the token sequence is cut into
+// chunks of `chunk_tokens` (a chunk = some latent frames), and the queries of chunk i see the keys of chunks 0..i.
+// Three ways that must agree, forward and backward: `prefix` — one SDPA call per chunk over its key prefix (no mask,
+// so the fused kernels stay usable); `mask` — one SDPA call with a boolean block mask; `eager` — the slow, obvious
+// softmax(q k^T / sqrt(Dh) + mask) v (the reference in tests). Teacher forcing adds clean context chunks beside the
+// noisy ones: block_causal_mask(..., clean_context) builds that mask.
+// Not here: which tokens form a chunk (the trainer), RoPE (applied to q and k before).
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+namespace vdt {
+
+enum class CausalKernel { prefix, mask, eager };
+CausalKernel causal_kernel_from_string(const std::string& s);  // "prefix" | "mask" | "eager"; error names the flag
+
+// Boolean [L, L] mask, true = may attend: query chunk i sees key chunks 0..i. L = n_chunks * chunk_tokens.
+torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device = torch::kCPU);
+
+// Teacher forcing: the sequence is [clean chunks 0..n-1 | noisy chunks 0..n-1] ([2L, 2L] mask). A clean chunk i sees
+// clean chunks 0..i; a noisy chunk i sees clean chunks 0..i-1 and itself.
+torch::Tensor teacher_forcing_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device = torch::kCPU);
+
+// q, k, v [B, N, L, Dh] with L = n_chunks * chunk_tokens -> [B, N, L, Dh].
+torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     int64_t chunk_tokens, CausalKernel kernel);
+
+// Any boolean mask [Lq, Lk] (true = attend), eagerly: the reference for the masked kernels.
+torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& mask);
+
+}  // namespace vdt
