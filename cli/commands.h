@@ -11,6 +11,7 @@ void add_data(CLI::App& app, int& exit_code);
 void add_train(CLI::App& app, int& exit_code);
 void add_sample(CLI::App& app, int& exit_code);
 void add_demo(CLI::App& app, int& exit_code);
+void add_ckpt(CLI::App& app, int& exit_code);
 void add_data_synth(CLI::App& data_cmd, int& exit_code);  // cli/data_synth.cpp, called by add_data
 
 }  // namespace vdt::cli

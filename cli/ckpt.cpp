@@ -1,0 +1,90 @@
+// `vdt ckpt inspect|check|diff|merge-lora` (SPEC §7): look into checkpoints and fold a LoRA into base weights.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/lora.h"
+#include "tools/ckpt.h"
+
+namespace vdt::cli {
+
+void add_ckpt(CLI::App& app, int& exit_code) {
+  auto* ckpt = app.add_subcommand("ckpt", "Inspect, check, compare checkpoints; merge a LoRA");
+  ckpt->require_subcommand(1);
+
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto* inspect = ckpt->add_subcommand("inspect", "Summarise a checkpoint (one file or the shards of one)");
+  inspect->add_option("files", *files, "safetensors file(s)")->required();
+  inspect->callback([files, &exit_code] {
+    const auto s = inspect_ckpt(SafetensorsSet::open(*files));
+    std::printf("%lld tensors, %lld parameters, %.3f GB\n", static_cast<long long>(s.tensors),
+                static_cast<long long>(s.parameters), static_cast<double>(s.bytes) / 1e9);
+    for (const auto& [dt, n] : s.dtypes) std::printf("  %-8s %lld tensors\n", dt.c_str(), static_cast<long long>(n));
+    std::printf("preset: %s\n", s.preset.empty() ? "(not a Wan DiT)" : s.preset.c_str());
+    if (s.sem_cond_keys) std::printf("gc_sem_cond: %lld keys\n", static_cast<long long>(s.sem_cond_keys));
+    if (s.lora_modules) std::printf("LoRA: %lld modules\n", static_cast<long long>(s.lora_modules));
+    for (const auto& [k, v] : s.metadata)
+      std::printf("  meta %s = %s\n", k.c_str(), v.size() > 120 ? (v.substr(0, 117) + "...").c_str() : v.c_str());
+    exit_code = 0;
+  });
+
+  auto check_files = std::make_shared<std::vector<std::string>>();
+  auto preset = std::make_shared<std::string>();
+  auto* check = ckpt->add_subcommand("check", "Report every problem of a checkpoint, one line each; exit 1 if any");
+  check->add_option("files", *check_files, "safetensors file(s)")->required();
+  check->add_option("--model", *preset, "preset to check the keys against (default: detected)");
+  check->callback([check_files, preset, &exit_code] {
+    const auto problems = check_ckpt(SafetensorsSet::open(*check_files), *preset);
+    for (const auto& p : problems) std::printf("%s\n", p.c_str());
+    std::printf(problems.empty() ? "ok\n" : "%zu problem(s)\n", problems.size());
+    exit_code = problems.empty() ? 0 : 1;
+  });
+
+  auto ab = std::make_shared<std::pair<std::string, std::string>>();
+  auto* diff = ckpt->add_subcommand("diff", "Per-key differences of two checkpoints (max |a-b|, relative L2)");
+  diff->add_option("a", ab->first, "first checkpoint")->required();
+  diff->add_option("b", ab->second, "second checkpoint")->required();
+  diff->callback([ab, &exit_code] {
+    const auto rows = diff_ckpt(SafetensorsSet::open({ab->first}), SafetensorsSet::open({ab->second}));
+    double worst = 0;
+    size_t structural = 0;
+    for (const auto& r : rows) {
+      if (!r.what.empty()) {
+        ++structural;
+        std::printf("%-60s %s\n", r.key.c_str(), r.what.c_str());
+      } else if (r.max_abs > 0) {
+        std::printf("%-60s max_abs %.3e rel_l2 %.3e\n", r.key.c_str(), r.max_abs, r.rel_l2);
+      }
+      worst = std::max(worst, r.rel_l2);
+    }
+    std::printf("%zu keys, %zu differ in presence or shape, worst relative L2 %.3e\n", rows.size(), structural, worst);
+    exit_code = 0;
+  });
+
+  struct Merge {
+    std::vector<std::string> base;
+    std::string lora, out;
+    double alpha = 0;
+  };
+  auto m = std::make_shared<Merge>();
+  auto* merge = ckpt->add_subcommand("merge-lora", "Fold a LoRA into base weights: W + (alpha / rank) B A");
+  merge->add_option("--base", m->base, "base weights (the shards of one checkpoint)")->required();
+  merge->add_option("--lora", m->lora, "LoRA file (vdt or PEFT names)")->required();
+  merge->add_option("--out", m->out, "merged safetensors to write")->required();
+  merge->add_option("--alpha", m->alpha, "LoRA alpha when the file has none (default: its rank)");
+  merge->callback([m, &exit_code] {
+    const auto base = SafetensorsSet::open(m->base);
+    const auto lora = read_lora(m->lora, m->alpha);
+    auto meta = base.metadata();
+    meta["merged_lora"] = m->lora;
+    meta["lora_rank"] = std::to_string(lora.rank);
+    meta["lora_alpha"] = std::to_string(lora.alpha);
+    save_safetensors(m->out, merge_lora(base, lora, lora.alpha / static_cast<double>(lora.rank)), meta);
+    std::printf("merged %zu LoRA modules (rank %lld, alpha %g, scale %g) into %s\n", lora.modules.size(),
+                static_cast<long long>(lora.rank), lora.alpha, lora.alpha / static_cast<double>(lora.rank),
+                m->out.c_str());
+    exit_code = 0;
+  });
+}
+
+}  // namespace vdt::cli

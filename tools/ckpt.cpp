@@ -1,0 +1,101 @@
+#include "tools/ckpt.h"
+
+#include <torch/torch.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/lora.h"
+#include "model/wan_dit.h"
+#include "model/weights_io.h"
+
+namespace vdt {
+
+CkptSummary inspect_ckpt(const SafetensorsSet& files) {
+  CkptSummary s;
+  s.metadata = files.metadata();
+  for (const auto& k : files.keys()) {
+    const auto& e = files.entry(k);
+    int64_t n = 1;
+    for (auto d : e.shape) n *= d;
+    ++s.tensors, s.parameters += n, s.bytes += static_cast<int64_t>(e.end - e.begin);
+    ++s.dtypes[e.dtype];
+    char w = 0;
+    if (!lora_module_of(k, &w).empty() && w == 'A') ++s.lora_modules;
+    if (k.rfind("gc_sem_cond.", 0) == 0) ++s.sem_cond_keys;
+  }
+  try {
+    s.preset = detect_config(files).preset;
+  } catch (const Error&) {
+    s.preset = "";
+  }
+  return s;
+}
+
+std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::string& preset) {
+  std::vector<std::string> problems;
+  const auto summary = inspect_ckpt(files);
+  const bool is_lora = summary.lora_modules > 0;
+  if (!is_lora) {
+    std::string name = preset.empty() ? summary.preset : preset;
+    if (name.empty()) {
+      problems.push_back("the keys are not a Wan DiT of any preset (" + std::to_string(summary.tensors) +
+                         " tensors); name one with --model to see which keys differ");
+    } else {
+      // The key set depends on the layer count and the architecture, not the widths: build the key structure at
+      // the tiny preset's widths instead of allocating the real model.
+      ModelConfig mc = preset.empty() ? detect_config(files) : preset_config(preset);
+      const ModelConfig t = preset_config("tiny");
+      mc.dim = t.dim, mc.ffn_dim = t.ffn_dim, mc.num_heads = t.num_heads, mc.in_dim = t.in_dim;
+      mc.out_dim = t.out_dim, mc.text_dim = t.text_dim, mc.freq_dim = t.freq_dim;
+      WanDiT model(mc);
+      std::set<std::string> want, have;
+      for (const auto& kv : model->named_parameters()) want.insert(kv.key());
+      for (const auto& k : files.keys())
+        if (k.rfind("gc_sem_cond.", 0) != 0) have.insert(k);
+      for (const auto& k : want)
+        if (!have.count(k)) problems.push_back(k + ": missing (preset " + name + ")");
+      for (const auto& k : have)
+        if (!want.count(k)) problems.push_back(k + ": unexpected for preset " + name);
+      if (summary.sem_cond_keys != 0 && summary.sem_cond_keys != 6)
+        problems.push_back("gc_sem_cond: " + std::to_string(summary.sem_cond_keys) + " keys, expected 6");
+    }
+  } else {
+    try {
+      read_lora(files.file_of(files.keys().front()));
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+  }
+  for (const auto& k : files.keys()) {
+    const auto t = files.get(k);
+    if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>())
+      problems.push_back(k + ": " + std::to_string((~torch::isfinite(t)).sum().item<int64_t>()) +
+                         " non-finite values (NaN or Inf)");
+  }
+  return problems;
+}
+
+std::vector<CkptDiffRow> diff_ckpt(const SafetensorsSet& a, const SafetensorsSet& b) {
+  std::set<std::string> keys;
+  for (const auto& k : a.keys()) keys.insert(k);
+  for (const auto& k : b.keys()) keys.insert(k);
+  std::vector<CkptDiffRow> rows;
+  for (const auto& k : keys) {
+    CkptDiffRow r{k, "", 0, 0};
+    if (!a.contains(k)) r.what = "only in B";
+    else if (!b.contains(k)) r.what = "only in A";
+    else if (a.entry(k).shape != b.entry(k).shape) r.what = "shape";
+    else {
+      const auto ta = a.get(k).to(torch::kFloat64), tb = b.get(k).to(torch::kFloat64);
+      r.max_abs = ta.numel() ? (ta - tb).abs().max().item<double>() : 0;
+      const double n = ta.norm().item<double>();
+      r.rel_l2 = (ta - tb).norm().item<double>() / (n > 0 ? n : 1.0);
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace vdt

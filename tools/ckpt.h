@@ -1,0 +1,34 @@
+// Checkpoint tools behind `vdt ckpt` (SPEC §7): a summary of a checkpoint (keys, dtypes, parameters, metadata,
+// detected preset), a check that reports every problem (key set against the detected or named preset, NaN/Inf,
+// LoRA pairs), a per-key comparison of two checkpoints, and LoRA merging (model/lora.h).
+// Not here: printing (cli/ckpt.cpp).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+
+namespace vdt {
+
+struct CkptSummary {
+  int64_t tensors = 0, parameters = 0, bytes = 0;
+  std::map<std::string, int64_t> dtypes;  // dtype -> tensor count
+  std::string preset;                     // detected Wan preset, "" when the keys are not a Wan DiT
+  int64_t lora_modules = 0, sem_cond_keys = 0;
+  Metadata metadata;
+};
+CkptSummary inspect_ckpt(const SafetensorsSet& files);
+
+// Every problem, one line each, naming the key: missing or unexpected keys for a Wan DiT (against `preset`, or the
+// detected one when empty), non-finite values, incomplete LoRA pairs. Empty: healthy.
+std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::string& preset = "");
+
+struct CkptDiffRow {
+  std::string key, what;  // what: "only in A", "only in B", "shape", or "" for a numeric comparison
+  double max_abs = 0, rel_l2 = 0;
+};
+// Keys of both, sorted; numeric rows compare in float64.
+std::vector<CkptDiffRow> diff_ckpt(const SafetensorsSet& a, const SafetensorsSet& b);
+
+}  // namespace vdt
