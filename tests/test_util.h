@@ -4,7 +4,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace vdt::test {
 
@@ -34,6 +39,28 @@ class TempDir {
   }
   std::filesystem::path path_;
 };
+
+// Rows of a CSV log written by CsvLog (no quoted commas in the columns tests read), by column name; columns in
+// `skip` are left out.
+inline std::vector<std::map<std::string, std::string>> read_csv(const std::string& path,
+                                                                const std::set<std::string>& skip = {}) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  std::vector<std::string> cols;
+  std::stringstream hs(line);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(f, line)) {
+    std::stringstream ls(line);
+    std::map<std::string, std::string> row;
+    std::string cell;
+    for (size_t i = 0; i < cols.size() && std::getline(ls, cell, ','); ++i)
+      if (!skip.count(cols[i])) row[cols[i]] = cell;
+    rows.push_back(row);
+  }
+  return rows;
+}
 
 struct RunResult {
   int code = 0;

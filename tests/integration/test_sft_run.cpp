@@ -20,23 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  std::vector<std::string> cols;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
-  std::vector<std::map<std::string, std::string>> rows;
-  while (std::getline(f, line)) {
-    std::stringstream ls(line);
-    std::map<std::string, std::string> row;
-    std::string cell;
-    for (size_t i = 0; i < cols.size() && std::getline(ls, cell, ','); ++i) row[cols[i]] = cell;
-    rows.push_back(row);
-  }
-  return rows;
-}
+using test::read_csv;
 
 double mean_col(const std::vector<std::map<std::string, std::string>>& rows, const std::string& col, size_t from,
                 size_t to) {

@@ -33,24 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 using Rows = std::vector<std::map<std::string, std::string>>;
 
-Rows read_rows(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  std::vector<std::string> cols;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
-  Rows rows;
-  while (std::getline(f, line)) {
-    std::stringstream ls(line);
-    std::map<std::string, std::string> row;
-    std::string cell;
-    for (size_t i = 0; i < cols.size() && std::getline(ls, cell, ','); ++i)
-      if (cols[i] != "step_time" && cols[i] != "data_time" && cols[i] != "mem_gb") row[cols[i]] = cell;
-    rows.push_back(row);
-  }
-  return rows;
-}
+// Every logged column but the timings and memory.
+Rows read_rows(const std::string& path) { return test::read_csv(path, {"step_time", "data_time", "mem_gb"}); }
 
 void expect_same_tensors(const std::string& a, const std::string& b) {
   auto fa = SafetensorsFile::open(a), fb = SafetensorsFile::open(b);

@@ -24,22 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<std::map<std::string, double>> numeric_rows(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  std::vector<std::string> cols;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
-  std::vector<std::map<std::string, double>> rows;
-  while (std::getline(f, line)) {
-    std::stringstream ls(line);
-    std::map<std::string, double> row;
-    std::string cell;
-    for (size_t i = 0; i < cols.size() && std::getline(ls, cell, ','); ++i)
-      if (cols[i] != "clips") row[cols[i]] = std::stod(cell);
-    rows.push_back(row);
+  std::vector<std::map<std::string, double>> out;
+  for (const auto& row : test::read_csv(path, {"clips"})) {
+    out.emplace_back();
+    for (const auto& [k, v] : row) out.back()[k] = std::stod(v);
   }
-  return rows;
+  return out;
 }
 
 class Zero2Test : public ::testing::Test {
