@@ -2,7 +2,8 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|all]   (default all)
+# resume: sharded state over NCCL with the tiny preset: 2 GPUs save, 2 GPUs resume, then 1 GPU resumes (2 -> 1).
 # sft: a short `vdt train sft` at the real geometry (random 5B weights, synthetic data at 832x480, 48 channels,
 # 21 latent frames, 4096-wide text) with validation and export.
 set -uo pipefail
@@ -58,5 +59,17 @@ if [ "$what" = multi ]; then
     --output /tmp/vdt_multi_${n}gpu > "$OUT/multi_${n}gpu.log" 2>&1 || rc=1
   grep -E "^step|CRC|done|val|error|Error|Warn" "$OUT/multi_${n}gpu.log" | cut -c1-200 | tail -16
   cp /tmp/vdt_multi_${n}gpu/done.json "$OUT/multi_${n}gpu_done.json"
+fi
+if [ "$what" = resume ]; then
+  root=/tmp/vdt_resume_root; run=/tmp/vdt_resume_run; rm -rf $run
+  $build/vdt data synth $root --overwrite --train_runs 2 --train_clips_per_run 4 --n_drop 0 > /dev/null 2>&1 || rc=1
+  args="--data_root $root --res 128x128 --model tiny --grad_accum 1 --warmup_steps 2 --lr 1e-3 --val_every 2 --val_n 2 \
+    --save_every 2 --num_workers 1 --output $run"
+  torchrun="python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/vdt train sft"
+  $torchrun $args --max_steps 4 > "$OUT/resume_a.log" 2>&1 || rc=1
+  $torchrun $args --max_steps 6 --resume auto > "$OUT/resume_b.log" 2>&1 || rc=1
+  $build/vdt train sft $args --max_steps 8 --resume auto --device cuda > "$OUT/resume_c.log" 2>&1 || rc=1
+  grep -hE "^\[resume\]|^\[state\]|CRC|^trained|rror" "$OUT"/resume_[abc].log | cut -c1-220
+  ls -la $run/state/ | tee -a "$OUT/resume_c.log"; cp $run/train_log.csv "$OUT/resume_train_log.csv"
 fi
 exit $rc
