@@ -5,6 +5,8 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
+#include "model/lora.h"
+
 namespace vdt {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -43,11 +45,11 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope) {
-  auto qh = apply_rope(norm_q(q(x)).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
-  auto kh = apply_rope(norm_k(k(x)).unflatten(-1, {heads_, -1}), rope);
-  auto vh = v(x).unflatten(-1, {heads_, -1});
+  auto qh = apply_rope(norm_q(lora_or_linear(q, x)).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
+  auto kh = apply_rope(norm_k(lora_or_linear(k, x)).unflatten(-1, {heads_, -1}), rope);
+  auto vh = lora_or_linear(v, x).unflatten(-1, {heads_, -1});
   auto a = attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), kernel);  // [B, N, L, Dh]
-  return o(merge_heads(a));
+  return lora_or_linear(o, merge_heads(a));
 }
 
 CrossAttentionImpl::CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps) : heads_(num_heads) {
@@ -61,12 +63,12 @@ CrossAttentionImpl::CrossAttentionImpl(int64_t dim, int64_t num_heads, double ep
 
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
-  auto qx = norm_q(q(x));
-  auto kc = norm_k(k(ctx));
-  auto vc = v(ctx);
+  auto qx = norm_q(lora_or_linear(q, x));
+  auto kc = norm_k(lora_or_linear(k, ctx));
+  auto vc = lora_or_linear(v, ctx);
   if (ctx.dim() == 3) {
     auto a = attention(split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_), kernel);
-    return o(merge_heads(a));  // [B, L, D]
+    return lora_or_linear(o, merge_heads(a));  // [B, L, D]
   }
   // Per-cell text: fold frames into the batch so frame f's tokens see only cell f.
   const int64_t F = ctx.size(1), Lt = ctx.size(2);
@@ -75,7 +77,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   auto kf = kc.reshape({B * F, Lt, D});      // [B, F, Lt, D] -> [B*F, Lt, D]
   auto vf = vc.reshape({B * F, Lt, D});
   auto a = attention(split_heads(qf, heads_), split_heads(kf, heads_), split_heads(vf, heads_), kernel);
-  return o(merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
+  return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
 }
 
 }  // namespace vdt

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "model/lora.h"
+
 namespace vdt {
 
 torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
@@ -44,7 +46,12 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   // 2) cross-attention on text, affine norm3, no gate
   x = x + cross_attn(norm3(x), in.ctx);
   // 3) FFN with adaLN
-  x = gated_add(x, ffn->forward(modulated_norm(x, mod[3], mod[4], eps_)), mod[5]);
+  //    (ffn.0 and ffn.2 called one by one, so a LoRA attached to either takes part)
+  torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));
+  torch::nn::Linear ffn2(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(2)));
+  auto h = lora_or_linear(ffn0, modulated_norm(x, mod[3], mod[4], eps_));  // [B, L, ffn_dim]
+  h = ffn[1]->as<torch::nn::GELU>()->forward(h);
+  x = gated_add(x, lora_or_linear(ffn2, h), mod[5]);
   return x;
 }
 

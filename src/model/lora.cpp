@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <set>
+
 #include "core/error.h"
 
 namespace vdt {
@@ -9,6 +11,25 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The scale of an attached LoRA: a parameter-free child, so it is not saved with the weights.
+class LoraScaleImpl : public torch::nn::Module {
+ public:
+  explicit LoraScaleImpl(double s) : scale(s) {}
+  double scale;
+};
+TORCH_MODULE(LoraScale);
+
+// Linears by module name whose name is a LoRA target.
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::LinearImpl>>> target_linears(
+    torch::nn::Module& model, const std::vector<std::string>& targets) {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::LinearImpl>>> out;
+  for (const auto& kv : model.named_modules("", /*include_self=*/false))
+    if (auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value()))
+      if (is_lora_target(kv.key(), targets) && kv.key().find(".lora_") == std::string::npos)
+        out.emplace_back(kv.key(), lin);
+  return out;
 }
 
 }  // namespace
@@ -87,6 +108,79 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
     out.emplace_back(key, w);
   }
   return out;
+}
+
+torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) {
+  auto y = linear(x);
+  if (linear->children().empty()) return y;  // no LoRA attached: the plain Linear
+  auto a = linear->named_children()["lora_A"]->as<torch::nn::Linear>();
+  auto b = linear->named_children()["lora_B"]->as<torch::nn::Linear>();
+  const double scale = linear->named_children()["lora_scale"]->as<LoraScaleImpl>()->scale;
+  return y + b->forward(a->forward(x)) * scale;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
+                                                                uint64_t seed) {
+  VDT_CHECK(cfg.rank >= 1, "--lora-rank ", cfg.rank, ": expected >= 1");
+  const auto lins = target_linears(model, cfg.targets);
+  VDT_CHECK(!lins.empty(), "LoRA: no Linear of the model matches the targets");
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  torch::NoGradGuard ng;
+  auto gen = at::globalContext().defaultGenerator(torch::kCPU).clone();
+  gen.set_current_seed(seed);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [name, lin] : lins) {
+    VDT_CHECK(lin->children().empty(), "LoRA: '", name, "' already has a LoRA attached");
+    const int64_t in = lin->weight.size(1), outd = lin->weight.size(0);
+    const auto opts = lin->weight.options();
+    torch::nn::Linear a(torch::nn::LinearOptions(in, cfg.rank).bias(false));
+    torch::nn::Linear b(torch::nn::LinearOptions(cfg.rank, outd).bias(false));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming-uniform(a=sqrt(5)), as PEFT's A
+    a->weight.copy_(torch::empty({cfg.rank, in}).uniform_(-bound, bound, gen));
+    b->weight.zero_();
+    a->to(opts.device(), opts.dtype().toScalarType());
+    b->to(opts.device(), opts.dtype().toScalarType());
+    lin->register_module("lora_A", a);
+    lin->register_module("lora_B", b);
+    lin->register_module("lora_scale", LoraScale(cfg.scale()));
+    a->weight.set_requires_grad(true);
+    b->weight.set_requires_grad(true);
+    out.emplace_back(name + ".lora_A.weight", a->weight);
+    out.emplace_back(name + ".lora_B.weight", b->weight);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& kv : model.named_parameters())
+    if (kv.key().find(".lora_A.") != std::string::npos || kv.key().find(".lora_B.") != std::string::npos)
+      out.emplace_back(kv.key(), kv.value());
+  return out;
+}
+
+void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where) {
+  torch::NoGradGuard ng;
+  std::set<std::string> attached;
+  for (const auto& kv : model.named_modules("", false)) {
+    auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value());
+    if (!lin || lin->children().empty()) continue;
+    const auto& name = kv.key();
+    attached.insert(name);
+    auto it = w.modules.find(name);
+    VDT_CHECK(it != w.modules.end(), where, ": no LoRA for '", name, "' (the model has one attached there)");
+    auto a = lin->named_children()["lora_A"]->as<torch::nn::Linear>();
+    auto b = lin->named_children()["lora_B"]->as<torch::nn::Linear>();
+    VDT_CHECK(it->second.a.sizes() == a->weight.sizes() && it->second.b.sizes() == b->weight.sizes(), where,
+              ": LoRA of '", name, "' is A ", it->second.a.sizes(), " B ", it->second.b.sizes(), ", the model needs A ",
+              a->weight.sizes(), " B ", b->weight.sizes());
+    a->weight.copy_(it->second.a);
+    b->weight.copy_(it->second.b);
+    lin->named_children()["lora_scale"]->as<LoraScaleImpl>()->scale = w.alpha / static_cast<double>(w.rank);
+  }
+  VDT_CHECK(!attached.empty(), where, ": the model has no LoRA attached; attach one first");
+  for (const auto& [m, p] : w.modules)
+    VDT_CHECK(attached.count(m), where, ": LoRA module '", m, "' matches no attached Linear of the model");
 }
 
 torch::Tensor lora_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,

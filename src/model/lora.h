@@ -1,11 +1,15 @@
 // LoRA weights (SPEC §1): for a target Linear `<module>` with weight W [out, in], A [r, in] and B [out, r] add
 // (alpha / r) * B A to W. Files: `<module>.lora_A.weight`, `<module>.lora_B.weight` with `rank`, `alpha` and `base`
 // in the metadata; PEFT's names (`base_model.model.<module>.lora_A.default.weight`, or without the prefix) load too.
-// Here: reading either naming, which modules are targets, folding a LoRA into base weights (`vdt ckpt merge-lora`)
-// and the unmerged forward it must equal. Not here: wrapping a built model's Linears for training (the causal
-// workflow attaches that from outside the model code).
+// Here: attaching LoRA factors to the target Linears of a built model from outside (they become the Linear's children
+// `lora_A`, `lora_B`, so their parameter names are the file's key names), the forward that uses them, reading either
+// naming, folding a LoRA into base weights (`vdt ckpt merge-lora`) and the unmerged forward it must equal.
+// Not here: training (the causal trainer freezes the base and optimises what attach_lora returns).
 #pragma once
 #include <torch/types.h>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include <map>
 #include <string>
@@ -48,6 +52,20 @@ std::string lora_module_of(const std::string& key, char* which);
 // whose `<module>.weight` is not in the base, or whose shapes do not match it, is an error naming both.
 std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsSet& base, const LoraWeights& lora,
                                                               double scale);
+
+// The Linear's output, plus scale * B(A(x)) when a LoRA is attached to it (the model's attention and FFN call this).
+torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x);
+
+// Attaches LoRA factors to every Linear of `model` whose name is a target: A [r, in] with PyTorch's default Linear
+// init drawn from `seed`, B [out, r] zero (so the model's output is unchanged), in the base weight's dtype and
+// device. Freezes every other parameter. Returns the LoRA parameters by name (`<module>.lora_A.weight`, ...).
+std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
+                                                                uint64_t seed);
+// Copies a LoRA file's factors into the attached ones: every attached module must be in the file with matching
+// shapes, and the file may hold no other module (errors name the module); the scale becomes alpha / rank.
+void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where);
+// The attached factors by name, for saving.
+std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model);
 
 // The unmerged LoRA forward: x W^T + b + scale * (x A^T) B^T (the reference a merge must equal).
 torch::Tensor lora_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,

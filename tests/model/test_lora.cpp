@@ -2,8 +2,10 @@
 // unmerged forward (x W^T + s (x A^T) B^T) on every merged Linear, and `vdt ckpt merge-lora` writes it.
 #include <torch/torch.h>
 
+#include "core/rng.h"
 #include "core/safetensors.h"
 #include "model/lora.h"
+#include "model/wan_dit.h"
 #include "test_util.h"
 
 namespace vdt {
@@ -82,6 +84,59 @@ TEST(CkptCli, InspectCheckAndDiffATinyExport) {
   EXPECT_EQ(r3.code, 1) << r3.output;
   EXPECT_NE(r3.output.find("non-finite"), std::string::npos) << r3.output;
   EXPECT_NE(r3.output.find("head.head.weight: missing (preset tiny)"), std::string::npos) << r3.output;
+}
+
+// The model with a LoRA attached (B made non-zero) equals the base model with that LoRA merged into its weights, on
+// a forward; at attach time (B = 0) it equals the base; only the LoRA factors get gradients; a saved LoRA reloads.
+TEST(Lora, AttachedModelEqualsTheMergedModelOnAForward) {
+  test::TempDir d;
+  torch::manual_seed(0);
+  const auto x = torch::randn({1, 16, 3, 4, 6}), ctx = torch::randn({1, 7, 64}), t = torch::full({1}, 600.0);
+  auto make = [] {
+    WanDiT m(preset_config("tiny"));
+    m->init_weights(1);
+    torch::NoGradGuard ng;
+    m->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 5));  // the same head every time
+    return m;
+  };
+  WanDiT model = make();
+  const auto base_out = model->forward({x, t, ctx}).detach();
+  const auto lora_params = attach_lora(*model, LoraConfig{4, 8}, 7);
+  EXPECT_EQ(lora_params.size(), 2u * 10 * 2);  // 2 blocks x (q, k, v, o of both attentions, ffn.0, ffn.2) x (A, B)
+  EXPECT_EQ(lora_params.front().first, "blocks.0.self_attn.q.lora_A.weight");
+  EXPECT_TRUE(torch::equal(model->forward({x, t, ctx}), base_out));  // B = 0
+  {
+    torch::NoGradGuard ng;
+    for (auto& [n, p] : lora_params) p.normal_(0, 0.1);
+  }
+  auto out = model->forward({x, t, ctx});
+  EXPECT_GT((out - base_out).abs().max().item<double>(), 1e-3);
+  out.square().sum().backward();
+  for (const auto& kv : model->named_parameters())
+    EXPECT_EQ(kv.value().grad().defined(), kv.key().find(".lora_") != std::string::npos) << kv.key();
+  // Save (our naming), merge into the base weights, load the merged weights into a plain model.
+  save_safetensors(d.file("lora.safetensors"), lora_state(*model), {{"rank", "4"}, {"alpha", "8"}, {"base", "tiny"}});
+  std::vector<std::pair<std::string, torch::Tensor>> base_w;
+  for (const auto& kv : make()->named_parameters()) base_w.emplace_back(kv.key(), kv.value());
+  save_safetensors(d.file("base.safetensors"), base_w);
+  const auto lora = read_lora(d.file("lora.safetensors"));
+  const auto merged = merge_lora(SafetensorsSet::open({d.file("base.safetensors")}), lora, lora.alpha / lora.rank);
+  WanDiT plain = make();
+  {
+    torch::NoGradGuard ng;
+    std::map<std::string, torch::Tensor> m(merged.begin(), merged.end());
+    for (auto& kv : plain->named_parameters()) kv.value().copy_(m.at(kv.key()));
+  }
+  EXPECT_LT((plain->forward({x, t, ctx}) - out.detach()).abs().max().item<double>(), 1e-5);
+  // The saved LoRA loads into a freshly attached model and gives the same output.
+  WanDiT again = make();
+  attach_lora(*again, LoraConfig{4, 8}, 99);
+  load_lora(*again, lora, d.file("lora.safetensors"));
+  EXPECT_LT((again->forward({x, t, ctx}) - out.detach()).abs().max().item<double>(), 1e-6);
+  LoraWeights partial = lora;
+  partial.modules.erase("blocks.1.ffn.2");
+  test::expect_error([&] { load_lora(*again, partial, "partial.safetensors"); },
+                     {"partial.safetensors", "blocks.1.ffn.2"});
 }
 
 }  // namespace
