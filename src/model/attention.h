@@ -1,11 +1,12 @@
 // Wan attention modules under their checkpoint names: RMSNorm over the full width (`norm_q`, `norm_k`),
 // self-attention with 3-axis RoPE (`self_attn`) and text cross-attention (`cross_attn`), plus the attention kernel:
 // SDPA (cuDNN on Hopper, math on CPU) with an eager softmax reference beside it for tests.
-// Not here: masks for block-causal attention (the causal workflow adds them) or any parallelism.
+// Self-attention can run block-causal (model/block_causal.h) when given a chunk size. Not here: any parallelism.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
+#include "model/block_causal.h"
 #include "model/embeddings.h"
 
 namespace vdt {
@@ -30,10 +31,12 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps);
-  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope);  // [B, L, D] -> [B, L, D]
+  // causal_chunk > 0: block-causal over chunks of that many tokens (queries of chunk i see chunks 0..i).
+  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, int64_t causal_chunk = 0);  // [B, L, D] -> [B, L, D]
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;
+  CausalKernel causal_kernel = CausalKernel::prefix;
 
  private:
   int64_t heads_;

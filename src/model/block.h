@@ -17,6 +17,7 @@ struct BlockInputs {
   torch::Tensor e0;    // [B, G, 6, D] time projection per timestep group (float32)
   torch::Tensor ctx;   // [B, Lt, D] or [B, F, Lt, D] embedded text
   RopeTable rope;      // [L, Dh/2] tables
+  int64_t causal_chunk = 0;  // tokens per block-causal chunk of self-attention; 0 = bidirectional
 };
 
 class WanBlockImpl : public torch::nn::Module {

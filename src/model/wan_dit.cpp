@@ -50,6 +50,10 @@ std::array<int64_t, 3> WanDiTImpl::token_grid(at::IntArrayRef s) const {
   return {s[2] / cfg_.patch[0], s[3] / cfg_.patch[1], s[4] / cfg_.patch[2]};
 }
 
+void WanDiTImpl::set_causal_kernel(CausalKernel k) {
+  for (auto& b : *blocks) b->as<WanBlockImpl>()->self_attn->causal_kernel = k;
+}
+
 void WanDiTImpl::set_attention_kernel(AttentionKernel k) {
   for (auto& b : *blocks) b->as<WanBlockImpl>()->set_attention_kernel(k);
 }
@@ -160,6 +164,11 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
   }
 
   BlockInputs bin{x, e0, ctx, rope_table(cfg_.head_dim(), grid, x.device())};
+  if (in.causal_chunk_frames > 0) {
+    TORCH_CHECK(grid[0] % in.causal_chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",
+                in.causal_chunk_frames);
+    bin.causal_chunk = in.causal_chunk_frames * grid[1] * grid[2];  // tokens per chunk
+  }
   for (auto& m : *blocks) {
     auto& block = *m->as<WanBlockImpl>();
     bin.x = block_runner_ ? block_runner_(block, bin) : block.forward(bin);

@@ -39,6 +39,7 @@ struct DiTInputs {
   torch::Tensor context_ids;  // optional [B, F'] row of `context` for each cell (latent frame)
   torch::Tensor cond_embed;   // optional [B, L, D] added after patch embedding
   torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids for gc_sem_cond (required once it is installed)
+  int64_t causal_chunk_frames = 0;  // latent frames per block-causal chunk (self-attention); 0 = bidirectional
 };
 
 // Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
@@ -64,6 +65,7 @@ class WanDiTImpl : public torch::nn::Module {
   void init_weights(uint64_t seed);
   void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
   void set_attention_kernel(AttentionKernel k);
+  void set_causal_kernel(CausalKernel k);  // prefix (default) or mask, for causal_chunk_frames > 0
   const ModelConfig& config() const { return cfg_; }
 
   torch::nn::Conv3d patch_embedding{nullptr};

@@ -14,10 +14,11 @@ using torch::autograd::variable_list;
 class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
  public:
   static variable_list forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor e0, torch::Tensor c,
-                               torch::Tensor cos, torch::Tensor sin, WanBlockImpl* block) {
+                               torch::Tensor cos, torch::Tensor sin, WanBlockImpl* block, int64_t causal_chunk) {
     ctx->save_for_backward({x, e0, c, cos, sin});
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
-    return {block->forward({x, e0, c, {cos, sin}})};  // runs with grad mode off: nothing inside is kept
+    ctx->saved_data["causal_chunk"] = causal_chunk;
+    return {block->forward({x, e0, c, {cos, sin}, causal_chunk})};  // runs with grad mode off: nothing inside is kept
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -28,10 +29,10 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     torch::Tensor y;
     {
       torch::AutoGradMode grad_on(true);  // grad mode is off inside backward unless create_graph
-      y = block->forward({in[0], in[1], in[2], {saved[3], saved[4]}});
+      y = block->forward({in[0], in[1], in[2], {saved[3], saved[4]}, ctx->saved_data["causal_chunk"].toInt()});
     }
     torch::autograd::backward({y}, {grad_out[0]});
-    return {in[0].grad(), in[1].grad(), in[2].grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {in[0].grad(), in[1].grad(), in[2].grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -40,7 +41,7 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
 void enable_block_checkpointing(WanDiTImpl& model) {
   model.set_block_runner([](WanBlockImpl& block, const BlockInputs& in) {
     if (!torch::GradMode::is_enabled()) return block.forward(in);
-    return BlockCheckpoint::apply(in.x, in.e0, in.ctx, in.rope.cos, in.rope.sin, &block)[0];
+    return BlockCheckpoint::apply(in.x, in.e0, in.ctx, in.rope.cos, in.rope.sin, &block, in.causal_chunk)[0];
   });
 }
 
