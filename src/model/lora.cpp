@@ -113,10 +113,10 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) {
   auto y = linear(x);
   if (linear->children().empty()) return y;  // no LoRA attached: the plain Linear
-  auto a = linear->named_children()["lora_A"]->as<torch::nn::Linear>();
-  auto b = linear->named_children()["lora_B"]->as<torch::nn::Linear>();
-  const double scale = linear->named_children()["lora_scale"]->as<LoraScaleImpl>()->scale;
-  return y + b->forward(a->forward(x)) * scale;
+  const auto kids = linear->named_children();
+  auto a = kids["lora_A"]->as<torch::nn::Linear>();
+  auto b = kids["lora_B"]->as<torch::nn::Linear>();
+  return y + b->forward(a->forward(x)) * kids["lora_scale"]->as<LoraScaleImpl>()->scale;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,

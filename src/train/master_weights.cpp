@@ -55,10 +55,4 @@ std::vector<std::pair<std::string, torch::Tensor>> TrainParams::named() const {
   return out;
 }
 
-int64_t TrainParams::numel(const std::function<bool(const std::string&)>& keep) const {
-  int64_t n = 0;
-  for (const auto& t : select(keep)) n += t.numel();
-  return n;
-}
-
 }  // namespace vdt

@@ -26,7 +26,6 @@ class TrainParams {
   std::vector<std::string> select_names(const std::function<bool(const std::string&)>& keep) const;
   std::vector<std::pair<std::string, torch::Tensor>> named() const;
   bool has_masters() const { return masters_; }
-  int64_t numel(const std::function<bool(const std::string&)>& keep) const;
 
  private:
   std::vector<std::pair<std::string, torch::Tensor>> model_;

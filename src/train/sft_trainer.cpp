@@ -508,13 +508,14 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   sum.steps = cfg.max_steps;
   sum.state_dir = r.state_slot;
   sum.peak_mem_gb = peak_memory_gb(r.device);
-  for (const auto& p : r.model->parameters()) {
-    const auto c = p.detach().to(torch::kCPU).contiguous();
-    sum.weights_crc = static_cast<uint32_t>(
-        ::crc32(sum.weights_crc, static_cast<const Bytef*>(c.data_ptr()), static_cast<uInt>(c.numel() * c.element_size())));
-  }
-  if (r.world > 1)
+  if (r.world > 1) {  // the ranks' weights must be identical: a checksum each prints (a host copy of every weight)
+    for (const auto& p : r.model->parameters()) {
+      const auto c = p.detach().to(torch::kCPU).contiguous();
+      sum.weights_crc = static_cast<uint32_t>(::crc32(sum.weights_crc, static_cast<const Bytef*>(c.data_ptr()),
+                                                      static_cast<uInt>(c.numel() * c.element_size())));
+    }
     std::printf("[done] rank %d of %d: weights CRC-32 %08x\n", r.rank, r.world, static_cast<unsigned>(sum.weights_crc));
+  }
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
   if (r.rank == 0) r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
   return sum;

@@ -17,7 +17,7 @@ struct SftSummary {
   double first_loss = 0, last_loss = 0;
   double s_per_step = 0, data_s_per_step = 0, peak_mem_gb = 0;
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
-  uint32_t weights_crc = 0;            // CRC-32 of every parameter's bytes at the end: equal on every rank
+  uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
 };
 
 // One process (CPU or one GPU).
