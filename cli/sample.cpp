@@ -1,5 +1,6 @@
 // `vdt sample`: Euler + CFG samples of validation clips from an SFT export; writes latents and, when the data root
 // has the synthetic VAE (vae.safetensors), a PNG per clip: ground truth / with conditions / without conditions.
+// `vdt sample --causal --lora L`: a causal LoRA's validation windows chunk by chunk (ground truth / sample).
 #include <cstdio>
 #include <filesystem>
 
@@ -8,21 +9,77 @@
 #include "core/png.h"
 #include "tools/preview.h"
 #include "tools/synth_vae.h"
+#include "model/lora.h"
+#include "train/causal_trainer.h"
 #include "train/export.h"
 #include "train/sampling.h"
 
 namespace vdt::cli {
 
+namespace {
+
+struct Opts {
+  std::string ckpt, data_root, out, split = "val", device = "cpu", res, lora, weights;
+  int64_t n = 2, steps = 30;
+  double cfg = 5.0, shift = 5.0;
+  uint64_t seed = 0;
+  bool causal = false;
+};
+
+// `vdt sample --causal`: the base rebuilt from the LoRA's metadata (or --weights), the LoRA attached and loaded, the
+// run's val windows (same --val-clips and seed) sampled chunk by chunk.
+int sample_causal(const Opts& o, const torch::Device& device) {
+  if (o.lora.empty()) throw CLI::RequiredError("--lora (with --causal)");
+  const auto meta = SafetensorsFile::open(o.lora)->metadata();
+  auto get = [&](const char* k, const std::string& dflt) { return meta.count(k) ? meta.at(k) : dflt; };
+  const auto lora = read_lora(o.lora);
+  const int64_t chunk_frames = std::stoll(get("chunk_frames", "3"));
+  const uint64_t run_seed = std::stoull(get("seed", "0"));
+  const std::string weights = !o.weights.empty() ? o.weights : get("weights", "");
+  auto model = build_causal_base(get("base", "wan2.2-ti2v-5b"), weights, run_seed, device,
+                                 device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  LoraConfig lc;
+  lc.rank = lora.rank, lc.alpha = lora.alpha;
+  attach_lora(*model, lc, 0);
+  load_lora(*model, lora, o.lora);
+  CausalDataConfig dc;
+  dc.root = o.data_root, dc.span_frames = 6 * chunk_frames, dc.seed = run_seed;
+  dc.val_clips = std::stoll(get("val_clips", "12"));
+  CausalDataset ds(dc);
+  std::filesystem::create_directories(o.out);
+  const bool has_vae = std::filesystem::exists(std::filesystem::path(o.data_root) / "vae.safetensors");
+  EulerConfig ec;
+  ec.steps = o.steps, ec.cfg_scale = o.cfg, ec.shift = o.shift;
+  const bool clean_first = get("clean_first_frame", "0") == "1";
+  for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
+    const auto r = sample_causal_window(*model, ds, i, chunk_frames, ec, o.seed, clean_first);
+    const auto base = (std::filesystem::path(o.out) / (r.clip_id + "_f" + std::to_string(r.start))).string();
+    save_safetensors(base + ".safetensors", {{"ground_truth", r.ground_truth}, {"sample", r.sample}},
+                     {{"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)}});
+    std::printf("sample %s frames %lld..%lld (chunks of %lld): mse vs ground truth %.4f -> %s.safetensors\n",
+                r.clip_id.c_str(), static_cast<long long>(r.start),
+                static_cast<long long>(r.start + r.sample.size(1) - 1), static_cast<long long>(chunk_frames),
+                (r.sample - r.ground_truth).pow(2).mean().item<double>(), base.c_str());
+    if (has_vae) {
+      const auto vae = SynthVae::open(o.data_root);
+      write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.sample)}, 2, 4));
+      std::printf("  preview %s.png (rows: ground truth, sample)\n", base.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 void add_sample(CLI::App& app, int& exit_code) {
-  struct Opts {
-    std::string ckpt, data_root, out, split = "val", device = "cpu", res;
-    int64_t n = 2, steps = 30;
-    double cfg = 5.0, shift = 5.0;
-    uint64_t seed = 0;
-  };
   auto o = std::make_shared<Opts>();
-  auto* s = app.add_subcommand("sample", "Sample clips of a data root with an SFT export (Euler, two-branch CFG)");
-  s->add_option("--ckpt", o->ckpt, "step-N.safetensors from `vdt train sft`")->required()->check(CLI::ExistingFile);
+  auto* s = app.add_subcommand("sample", "Sample clips of a data root with an SFT export (Euler, two-branch CFG), or a causal LoRA chunk by chunk (--causal)");
+  s->add_option("--ckpt", o->ckpt, "step-N.safetensors from `vdt train sft` (without --causal)")
+      ->check(CLI::ExistingFile);
+  s->add_flag("--causal", o->causal, "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
+  s->add_option("--lora", o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
+      ->check(CLI::ExistingFile);
+  s->add_option("--weights", o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
   s->add_option("--data_root", o->data_root, "data root giving ids, text and frame 0")->required();
   s->add_option("--out", o->out, "output directory")->required();
   s->add_option("--split", o->split, "split to sample from")->capture_default_str();
@@ -35,6 +92,11 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option("--seed", o->seed, "noise seed")->capture_default_str();
   s->callback([o, &exit_code] {
     const torch::Device device(o->device == "cuda" ? torch::kCUDA : torch::kCPU);
+    if (o->causal) {
+      exit_code = sample_causal(*o, device);
+      return;
+    }
+    if (o->ckpt.empty()) throw CLI::RequiredError("--ckpt (or --causal --lora)");
     auto model = load_checkpoint_model({o->ckpt}, device, device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
     const auto meta = SafetensorsFile::open(o->ckpt)->metadata();
     SftDataConfig dc;

@@ -1,10 +1,12 @@
 // `vdt train sft`: the seed gc25d's flags with its names and defaults (SPEC §4), plus --model, --res, --precision,
-// --device. `vdt train causal` comes with the causal workflow.
+// --device. `vdt train causal`: the seed rtcwm's flags (SPEC §5), plus --model, --weights, --chunk-frames,
+// --lora-rank, --lora-alpha and the data, device and sharding flags.
 #include <cstdio>
 #include <cstdlib>
 
 #include "cli/commands.h"
 #include "dist/communicator.h"
+#include "train/causal_trainer.h"
 #include "train/sft_trainer.h"
 
 namespace vdt::cli {
@@ -79,6 +81,68 @@ void add_train(CLI::App& app, int& exit_code) {
                   sum.last_export.empty() ? "(none)" : sum.last_export.c_str(), sum.state_dir.empty() ? "" : "; state ",
                   sum.state_dir.c_str());
     exit_code = 0;  // a signal stop too: the state is saved, a scheduler may re-queue the job
+  });
+  add_train_causal(*train, exit_code);
+}
+
+void add_train_causal(CLI::App& train, int& exit_code) {
+  auto c = std::make_shared<CausalConfig>();
+  auto* s = train.add_subcommand("causal", "Causal LoRA on a frozen Wan base with diffusion forcing on block-causal "
+                                           "6-chunk spans (seed rtcwm)");
+  // the seed's flags
+  s->add_option("--out", c->out, "run directory; re-running with the same --out continues from its newest "
+                "lora_stepNNNNN.safetensors")->required();
+  s->add_option("--objective", c->objective, "df (diffusion forcing) or tf (teacher forcing)")->capture_default_str();
+  s->add_option("--init-lora", c->init_lora, "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0");
+  s->add_option("--steps", c->steps, "0 = epochs * samples / world")->capture_default_str();
+  s->add_option("--epochs", c->epochs, "epochs over the train windows (when --steps is 0)")->capture_default_str();
+  s->add_option("--lr", c->lr, "peak learning rate")->capture_default_str();
+  s->add_option("--lr-min", c->lr_min, "cosine floor")->capture_default_str();
+  s->add_option("--warmup", c->warmup, "linear warmup steps")->capture_default_str();
+  s->add_option("--save-every", c->save_every, "lora_stepNNNNN.safetensors every N steps (and at the end)")
+      ->capture_default_str();
+  s->add_option("--val-clips", c->val_clips, "clips held out for validation (val_samples.json)")->capture_default_str();
+  s->add_option("--max-samples", c->max_samples, "smoke tests: cap the training set (0 = all)")->capture_default_str();
+  s->add_option("--seed", c->seed, "seed of every random stream")->capture_default_str();
+  s->add_option("--picture1", c->picture1, "Picture 1 resolution: native or 2048 (MiniMax-H3 only)")
+      ->capture_default_str();
+  s->add_option("--attn", c->attn, "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call)")
+      ->capture_default_str();
+  s->add_option("--level-shift", c->level_shift, "DF: flow shift of the per-chunk noise levels")->capture_default_str();
+  s->add_option("--act-offload", c->act_offload, "on: checkpointed block inputs in pinned host memory")
+      ->capture_default_str();
+  // ours
+  s->add_option("--data-root", c->data_root, "data root (docs/data_format.md); latents may hold longer streams")
+      ->required();
+  s->add_option("--text-table", c->text_table, "text table (default <data-root>/text_table.safetensors)");
+  s->add_option("--model", c->model, "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny")->capture_default_str();
+  s->add_option("--weights", c->weights, "base weights: a .safetensors file or a directory of shards; empty = random");
+  s->add_option("--chunk-frames", c->chunk_frames, "latent frames per chunk (a span is 6 chunks)")->capture_default_str();
+  s->add_option("--lora-rank", c->lora_rank, "LoRA rank")->capture_default_str();
+  s->add_option("--lora-alpha", c->lora_alpha, "LoRA alpha (scale = alpha / rank)")->capture_default_str();
+  s->add_flag("--clean-first-frame", c->clean_first_frame,
+              "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)");
+  s->add_option("--device", c->device, "auto, cpu or cuda")->capture_default_str();
+  s->add_option("--precision", c->precision, "bf16 (frozen bf16 base, float32 LoRA) or fp32")->capture_default_str();
+  s->add_option("--val-every", c->val_every, "mean loss over the val windows every N steps and before the first "
+                "(val_log.jsonl); 0 = never")->capture_default_str();
+  s->add_option("--shard-base", c->shard_base, "shard the frozen blocks over the ranks: auto (with several), on, off")
+      ->capture_default_str();
+  s->callback([c, &exit_code] {
+    const auto env = LaunchEnv::from_env();
+    if (env.world > 1 && c->device == "auto") c->device = "cuda";
+    const auto comm = make_communicator(env, c->device == "cpu" ? torch::Device(torch::kCPU)
+                                                                : torch::Device(torch::kCUDA, env.local_rank));
+    const auto sum = train_causal(*c, *comm, env.local_rank);
+    if (env.rank == 0 && sum.steps > sum.start_step)
+      std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB; last LoRA %s\n",
+                  sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
+                  static_cast<long long>(sum.steps), static_cast<long long>(sum.total_steps), sum.first_loss,
+                  sum.last_loss, sum.s_per_step, sum.peak_mem_gb, sum.last_lora.c_str());
+    else if (env.rank == 0)
+      std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
+                  static_cast<long long>(sum.total_steps));
+    exit_code = 0;  // a signal stop too: LoRA and state are saved, a scheduler may re-queue the job
   });
 }
 

@@ -1,6 +1,9 @@
 // Shared helpers for the test suite: paths to ../shared fixtures, temp directories, running the vdt binary.
 #pragma once
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+extern char** environ;
 
 namespace vdt::test {
 
@@ -89,6 +94,35 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
     const std::string msg = e.what();
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
   }
+}
+
+// Runs the vdt binary with extra environment; returns the wait status.
+inline int spawn_vdt(const std::vector<std::string>& args, const std::vector<std::string>& env, pid_t* pid_out = nullptr,
+              const std::string& log = "/dev/null") {
+  std::vector<std::string> argv_s = {VDT_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s = env;
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, VDT_BINARY, &fa, nullptr, argv.data(), envp.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  if (pid_out) {
+    *pid_out = pid;
+    return 0;
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
 }
 
 }  // namespace vdt::test

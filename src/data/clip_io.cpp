@@ -62,13 +62,20 @@ void check_latents_header(const std::string& path, const DatasetInfo& info) {
   check_latent_entry(path, e.dtype, e.shape, info);
 }
 
-torch::Tensor read_latents(const std::string& path, const DatasetInfo& info, int64_t frames) {
+int64_t latent_stream_frames(const std::string& path, const DatasetInfo& info) {
+  check_latents_header(path, info);
+  return open_existing(path, "latent", "")->entry("latents").shape[1];
+}
+
+torch::Tensor read_latents(const std::string& path, const DatasetInfo& info, int64_t frames, int64_t start) {
   auto f = open_existing(path, "latent", "");
   VDT_CHECK(f->contains("latents"), path, ": no tensor 'latents'");
   const auto& e = f->entry("latents");
   check_latent_entry(path, e.dtype, e.shape, info);
   auto t = f->get("latents");  // [C, F, H, W] over the mapping
-  if (frames > 0) t = t.narrow(1, 0, frames);
+  VDT_CHECK(start >= 0 && start + std::max<int64_t>(frames, 0) <= t.size(1), path, ": frames [", start, ", ",
+            start + frames, ") requested, the stream holds ", t.size(1));
+  if (frames > 0 || start > 0) t = t.narrow(1, start, frames > 0 ? frames : t.size(1) - start);
   t = t.scalar_type() == torch::kBFloat16 ? t.clone(at::MemoryFormat::Contiguous) : t.to(torch::kBFloat16).contiguous();
   const auto bad = torch::logical_not(torch::isfinite(t));
   const int64_t n_bad = bad.sum().item<int64_t>();

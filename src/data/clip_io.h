@@ -13,9 +13,12 @@
 namespace vdt {
 
 // Latents [C, F, H, W] of a clip as stored, checked: key "latents", dtype bf16 (fp16 / fp32 accepted and converted),
-// C == latent_channels, F >= latent_frames, H, W == latent_hw, all finite. Returns the first `frames` frames
-// (0 = all) as a contiguous bf16 CPU tensor that owns its memory.
-torch::Tensor read_latents(const std::string& path, const DatasetInfo& info, int64_t frames = 0);
+// C == latent_channels, F >= latent_frames, H, W == latent_hw, all finite. Returns `frames` frames from `start`
+// (frames 0 = all) as a contiguous bf16 CPU tensor that owns its memory.
+torch::Tensor read_latents(const std::string& path, const DatasetInfo& info, int64_t frames = 0, int64_t start = 0);
+// The number of latent frames F a clip's latent stream holds (header only; the causal workflow's streams may be
+// longer than dataset.json's latent_frames).
+int64_t latent_stream_frames(const std::string& path, const DatasetInfo& info);
 // Header-only check of a latent .safetensors file (no data read): key, dtype, shape.
 void check_latents_header(const std::string& path, const DatasetInfo& info);
 

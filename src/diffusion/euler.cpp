@@ -34,4 +34,30 @@ torch::Tensor euler_sample(const VelocityFn& positive, const VelocityFn& negativ
   return x;
 }
 
+torch::Tensor causal_euler_sample(const VelocityFn& positive, const VelocityFn& negative, const torch::Tensor& noise,
+                                  const torch::Tensor& first_frame, int64_t chunk_frames, const EulerConfig& cfg) {
+  const int64_t F = noise.size(2);
+  TORCH_CHECK(chunk_frames >= 1 && F % chunk_frames == 0, "causal_euler_sample: ", F, " frames do not split into chunks "
+              "of ", chunk_frames);
+  torch::Tensor prefix;  // [B, C, k cf, H, W] the chunks sampled so far
+  for (int64_t k = 0; k < F / chunk_frames; ++k) {
+    auto with_prefix = [&](const VelocityFn& fn) -> VelocityFn {
+      if (!fn) return {};
+      return [&, fn](const torch::Tensor& x, const torch::Tensor& t) {
+        if (!prefix.defined()) return fn(x, t);
+        auto full = torch::cat({prefix.to(x.scalar_type()), x}, 2);  // [B, C, (k+1) cf, H, W]
+        auto tf = torch::cat({torch::zeros({t.size(0), prefix.size(2)}, t.options()), t}, 1);  // [B, (k+1) cf]
+        return fn(full, tf).narrow(2, prefix.size(2), x.size(2));
+      };
+    };
+    EulerConfig c = cfg;
+    c.first_frame_cond = k == 0 && first_frame.defined();
+    auto chunk = euler_sample(with_prefix(positive), with_prefix(negative),
+                              noise.narrow(2, k * chunk_frames, chunk_frames), c.first_frame_cond ? first_frame
+                                                                                                  : torch::Tensor(), c);
+    prefix = prefix.defined() ? torch::cat({prefix, chunk}, 2) : chunk;
+  }
+  return prefix;
+}
+
 }  // namespace vdt

@@ -1,6 +1,6 @@
 // Euler sampling over the Wan inference grid (wan_spec §4.5) with two-branch classifier-free guidance and the TI2V
 // first frame re-imposed after every step. The model is a callback, so this file knows no network.
-// Not here: the causal chunk-by-chunk sampler (causal workflow).
+// The causal model samples chunk by chunk (causal_euler_sample).
 #pragma once
 #include <torch/types.h>
 
@@ -23,5 +23,12 @@ using VelocityFn = std::function<torch::Tensor(const torch::Tensor& x, const tor
 // then no guidance. v = neg + cfg (pos - neg); x <- x + v (sigma_{k+1} - sigma_k), sigma_N = 0.
 torch::Tensor euler_sample(const VelocityFn& positive, const VelocityFn& negative, const torch::Tensor& noise,
                            const torch::Tensor& first_frame, const EulerConfig& cfg);
+
+// Chunk by chunk (SPEC §2, the causal workflow's previews): chunk k (frames [k cf, (k+1) cf)) is sampled by
+// euler_sample while chunks 0..k-1, already sampled, ride along clean at timestep 0 as its block-causal prefix; the
+// callbacks see x [B, C, (k+1) cf, H, W] and t [B, (k+1) cf] and their output's last cf frames are used. The prefix
+// is recomputed at every step (no KV cache: previews, not serving). first_frame, when defined, is imposed on frame 0.
+torch::Tensor causal_euler_sample(const VelocityFn& positive, const VelocityFn& negative, const torch::Tensor& noise,
+                                  const torch::Tensor& first_frame, int64_t chunk_frames, const EulerConfig& cfg);
 
 }  // namespace vdt

@@ -39,7 +39,20 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
   return ex;
 }
 
-torch::Tensor df_loss(const torch::Tensor& pred, const DfExample& ex, const ForcingConfig& cfg) {
+DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
+                          const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights) {
+  auto ex = make_df_example(x0, noise, u, cfg, grid, grid_weights);
+  ex.x_t = torch::cat({x0.to(ex.x_t.scalar_type()), ex.x_t}, 2);   // [B, C, 2F, H, W]
+  ex.t = torch::cat({torch::zeros_like(ex.t), ex.t}, 1);          // [B, 2F]: clean half at timestep 0
+  ex.teacher_forcing = true;
+  return ex;
+}
+
+torch::Tensor df_loss(const torch::Tensor& pred_all, const DfExample& ex, const ForcingConfig& cfg) {
+  const int64_t F = ex.target.size(2);
+  VDT_CHECK(pred_all.size(2) == (ex.teacher_forcing ? 2 * F : F), "df_loss: prediction of ", pred_all.size(2),
+            " frames for a span of ", F, ex.teacher_forcing ? " (teacher forcing: expected 2F)" : "");
+  const auto pred = ex.teacher_forcing ? pred_all.narrow(2, F, F) : pred_all;
   auto total = torch::zeros({}, pred.options().dtype(torch::kFloat32));
   for (int64_t c = 0; c < cfg.chunks; ++c) {
     int64_t begin = c * cfg.chunk_frames, n = cfg.chunk_frames;

@@ -24,19 +24,26 @@ struct ForcingConfig {
 double df_sigma(double u, double shift);
 
 struct DfExample {
-  torch::Tensor x_t;            // [B, C, F, H, W], F = chunks * chunk_frames
-  torch::Tensor t;              // [B, F] per-frame model timesteps (float32)
+  torch::Tensor x_t;            // [B, C, F, H, W], F = chunks * chunk_frames; teacher forcing: [B, C, 2F, H, W]
+  torch::Tensor t;              // [B, F] per-frame model timesteps (float32); teacher forcing: [B, 2F]
   torch::Tensor target;         // [B, C, F, H, W] velocity target
   std::vector<double> sigmas;   // per chunk
   std::vector<double> weights;  // per chunk: bell weight of the chunk's t
+  bool teacher_forcing = false; // x_t = [clean span | noisy span]; the prediction's second half is scored
 };
 
 // x0 and noise [B, C, F, H, W]; u: one uniform draw per chunk.
 DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
 
+// Teacher forcing (SPEC §2 `tf`, reference/peers.md §0.3): the clean span (timestep 0) followed by the diffusion-
+// forcing noisy span, one sequence of 2F frames for the teacher-forcing mask; the same levels, targets and weights.
+DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
+                          const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
+
 // mean over chunks of weight_c * mean((pred - target)^2 over chunk c's frames) in float32; a clean first frame is
 // left out of chunk 0.
+// `pred` is the model output for ex.x_t (its noisy half is scored under teacher forcing).
 torch::Tensor df_loss(const torch::Tensor& pred, const DfExample& ex, const ForcingConfig& cfg);
 
 }  // namespace vdt

@@ -18,6 +18,7 @@ struct BlockInputs {
   torch::Tensor ctx;   // [B, Lt, D] or [B, F, Lt, D] embedded text
   RopeTable rope;      // [L, Dh/2] tables
   int64_t causal_chunk = 0;  // tokens per block-causal chunk of self-attention; 0 = bidirectional
+  bool teacher_forcing = false;  // x is [clean | noisy] halves under the teacher-forcing mask (needs causal_chunk)
 };
 
 class WanBlockImpl : public torch::nn::Module {

@@ -45,14 +45,39 @@ torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor
   return torch::matmul(torch::softmax(s, -1), v.to(ct)).to(q.scalar_type());
 }
 
+namespace {
+// Teacher forcing over [clean | noisy] halves of n chunks each.
+torch::Tensor teacher_forcing_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        int64_t chunk_tokens, CausalKernel kernel) {
+  const int64_t L = q.size(2), half = L / 2, n = half / chunk_tokens;
+  TORCH_CHECK(L % (2 * chunk_tokens) == 0, "teacher forcing: L = ", L, " is not two halves of whole chunks of ",
+              chunk_tokens, " tokens");
+  if (kernel == CausalKernel::mask)
+    return at::scaled_dot_product_attention(q, k, v, teacher_forcing_mask(n, chunk_tokens, q.device()));
+  if (kernel == CausalKernel::eager)
+    return masked_attention_eager(q, k, v, teacher_forcing_mask(n, chunk_tokens, q.device()));
+  auto clean = block_causal_attention(q.narrow(2, 0, half), k.narrow(2, 0, half), v.narrow(2, 0, half), chunk_tokens,
+                                      CausalKernel::prefix);                                  // [B, N, L/2, Dh]
+  std::vector<torch::Tensor> out{clean};
+  for (int64_t i = 0; i < n; ++i) {  // noisy chunk i: keys = clean chunks 0..i-1, then itself
+    const int64_t at = half + i * chunk_tokens, prefix = i * chunk_tokens;
+    auto kk = torch::cat({k.narrow(2, 0, prefix), k.narrow(2, at, chunk_tokens)}, 2);  // [B, N, prefix + chunk, Dh]
+    auto vv = torch::cat({v.narrow(2, 0, prefix), v.narrow(2, at, chunk_tokens)}, 2);
+    out.push_back(at::scaled_dot_product_attention(q.narrow(2, at, chunk_tokens), kk, vv));
+  }
+  return torch::cat(out, 2);
+}
+}  // namespace
+
 torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                     int64_t chunk_tokens, CausalKernel kernel) {
+                                     int64_t chunk_tokens, CausalKernel kernel, bool teacher_forcing) {
   TORCH_CHECK(q.dim() == 4 && q.sizes() == k.sizes() && k.sizes() == v.sizes(),
               "block_causal_attention: expected q, k, v [B, N, L, Dh] of one shape, got ", q.sizes(), k.sizes(),
               v.sizes());
   const int64_t L = q.size(2);
   TORCH_CHECK(chunk_tokens >= 1 && L % chunk_tokens == 0, "block_causal_attention: L = ", L,
               " is not a multiple of chunk_tokens = ", chunk_tokens);
+  if (teacher_forcing) return teacher_forcing_attention(q, k, v, chunk_tokens, kernel);
   const int64_t n = L / chunk_tokens;
   switch (kernel) {
     case CausalKernel::prefix: {

@@ -22,9 +22,11 @@ torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const to
 // clean chunks 0..i; a noisy chunk i sees clean chunks 0..i-1 and itself.
 torch::Tensor teacher_forcing_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device = torch::kCPU);
 
-// q, k, v [B, N, L, Dh] with L = n_chunks * chunk_tokens -> [B, N, L, Dh].
+// q, k, v [B, N, L, Dh] with L = n_chunks * chunk_tokens -> [B, N, L, Dh]. With teacher_forcing the sequence is
+// [clean | noisy] (L = 2 * n_chunks * chunk_tokens) under teacher_forcing_mask: `prefix` then runs the clean half
+// block-causally and each noisy chunk over its clean prefix plus itself.
 torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                     int64_t chunk_tokens, CausalKernel kernel);
+                                     int64_t chunk_tokens, CausalKernel kernel, bool teacher_forcing = false);
 
 // Any boolean mask [Lq, Lk] (true = attend), eagerly: the reference for the masked kernels.
 torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

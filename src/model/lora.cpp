@@ -116,7 +116,9 @@ torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) 
   const auto kids = linear->named_children();
   auto a = kids["lora_A"]->as<torch::nn::Linear>();
   auto b = kids["lora_B"]->as<torch::nn::Linear>();
-  return y + b->forward(a->forward(x)) * kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+  // Factors in x's dtype (trainers keep them in float32 beside a bf16 base; the cast is part of the graph).
+  auto h = torch::linear(x, a->weight.to(x.scalar_type()));           // [..., r]
+  return y + torch::linear(h, b->weight.to(x.scalar_type())) * kids["lora_scale"]->as<LoraScaleImpl>()->scale;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,

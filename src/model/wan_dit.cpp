@@ -163,7 +163,16 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
     ctx = ctx.index_select(0, in.context_ids.flatten().to(torch::kLong)).unflatten(0, {B, grid[0]});
   }
 
-  BlockInputs bin{x, e0, ctx, rope_table(cfg_.head_dim(), grid, x.device())};
+  BlockInputs bin{x, e0, ctx, {}};
+  if (in.teacher_forcing) {  // [clean | noisy]: the span's positions twice
+    TORCH_CHECK(in.causal_chunk_frames > 0 && grid[0] % (2 * in.causal_chunk_frames) == 0, "WanDiT: teacher forcing "
+                "needs causal_chunk_frames and two equal halves of whole chunks, got ", grid[0], " token frames");
+    const auto half = rope_table(cfg_.head_dim(), {grid[0] / 2, grid[1], grid[2]}, x.device());  // [L/2, Dh/2]
+    bin.rope = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};            // [L, Dh/2]
+    bin.teacher_forcing = true;
+  } else {
+    bin.rope = rope_table(cfg_.head_dim(), grid, x.device());
+  }
   if (in.causal_chunk_frames > 0) {
     TORCH_CHECK(grid[0] % in.causal_chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",
                 in.causal_chunk_frames);

@@ -40,6 +40,9 @@ struct DiTInputs {
   torch::Tensor cond_embed;   // optional [B, L, D] added after patch embedding
   torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids for gc_sem_cond (required once it is installed)
   int64_t causal_chunk_frames = 0;  // latent frames per block-causal chunk (self-attention); 0 = bidirectional
+  // Teacher forcing (needs causal_chunk_frames): x holds [clean span | noisy span] along frames (2F frames); both
+  // halves get the span's RoPE positions, and the attention mask is block_causal.h's teacher_forcing_mask.
+  bool teacher_forcing = false;
 };
 
 // Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.

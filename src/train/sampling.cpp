@@ -40,4 +40,40 @@ SampleResult sample_clip(WanDiTImpl& model, const SftDataset& ds, size_t index, 
   return r;
 }
 
+CausalSampleResult sample_causal_window(WanDiTImpl& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
+                                        const EulerConfig& cfg, uint64_t seed, bool clean_first_frame) {
+  torch::NoGradGuard ng;
+  model.eval();
+  const auto device = model.patch_embedding->weight.device();
+  const auto dtype = model.patch_embedding->weight.scalar_type();
+  const auto w = ds.load(ds.val().at(index), ds.val_start(static_cast<int64_t>(index)));
+  auto branch = [&](const std::vector<int64_t>& rows) -> VelocityFn {
+    auto ctx = std::make_shared<std::pair<torch::Tensor, torch::Tensor>>();
+    ds.text_of(rows, &ctx->first, &ctx->second);  // [R, Lt, text_dim], [1, span]
+    return [&model, ctx, device, dtype, chunk_frames](const torch::Tensor& x, const torch::Tensor& t) {
+      DiTInputs in;
+      in.x = x.to(device, dtype);
+      in.t = t.to(device);
+      in.context = ctx->first.to(device, dtype);
+      in.context_ids = ctx->second.narrow(1, 0, x.size(2)).to(device);  // the frames sampled so far
+      in.causal_chunk_frames = chunk_frames;
+      return model.forward(in).to(torch::kFloat32);
+    };
+  };
+  const int64_t null_row = ds.text_table()->row_of(ds.info().null_prompt);
+  auto x0 = w.latents.unsqueeze(0).to(device, torch::kFloat32);  // [1, C, span, H, W]
+  const uint64_t key = fnv1a64(w.clip_id + "@" + std::to_string(w.start));
+  auto gen = make_generator(torch::kCPU, RngStream(seed, 0x63736d70 /* "csmp" */).u64(key, 0));
+  auto noise = torch::randn(x0.sizes(), gen, torch::kFloat32).to(device);
+  CausalSampleResult r;
+  r.clip_id = w.clip_id, r.start = w.start;
+  r.ground_truth = x0[0].cpu();
+  r.sample = causal_euler_sample(branch(w.text_rows),
+                                 cfg.cfg_scale != 1.0 ? branch(std::vector<int64_t>(w.text_rows.size(), null_row))
+                                                      : VelocityFn(),
+                                 noise, clean_first_frame ? x0.slice(2, 0, 1) : torch::Tensor(), chunk_frames, cfg)[0]
+                 .cpu();
+  return r;
+}
+
 }  // namespace vdt

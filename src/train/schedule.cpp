@@ -12,10 +12,8 @@ double warmup_factor(int64_t step, int64_t warmup) {
 }
 
 double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double min_ratio) {
-  if (step < warmup) return static_cast<double>(step + 1) / static_cast<double>(warmup);
-  const double span = std::max<int64_t>(total - warmup, 1);
-  const double p = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
-  return min_ratio + (1 - min_ratio) * 0.5 * (1 + std::cos(M_PI * p));
+  const double t = static_cast<double>(std::min(step, total)) / static_cast<double>(std::max<int64_t>(total, 1));
+  return warmup_factor(step, warmup) * (min_ratio + (1 - min_ratio) * 0.5 * (1 + std::cos(M_PI * t)));
 }
 
 }  // namespace vdt

@@ -32,5 +32,32 @@ TEST(Euler, GuidanceCombinesBranches) {
   EXPECT_NEAR(x.flatten()[1].item<double>(), -3.0, 1e-5);
 }
 
+// Chunk by chunk: the callback sees the sampled prefix clean at timestep 0 followed by the current chunk; an oracle
+// that knows the clean frames recovers them all; chunk 0 comes out the same whether 1 or 3 chunks are sampled.
+TEST(Euler, CausalChunkByChunkUsesTheCleanPrefix) {
+  torch::manual_seed(3);
+  auto x0 = torch::randn({1, 2, 6, 2, 2}), noise = torch::randn({1, 2, 6, 2, 2});
+  int64_t calls = 0;
+  VelocityFn oracle = [&](const torch::Tensor& x, const torch::Tensor& t) {  // v = (x_t - x0) / sigma per frame
+    ++calls;
+    const int64_t f = x.size(2);
+    EXPECT_EQ(f % 2, 0);
+    EXPECT_EQ(t.size(1), f);
+    if (f > 2) {  // the prefix: clean, timestep 0
+      EXPECT_EQ(t.narrow(1, 0, f - 2).abs().max().item<double>(), 0.0);
+      EXPECT_LT((x.narrow(2, 0, f - 2) - x0.narrow(2, 0, f - 2)).abs().max().item<double>(), 1e-4);
+    }
+    auto sig = (t / 1000.0).clamp_min(1e-6).view({1, 1, f, 1, 1});
+    return (x - x0.narrow(2, 0, f)) / sig;
+  };
+  EulerConfig c;
+  c.steps = 5, c.cfg_scale = 1.0, c.first_frame_cond = false;
+  auto x = causal_euler_sample(oracle, {}, noise, {}, 2, c);
+  EXPECT_EQ(calls, 3 * 5);
+  EXPECT_LT((x - x0).abs().max().item<double>(), 1e-4);
+  auto one = causal_euler_sample(oracle, {}, noise.narrow(2, 0, 2), {}, 2, c);
+  EXPECT_TRUE(torch::allclose(one, x.narrow(2, 0, 2), 0, 0));
+}
+
 }  // namespace
 }  // namespace vdt

@@ -62,6 +62,27 @@ TEST(BlockCausal, TeacherForcingMaskIsUsableByTheMaskedKernel) {
   EXPECT_TRUE(torch::allclose(fast, ref, 1e-9, 1e-9));
 }
 
+// Teacher forcing through block_causal_attention: prefix (clean half block-causal, each noisy chunk over its clean
+// prefix plus itself), mask and eager agree forward and backward.
+TEST(BlockCausal, TeacherForcingKernelsAgreeForwardAndBackward) {
+  torch::manual_seed(2);
+  const int64_t chunk = 4, n = 3;
+  const auto q0 = torch::randn({2, 2, 2 * n * chunk, 8}, torch::kFloat64);
+  const auto k0 = torch::randn_like(q0), v0 = torch::randn_like(q0), g = torch::randn_like(q0);
+  std::vector<std::vector<torch::Tensor>> results;
+  for (auto kernel : {CausalKernel::eager, CausalKernel::prefix, CausalKernel::mask}) {
+    auto q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+    auto y = block_causal_attention(q, k, v, chunk, kernel, /*teacher_forcing=*/true);
+    y.backward(g);
+    results.push_back({y.detach(), q.grad(), k.grad(), v.grad()});
+  }
+  const auto direct = masked_attention_eager(q0, k0, v0, teacher_forcing_mask(n, chunk));
+  EXPECT_TRUE(torch::allclose(results[0][0], direct, 1e-12, 1e-12));
+  for (size_t r = 1; r < results.size(); ++r)
+    for (size_t t = 0; t < 4; ++t)
+      EXPECT_TRUE(torch::allclose(results[r][t], results[0][t], 1e-9, 1e-9)) << "kernel " << r << " tensor " << t;
+}
+
 }  // namespace
 }  // namespace vdt
 
@@ -99,6 +120,44 @@ TEST(BlockCausal, WanDiTChunksSeeOnlyThePast) {
   EXPECT_TRUE(torch::allclose(model->forward(in), y, 1e-5, 1e-5));
   in.causal_chunk_frames = 3;
   test::expect_error([&] { model->forward(in); }, {"4 latent frames", "chunks of 3"});
+}
+
+// Teacher forcing in the DiT: x = [clean span | noisy span]. The clean half equals a block-causal forward of the clean
+// span alone (same RoPE positions), and noisy chunk i depends on clean chunks < i and on itself only.
+TEST(BlockCausal, WanDiTTeacherForcingSeesCleanPastAndItself) {
+  torch::manual_seed(0);
+  WanDiT model(preset_config("tiny"));
+  model->init_weights(1);
+  {
+    torch::NoGradGuard ng;
+    model->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 3));
+  }
+  const int64_t F = 4;  // 2 chunks of 2 frames
+  auto clean = torch::randn({1, 16, F, 4, 4}), noisy = torch::randn({1, 16, F, 4, 4}), ctx = torch::randn({1, 5, 64});
+  const auto t_noisy = torch::tensor({{500.0, 500.0, 800.0, 800.0}});
+  DiTInputs tf{torch::cat({clean, noisy}, 2), torch::cat({torch::zeros({1, F}), t_noisy}, 1), ctx};
+  tf.causal_chunk_frames = 2, tf.teacher_forcing = true;
+  const auto y = model->forward(tf);  // [1, 16, 2F, 4, 4]
+  DiTInputs alone{clean, torch::zeros({1, F}), ctx};
+  alone.causal_chunk_frames = 2;
+  EXPECT_TRUE(torch::allclose(y.narrow(2, 0, F), model->forward(alone), 1e-5, 1e-5));
+  // Noisy chunk 0 (frames F..F+1): unchanged when clean chunk 0 or noisy chunk 1 changes.
+  auto probe = [&](torch::Tensor c, torch::Tensor nz) {
+    DiTInputs in = tf;
+    in.x = torch::cat({c, nz}, 2);
+    return model->forward(in);
+  };
+  auto clean2 = clean.clone();
+  clean2.narrow(2, 0, 2).normal_();
+  auto noisy2 = noisy.clone();
+  noisy2.narrow(2, 2, 2).normal_();
+  EXPECT_TRUE(torch::allclose(probe(clean2, noisy).narrow(2, F, 2), y.narrow(2, F, 2), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(probe(clean, noisy2).narrow(2, F, 2), y.narrow(2, F, 2), 1e-5, 1e-5));
+  // Noisy chunk 1 sees clean chunk 0.
+  EXPECT_GT((probe(clean2, noisy).narrow(2, F + 2, 2) - y.narrow(2, F + 2, 2)).abs().max().item<double>(), 1e-4);
+  // The masked kernel agrees.
+  model->set_causal_kernel(CausalKernel::mask);
+  EXPECT_TRUE(torch::allclose(model->forward(tf), y, 1e-5, 1e-5));
 }
 
 }  // namespace

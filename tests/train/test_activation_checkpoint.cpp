@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include "diffusion/flow_match.h"
+#include "model/lora.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 #include "train/activation_checkpoint.h"
@@ -38,6 +39,51 @@ TEST(ActivationCheckpoint, GradientsEqualPlainBackward) {
           << k << " causal " << causal;
       EXPECT_GT(v.abs().max().item<double>(), 0.0) << k;
     }
+  }
+}
+
+// A LoRA on a frozen base under checkpointing: block 0's inputs need no gradient (frozen embeddings), yet every
+// factor gets the gradient of the plain graph; the hooks run around every forward and every recompute.
+TEST(ActivationCheckpoint, LoraOnAFrozenBaseGetsEveryGradientAndHooksWrapEachRun) {
+  auto run = [](bool ckpt, int* calls) {
+    torch::manual_seed(0);
+    WanDiT m(preset_config("tiny"));
+    m->init_weights(5);
+    {
+      torch::NoGradGuard ng;
+      m->head->head->weight.normal_(0, 0.05);
+    }
+    LoraConfig lc;
+    lc.rank = 2;
+    auto lora = attach_lora(*m, lc, 3);
+    {
+      torch::NoGradGuard ng;
+      for (auto& [n, p] : lora) p.normal_(0, 0.1);  // B non-zero too, so A gets a gradient
+    }
+    if (ckpt) {
+      CheckpointOptions o;
+      o.offload_inputs = true;  // a no-op on CPU tensors
+      o.before = [calls](WanBlockImpl&) { ++calls[0]; };
+      o.after = [calls](WanBlockImpl&) { ++calls[1]; };
+      enable_block_checkpointing(*m, o);
+    }
+    auto x = torch::randn({1, 16, 2, 4, 4}), ctx = torch::randn({1, 5, 64}), target = torch::randn({1, 16, 2, 4, 4});
+    DiTInputs in{x, torch::tensor({{300.0, 700.0}}), ctx};
+    in.causal_chunk_frames = 1;
+    flow_mse(m->forward(in), target, false).backward();
+    std::map<std::string, torch::Tensor> g;
+    for (auto& [n, p] : lora) g[n] = p.grad().clone();
+    return g;
+  };
+  int calls[2] = {0, 0};
+  auto plain = run(false, calls), ckpt = run(true, calls);
+  const int64_t layers = preset_config("tiny").num_layers;
+  EXPECT_EQ(calls[0], 2 * layers);  // forward + recompute per block
+  EXPECT_EQ(calls[1], 2 * layers);
+  for (auto& [k, v] : plain) {
+    ASSERT_TRUE(ckpt[k].defined()) << k;
+    EXPECT_GT(v.abs().max().item<double>(), 0.0) << k;
+    EXPECT_LT((v - ckpt[k]).abs().max().item<double>(), 1e-6 + 1e-5 * v.abs().max().item<double>()) << k;
   }
 }
 

@@ -25,8 +25,6 @@
 #include "train/sft_trainer.h"
 #include "train/train_state.h"
 
-extern char** environ;
-
 namespace vdt {
 namespace {
 
@@ -262,34 +260,6 @@ TEST(StateFaults, AFullDiskLeavesThePreviousStateIntact) {
   EXPECT_TRUE(torch::equal(loaded->full("weight", "a"), w[0].second));
 }
 
-// Runs the vdt binary with extra environment; returns the wait status.
-int spawn_vdt(const std::vector<std::string>& args, const std::vector<std::string>& env, pid_t* pid_out = nullptr,
-              const std::string& log = "/dev/null") {
-  std::vector<std::string> argv_s = {VDT_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s = env;
-  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, VDT_BINARY, &fa, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  if (pid_out) {
-    *pid_out = pid;
-    return 0;
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
 
 std::vector<std::string> cli_args(const std::string& data, const std::string& res, const std::string& out,
                                   int64_t steps) {
@@ -303,7 +273,7 @@ TEST_F(ResumeTest, SigintExitsZeroWithStateAndAutoResumeContinues) {
   auto args = cli_args(dir_.file("data"), res_, dir_.file("sigint"), 400);
   *(std::find(args.begin(), args.end(), "--save_every") + 1) = "0";  // no periodic saves: the state is the stop's
   pid_t pid = 0;
-  spawn_vdt(args, {}, &pid);
+  test::spawn_vdt(args, {}, &pid);
   int status = 0;
   bool exited = false;
   for (int i = 0; i < 30000 && read_rows(dir_.file("sigint") + "/train_log.csv").size() < 2; ++i) {
@@ -322,7 +292,7 @@ TEST_F(ResumeTest, SigintExitsZeroWithStateAndAutoResumeContinues) {
   EXPECT_EQ(loaded->st.step, static_cast<int64_t>(rows.size()));
   auto again = cli_args(dir_.file("data"), res_, dir_.file("sigint"), static_cast<int64_t>(rows.size()) + 2);
   again.insert(again.end(), {"--resume", "auto"});
-  const int st2 = spawn_vdt(again, {});
+  const int st2 = test::spawn_vdt(again, {});
   ASSERT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
   EXPECT_EQ(read_rows(dir_.file("sigint") + "/train_log.csv").size(), rows.size() + 2);
 }
@@ -330,10 +300,10 @@ TEST_F(ResumeTest, SigintExitsZeroWithStateAndAutoResumeContinues) {
 TEST_F(ResumeTest, KilledAtEveryPointOfASaveTheRunResumesFromAValidSlotAndEndsTheSame) {
   const auto data = dir_.file("data");
   // Reference: 3 uninterrupted steps, saving every step.
-  ASSERT_EQ(spawn_vdt(cli_args(data, res_, dir_.file("ref"), 3), {}), 0);
+  ASSERT_EQ(test::spawn_vdt(cli_args(data, res_, dir_.file("ref"), 3), {}), 0);
   // Count the fault points of a 2-step run: the second step's save spans the points after the first link move.
   const auto trace = dir_.file("trace.log");
-  ASSERT_EQ(spawn_vdt(cli_args(data, res_, dir_.file("trace"), 2), {"VDT_FAULT_TRACE=1"}, nullptr, trace), 0);
+  ASSERT_EQ(test::spawn_vdt(cli_args(data, res_, dir_.file("trace"), 2), {"VDT_FAULT_TRACE=1"}, nullptr, trace), 0);
   std::ifstream tf(trace);
   std::vector<std::string> points;
   for (std::string line; std::getline(tf, line);)
@@ -345,7 +315,7 @@ TEST_F(ResumeTest, KilledAtEveryPointOfASaveTheRunResumesFromAValidSlotAndEndsTh
   for (size_t k = begin; k <= points.size(); ++k) {
     SCOPED_TRACE("killed at point " + std::to_string(k) + ": " + points[k - 1]);
     const auto out = dir_.file("kill" + std::to_string(k));
-    const int status = spawn_vdt(cli_args(data, res_, out, 2), {"VDT_FAULT_KILL_AT=" + std::to_string(k)});
+    const int status = test::spawn_vdt(cli_args(data, res_, out, 2), {"VDT_FAULT_KILL_AT=" + std::to_string(k)});
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     const auto slot = find_slot(out, nullptr);
     ASSERT_TRUE(slot.has_value());
@@ -354,7 +324,7 @@ TEST_F(ResumeTest, KilledAtEveryPointOfASaveTheRunResumesFromAValidSlotAndEndsTh
     EXPECT_EQ(slot->info["step"].get<int64_t>(), sealed ? 2 : 1);
     auto resume = cli_args(data, res_, out, 3);
     resume.insert(resume.end(), {"--resume", "auto"});
-    const int st2 = spawn_vdt(resume, {});
+    const int st2 = test::spawn_vdt(resume, {});
     ASSERT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
     expect_same_tensors(state_file(dir_.file("ref"), "weights"), state_file(out, "weights"));
     fs::remove_all(out);

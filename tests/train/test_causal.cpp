@@ -1,0 +1,277 @@
+// `vdt train causal` (SPEC §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans of 6 chunks
+// x 1 frame): the loss falls, the seed's files, exact resume from the state slot (and the seed's fresh-moment
+// resume without it), a killed run re-run with the same command continues bit for bit, and with two in-process ranks
+// the LoRA stays identical on both and sharding the frozen base changes nothing.
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/safetensors.h"
+#include "dist/local_group.h"
+#include "model/lora.h"
+#include "test_util.h"
+#include "tools/synth.h"
+#include "train/causal_trainer.h"
+#include "train/schedule.h"
+
+namespace vdt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Everything a step logs but the wall clock.
+std::vector<nlohmann::json> log_without_time(const std::string& path) {
+  auto rows = read_jsonl(path);
+  for (auto& r : rows) r.erase("sec");
+  return rows;
+}
+
+void expect_same_lora(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+class CausalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    SynthConfig sc;
+    sc.out = dir_->file("data"), sc.latent_frames = 14, sc.train_runs = 3, sc.train_clips_per_run = 3, sc.n_drop = 1;
+    synth_root(sc);  // 9 train + 4 val clips, 1 flagged: 12 usable streams of 14 frames -> 2 windows each
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static CausalConfig config(const std::string& name, int64_t steps) {
+    CausalConfig c;
+    c.data_root = dir_->file("data"), c.out = dir_->file(name);
+    c.model = "tiny", c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4;
+    c.steps = steps, c.save_every = 4, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
+    return c;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* CausalTest::dir_ = nullptr;
+
+TEST_F(CausalTest, ShortRunValidationLossFalls) {
+  auto c = config("falls", 60);
+  c.val_every = 60, c.save_every = 60;
+  const auto sum = train_causal(c);
+  const auto val = read_jsonl(c.out + "/val_log.jsonl");
+  ASSERT_EQ(val.size(), 2u);  // before the first step and at the end
+  EXPECT_EQ(val[0]["step"], 0);
+  EXPECT_LT(val[1]["val_loss"].get<double>(), 0.85 * val[0]["val_loss"].get<double>())
+      << val[0].dump() << " -> " << val[1].dump();
+  EXPECT_EQ(sum.steps, 60);
+}
+
+TEST_F(CausalTest, WritesTheSeedsFiles) {
+  auto c = config("files", 8);
+  train_causal(c);
+  // args.json: every flag as a string
+  auto args = nlohmann::json::parse(std::ifstream(c.out + "/args.json"));
+  EXPECT_EQ(args["objective"], "df");
+  EXPECT_EQ(args["lr"], "0.01");
+  EXPECT_EQ(args["level_shift"], "3.0");  // Python's str(), as the seed's {k: str(v)}
+  EXPECT_EQ(args["steps"], "8");
+  // val_samples.json: [clip_id, start frame] of the 3 val clips' 2 windows each; no val clip in training
+  auto val = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
+  ASSERT_EQ(val.size(), 6u);
+  std::set<std::string> val_clips;
+  for (const auto& v : val) {
+    val_clips.insert(v[0].get<std::string>());
+    EXPECT_EQ(v[1].get<int64_t>() % 6, 0);
+  }
+  EXPECT_EQ(val_clips.size(), 3u);
+  // train_log.jsonl: the seed's keys, its lr (the schedule after the step)
+  const auto log = read_jsonl(c.out + "/train_log.jsonl");
+  ASSERT_EQ(log.size(), 8u);
+  for (int64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(log[i]["step"], i + 1);
+    for (const char* k : {"loss_v", "gnorm", "lr", "sec"}) EXPECT_TRUE(log[i].contains(k)) << k;
+    EXPECT_NEAR(log[i]["lr"].get<double>(), 1e-2 * warmup_cosine_factor(i + 1, 2, 8, 1e-2), 1e-12);
+  }
+  // lora_step files every 4 steps: bf16 with the seed's metadata, loadable as a LoRA
+  for (const int step : {4, 8}) {
+    const auto path = lora_step_path(c.out, step);
+    auto f = SafetensorsFile::open(path);
+    const auto& m = f->metadata();
+    EXPECT_EQ(m.at("step"), std::to_string(step));
+    EXPECT_EQ(m.at("objective"), "df");
+    EXPECT_EQ(m.at("span_chunks"), "6");
+    EXPECT_EQ(m.at("level_shift"), "3.0");  // Python's str(3.0), as the seed writes it
+    EXPECT_EQ(m.at("base"), "tiny");
+    for (const auto& k : f->keys()) EXPECT_EQ(f->entry(k).dtype, "BF16") << k;
+    const auto w = read_lora(path);
+    EXPECT_EQ(w.rank, 4);
+    EXPECT_GT(w.modules.size(), 0u);
+    EXPECT_TRUE(w.modules.count("blocks.0.self_attn.q") && w.modules.count("blocks.0.cross_attn.o") &&
+                w.modules.count("blocks.0.ffn.2"));
+  }
+}
+
+// `vdt sample --causal`: the base rebuilt from the LoRA's metadata, the run's val windows sampled chunk by chunk.
+TEST_F(CausalTest, SampleCausalWritesTheValWindows) {
+  auto c = config("sample", 4);
+  train_causal(c);
+  const auto out = dir_->file("sample_out");
+  ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--lora", lora_step_path(c.out, 4), "--data_root", c.data_root,
+                             "--out", out, "--n", "2", "--steps", "4"}, {}),
+            0);
+  auto val = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
+  for (int i = 0; i < 2; ++i) {
+    const auto f = SafetensorsFile::open(out + "/" + val[i][0].get<std::string>() + "_f" +
+                                         std::to_string(val[i][1].get<int64_t>()) + ".safetensors");
+    const auto s = f->get("sample"), gt = f->get("ground_truth");
+    EXPECT_EQ(s.sizes(), (std::vector<int64_t>{16, 6, 8, 8}));
+    EXPECT_EQ(s.sizes(), gt.sizes());
+    EXPECT_TRUE(torch::isfinite(s).all().item<bool>());
+  }
+}
+
+// A preempted run: the directory as it was after step 8 (lora_step00012 and the slot of step 12 never written).
+TEST_F(CausalTest, ResumeFromTheStateSlotIsExact) {
+  auto full = config("exact_full", 12);
+  const auto ref = train_causal(full);
+  auto cut = config("exact_cut", 12);
+  fs::copy(full.out, cut.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove(lora_step_path(cut.out, 12));
+  const auto newest = fs::read_symlink(cut.out + "/state").string();  // the slot of step 12
+  fs::remove_all(cut.out + "/" + newest);
+  fs::remove(cut.out + "/state");
+  const auto resumed = train_causal(cut);
+  EXPECT_EQ(resumed.start_step, 8);
+  EXPECT_NE(resumed.resume_how.find("exact"), std::string::npos) << resumed.resume_how;
+  expect_same_lora(ref.lora, resumed.lora);
+  EXPECT_EQ(log_without_time(full.out + "/train_log.jsonl"), log_without_time(cut.out + "/train_log.jsonl"));
+  auto a = SafetensorsFile::open(lora_step_path(full.out, 12)), b = SafetensorsFile::open(lora_step_path(cut.out, 12));
+  for (const auto& k : a->keys()) EXPECT_TRUE(torch::equal(a->get(k), b->get(k))) << k;
+}
+
+TEST_F(CausalTest, WithoutAStateSlotResumesFromTheNewestLoraWithFreshMoments) {
+  auto c = config("seedlike", 8);
+  train_causal(c);
+  for (const char* s : {"state_A", "state_B", "state"}) fs::remove_all(c.out + "/" + s);
+  fs::remove(lora_step_path(c.out, 8));
+  const auto r = train_causal(c);
+  EXPECT_EQ(r.start_step, 4);
+  EXPECT_NE(r.resume_how.find("afresh"), std::string::npos) << r.resume_how;
+  EXPECT_EQ(read_jsonl(c.out + "/train_log.jsonl").size(), 8u);  // lines after step 4 replaced, not duplicated
+}
+
+TEST_F(CausalTest, AFinishedRunHasNothingToDoAndAShorterOneIsRefused) {
+  auto c = config("finished", 4);
+  train_causal(c);
+  const auto again = train_causal(c);
+  EXPECT_EQ(again.start_step, 4);
+  EXPECT_EQ(again.steps, 4);
+  c.steps = 2;
+  try {
+    train_causal(c);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("lora_step00004"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CausalTest, TeacherForcingTrains) {
+  auto c = config("tf", 6);
+  c.objective = "tf", c.clean_first_frame = true;
+  const auto sum = train_causal(c);
+  EXPECT_TRUE(std::isfinite(sum.last_loss));
+  for (const auto& row : read_jsonl(c.out + "/train_log.jsonl")) EXPECT_GT(row["gnorm"].get<double>(), 0);
+  EXPECT_EQ(SafetensorsFile::open(lora_step_path(c.out, 6))->metadata().at("objective"), "tf");
+}
+
+TEST_F(CausalTest, BadFlagsAndDataNameTheCulprit) {
+  auto c = config("bad", 4);
+  c.objective = "xf";
+  EXPECT_THROW({ try { train_causal(c); } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--objective"), std::string::npos); throw; } }, std::exception);
+  c = config("bad", 4);
+  c.chunk_frames = 3;  // spans of 18 frames: every stream of 14 is too short
+  try {
+    train_causal(c);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("shorter than the span"), std::string::npos) << e.what();
+  }
+}
+
+// Two in-process ranks: the LoRA is bitwise the same on both after every step (gradients all-reduced), and sharding
+// the frozen blocks (gathered per block) gives bitwise the result of keeping them whole.
+TEST_F(CausalTest, TwoRanksKeepOneLoraAndShardingChangesNothing) {
+  auto run = [&](const std::string& name, const std::string& shard) {
+    auto c = config(name, 6);
+    c.shard_base = shard;
+    std::vector<CausalSummary> out(2);
+    std::mutex mu;
+    run_local_ranks(2, [&](Communicator& comm) {
+      auto s = train_causal(c, comm, 0);
+      std::lock_guard<std::mutex> lk(mu);
+      out[static_cast<size_t>(comm.rank())] = s;
+    });
+    return out;
+  };
+  const auto sharded = run("ranks_sharded", "on");
+  expect_same_lora(sharded[0].lora, sharded[1].lora);
+  EXPECT_EQ(sharded[0].lora_crc, sharded[1].lora_crc);
+  EXPECT_EQ(sharded[0].last_loss, sharded[1].last_loss);
+  const auto whole = run("ranks_whole", "off");
+  expect_same_lora(sharded[0].lora, whole[0].lora);
+  // 6 steps x 2 ranks = 12 windows: one rank doing the same 12 windows one per step is another trajectory, but the
+  // files are those of a world-2 run: 6 log lines, args and LoRA files from rank 0 only.
+  EXPECT_EQ(read_jsonl(dir_->file("ranks_sharded") + "/train_log.jsonl").size(), 6u);
+}
+
+// What the issue asks: kill a run, re-run the same command, and it continues exactly.
+TEST_F(CausalTest, KilledRunRerunWithTheSameCommandContinuesExactly) {
+  const std::vector<std::string> base = {"train", "causal", "--data-root", dir_->file("data"), "--model", "tiny",
+                                         "--device", "cpu", "--precision", "fp32", "--chunk-frames", "1",
+                                         "--lora-rank", "4", "--lora-alpha", "4", "--val-clips", "3", "--lr", "1e-2",
+                                         "--warmup", "2", "--steps", "150", "--save-every", "1000"};
+  auto args = [&](const std::string& out) {
+    auto a = base;
+    a.insert(a.end(), {"--out", dir_->file(out)});
+    return a;
+  };
+  ASSERT_EQ(test::spawn_vdt(args("kill_ref"), {}), 0);
+  pid_t pid = 0;
+  test::spawn_vdt(args("kill_run"), {}, &pid);
+  int status = 0;
+  bool exited = false;
+  const auto log = dir_->file("kill_run") + "/train_log.jsonl";
+  for (int i = 0; i < 30000 && read_jsonl(log).size() < 3; ++i) {
+    if ((exited = ::waitpid(pid, &status, WNOHANG) == pid)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_FALSE(exited) << "vdt exited early with status " << status;
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const size_t stopped_at = read_jsonl(log).size();
+  ASSERT_LT(stopped_at, 150u);
+  EXPECT_TRUE(fs::exists(lora_step_path(dir_->file("kill_run"), static_cast<int64_t>(stopped_at))));
+  ASSERT_EQ(test::spawn_vdt(args("kill_run"), {}), 0);  // the same command
+  EXPECT_EQ(log_without_time(dir_->file("kill_ref") + "/train_log.jsonl"), log_without_time(log));
+  auto a = SafetensorsFile::open(lora_step_path(dir_->file("kill_ref"), 150));
+  auto b = SafetensorsFile::open(lora_step_path(dir_->file("kill_run"), 150));
+  for (const auto& k : a->keys()) EXPECT_TRUE(torch::equal(a->get(k), b->get(k))) << k;
+}
+
+}  // namespace
+}  // namespace vdt
