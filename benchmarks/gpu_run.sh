@@ -2,7 +2,10 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|all]   (default all)
+# causal: `vdt train causal` (LoRA r32, df, 6 chunks x 3 frames) at the 5B and 1.3B geometries (GEOS, default
+# "5b 1.3b"), prefix / mask / prefix + act-offload, and `vdt bench step` (SFT) at equal tokens (18 latent frames).
+# causal-multi: the 5B causal run on 1 GPU and on NPROC (default 2) GPUs (sharded frozen blocks), LoRA CRC per rank.
 # resume: sharded state over NCCL with the tiny preset: 2 GPUs save, 2 GPUs resume, then 1 GPU resumes (2 -> 1).
 # sft: a short `vdt train sft` at the real geometry (random 5B weights, synthetic data at 832x480, 48 channels,
 # 21 latent frames, 4096-wide text) with validation and export.
@@ -71,5 +74,44 @@ if [ "$what" = resume ]; then
   $build/vdt train sft $args --max_steps 8 --resume auto --device cuda > "$OUT/resume_c.log" 2>&1 || rc=1
   grep -hE "^\[resume\]|^\[state\]|CRC|^trained|rror" "$OUT"/resume_[abc].log | cut -c1-220
   ls -la $run/state/ | tee -a "$OUT/resume_c.log"; cp $run/train_log.csv "$OUT/resume_train_log.csv"
+fi
+causal_root() {  # geometry -> a synthetic root of 18-frame streams
+  local geo=$1 root=/tmp/vdt_causal_root_$1
+  if [ "$geo" = 5b ]; then set -- 48 30 52; else set -- 16 60 104; fi
+  [ -f $root/dataset.json ] || $build/vdt data synth $root --overwrite --channels $1 --latent_frames 18 --latent_h $2 \
+    --latent_w $3 --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 4 --val_runs 1 \
+    --val_clips_per_run 2 --n_drop 0 > "$OUT/causal_synth_$geo.log" 2>&1
+  echo $root
+}
+steady() {  # mean s/step from train_log.jsonl, skipping the first 3 steps (allocation, cuDNN plans)
+  python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print('steady %.3f s/step over steps 4..%d' % ((r[-1]['sec']-r[2]['sec'])/(len(r)-3), len(r)))" "$1"
+}
+if [ "$what" = causal ] || [ "$what" = all ]; then
+  for geo in ${GEOS:-5b 1.3b}; do
+    root=$(causal_root $geo)
+    model=wan2.2-ti2v-5b; hw="--height 30 --width 52"
+    [ "$geo" = 1.3b ] && model=wan2.1-t2v-1.3b && hw="--height 60 --width 104"
+    for variant in prefix mask offload; do
+      extra="--attn $variant"; [ $variant = offload ] && extra="--attn prefix --act-offload on"
+      run=/tmp/vdt_causal_${geo}_$variant; rm -rf $run
+      timeout 240 $build/vdt train causal --data-root $root --out $run --model $model --steps ${CSTEPS:-10} \
+        --val-clips 1 --save-every 1000 --lora-rank 32 --lora-alpha 32 $extra > "$OUT/causal_${geo}_$variant.log" 2>&1 || rc=1
+      grep -E "^  |^trained|rror" "$OUT/causal_${geo}_$variant.log" | cut -c1-200
+      steady $run/train_log.jsonl | tee -a "$OUT/causal_${geo}_$variant.log"
+    done
+    timeout 240 $build/vdt bench step --model $model --frames 18 $hw --steps 5 --warmup 2 2>&1 \
+      | tee "$OUT/causal_${geo}_sft_bench.log" | tail -4 || rc=1
+  done
+fi
+if [ "$what" = causal-multi ]; then
+  root=$(causal_root 5b); n=${NPROC:-2}
+  args="--data-root $root --model wan2.2-ti2v-5b --steps ${CSTEPS:-10} --val-clips 1 --save-every 1000 --lora-rank 32 \
+    --lora-alpha 32"
+  $build/vdt train causal $args --out /tmp/vdt_cm_1 > "$OUT/causal_multi_1gpu.log" 2>&1 || rc=1
+  grep -E "^  |^trained|rror" "$OUT/causal_multi_1gpu.log" | cut -c1-200; steady /tmp/vdt_cm_1/train_log.jsonl
+  python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train causal $args \
+    --out /tmp/vdt_cm_$n > "$OUT/causal_multi_${n}gpu.log" 2>&1 || rc=1
+  grep -E "^  |^trained|CRC|rror" "$OUT/causal_multi_${n}gpu.log" | cut -c1-200; steady /tmp/vdt_cm_$n/train_log.jsonl
+  cp /tmp/vdt_cm_$n/train_log.jsonl "$OUT/causal_multi_${n}gpu_train_log.jsonl"
 fi
 exit $rc
