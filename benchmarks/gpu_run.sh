@@ -5,7 +5,8 @@
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|all]   (default all)
 # causal: `vdt train causal` (LoRA r32, df, 6 chunks x 3 frames) at the 5B and 1.3B geometries (GEOS, default
 # "5b 1.3b"), prefix / mask / prefix + act-offload, and `vdt bench step` (SFT) at equal tokens (18 latent frames).
-# causal-multi: the 5B causal run on 1 GPU and on NPROC (default 2) GPUs (sharded frozen blocks), LoRA CRC per rank.
+# causal-multi: the 5B causal run on 1 GPU (step 6 traced with the PyTorch profiler, kernel time summed by
+# benchmarks/trace_top.py) and on NPROC (default 2) GPUs (sharded frozen blocks), LoRA CRC per rank.
 # resume: sharded state over NCCL with the tiny preset: 2 GPUs save, 2 GPUs resume, then 1 GPU resumes (2 -> 1).
 # sft: a short `vdt train sft` at the real geometry (random 5B weights, synthetic data at 832x480, 48 channels,
 # 21 latent frames, 4096-wide text) with validation and export.
@@ -107,8 +108,11 @@ if [ "$what" = causal-multi ]; then
   root=$(causal_root 5b); n=${NPROC:-2}
   args="--data-root $root --model wan2.2-ti2v-5b --steps ${CSTEPS:-10} --val-clips 1 --save-every 1000 --lora-rank 32 \
     --lora-alpha 32"
-  $build/vdt train causal $args --out /tmp/vdt_cm_1 > "$OUT/causal_multi_1gpu.log" 2>&1 || rc=1
+  VDT_TRACE=$OUT/causal_1gpu_step6.json VDT_TRACE_STEP=6 $build/vdt train causal $args --out /tmp/vdt_cm_1 \
+    > "$OUT/causal_multi_1gpu.log" 2>&1 || rc=1
   grep -E "^  |^trained|rror" "$OUT/causal_multi_1gpu.log" | cut -c1-200; steady /tmp/vdt_cm_1/train_log.jsonl
+  python3 benchmarks/trace_top.py $OUT/causal_1gpu_step6.json 30 | tee "$OUT/causal_1gpu_trace_top.txt"
+  gzip -f $OUT/causal_1gpu_step6.json
   python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train causal $args \
     --out /tmp/vdt_cm_$n > "$OUT/causal_multi_${n}gpu.log" 2>&1 || rc=1
   grep -E "^  |^trained|CRC|rror" "$OUT/causal_multi_${n}gpu.log" | cut -c1-200; steady /tmp/vdt_cm_$n/train_log.jsonl

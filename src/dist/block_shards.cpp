@@ -8,7 +8,8 @@
 
 namespace vdt {
 
-BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& comm) : comm_(comm) {
+BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& comm, bool prefetch)
+    : comm_(comm), prefetch_(prefetch) {
   const int64_t world = comm.world(), rank = comm.rank();
   torch::NoGradGuard ng;
   for (auto* m : modules) {
@@ -33,7 +34,8 @@ BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& 
       e.flats.push_back(std::move(f));
     }
     e.gathered = true;
-    entries_.emplace(m, std::move(e));
+    e.index = static_cast<int64_t>(order_.size());
+    order_.push_back(&entries_.emplace(m, std::move(e)).first->second);
     release(*m);
   }
 }
@@ -44,22 +46,56 @@ BlockShards::Entry& BlockShards::entry(const torch::nn::Module& m) {
   return it->second;
 }
 
-void BlockShards::gather(const torch::nn::Module& m) {
-  auto& e = entry(m);
-  if (e.gathered) return;
-  torch::NoGradGuard ng;
-  for (auto& f : e.flats) {
-    auto full = torch::empty({f.padded}, f.shard.options());  // [padded]
-    comm_.all_gather(full, f.shard)->wait();
+BlockShards::Pending BlockShards::start_gather(int64_t index) {
+  Pending p;
+  p.index = index;
+  for (auto& f : order_[static_cast<size_t>(index)]->flats) {
+    p.full.push_back(torch::empty({f.padded}, f.shard.options()));  // [padded]
+    p.works.push_back(comm_.all_gather(p.full.back(), f.shard));
+  }
+  return p;
+}
+
+void BlockShards::bind(Entry& e, Pending& p) {
+  for (size_t k = 0; k < e.flats.size(); ++k) {
+    p.works[k]->wait();
+    auto& f = e.flats[k];
     int64_t at = 0;
     for (size_t i = 0; i < f.params.size(); ++i) {
       const auto& shape = f.shapes[i];
       const int64_t n = c10::multiply_integers(shape);
-      f.params[i].set_data(full.narrow(0, at, n).view(shape));
+      f.params[i].set_data(p.full[k].narrow(0, at, n).view(shape));
       at += n;
     }
   }
   e.gathered = true;
+}
+
+void BlockShards::gather(const torch::nn::Module& m) {
+  auto& e = entry(m);
+  if (e.gathered) return;
+  torch::NoGradGuard ng;
+  Pending p;
+  if (pending_.index == e.index) {
+    p = std::move(pending_);
+    pending_ = Pending();
+  } else {
+    p = start_gather(e.index);
+  }
+  bind(e, p);
+  // Prefetch the next module in the direction of travel (up from the first, down from the last).
+  const int64_t n = static_cast<int64_t>(order_.size()), i = e.index;
+  int64_t next = -1;
+  if (i == 0 || (last_ < i && i < n - 1)) {
+    next = i + 1;
+  } else if (i == n - 1 || last_ > i) {
+    next = i - 1;
+  }
+  last_ = i;
+  if (!prefetch_ || next < 0 || next >= n || order_[static_cast<size_t>(next)]->gathered || pending_.index == next) return;
+  if (pending_.index >= 0)
+    for (auto& w : pending_.works) w->wait();  // an unused prefetch: let it finish before its buffer goes
+  pending_ = start_gather(next);
 }
 
 void BlockShards::release(const torch::nn::Module& m) {

@@ -26,6 +26,7 @@
 #include "train/replicated_grads.h"
 #include "train/run_log.h"
 #include "train/schedule.h"
+#include "train/trace.h"
 
 namespace vdt {
 namespace {
@@ -373,9 +374,11 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
   const auto t_start = std::chrono::steady_clock::now();
   int64_t step = r.start_step;
+  StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
   while (step < r.total_steps) {
+    trace.before_step(step + 1);
     const StepStats st = train_step(r, step);
-    ++step;
+    trace.after_step(++step);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     if (!std::isfinite(st.loss))  // reduced over ranks: every rank stops here, the update was skipped
       VDT_FAIL("step ", step, ": loss = ", st.loss, " (non-finite); the update was skipped and training stops. The "

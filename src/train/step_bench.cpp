@@ -13,6 +13,7 @@
 #include "model/wan_dit.h"
 #include "train/activation_checkpoint.h"
 #include "train/optimizer.h"
+#include "train/trace.h"
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -80,7 +81,9 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg,
   if (cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
 #endif
   std::vector<double> times;
+  StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP (1-based, warm-up included)
   for (int s = 0; s < cfg.warmup + cfg.steps; ++s) {
+    trace.before_step(s + 1);
     sync();
     const auto t0 = std::chrono::steady_clock::now();
     // Grid index from the upper 990 (ids 0..9 have weight 0 in bf16 and would train nothing).
@@ -96,6 +99,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg,
     sync();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.last_loss = loss.item<double>();
+    trace.after_step(s + 1);
     if (s >= cfg.warmup) times.push_back(dt);
     if (on_step) on_step(s, dt, r.last_loss);
   }

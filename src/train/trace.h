@@ -1,0 +1,24 @@
+// A PyTorch-profiler (Kineto) trace of one training step, for benchmarking: with VDT_TRACE=<file.json> and
+// VDT_TRACE_STEP=<n> in the environment, the trainers record CPU ops and CUDA kernels of step n and write the chrome
+// trace that PyTorch's profiler writes (Perfetto / chrome://tracing; benchmarks/trace_top.py sums kernel time by
+// name). Not a timed test: a trace slows the step it records.
+#pragma once
+#include <memory>
+#include <string>
+
+namespace vdt {
+
+class StepTrace {
+ public:
+  StepTrace();  // reads the environment; inactive when unset
+  // Starts recording when `step` (1-based) is the traced one; stops and writes the file after it.
+  void before_step(int64_t step);
+  void after_step(int64_t step);
+
+ private:
+  std::string path_;
+  int64_t step_ = 0;
+  bool on_ = false;
+};
+
+}  // namespace vdt
