@@ -2,6 +2,7 @@
 // self-attention, and cross-attention has no mask: all Lt text rows are attended, padding included (wan_spec §3.5).
 #include "model/attention.h"
 
+#include <ATen/ops/rms_norm.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
@@ -14,8 +15,14 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // ATen's rms_norm (one fused kernel on CUDA, statistics in float32) without the weight, so the cast to x's dtype
+  // still comes before the weight multiply, as in Wan; rms_norm_reference is the spelled-out form (tests).
+  return at::rms_norm(x, {x.size(-1)}, std::nullopt, eps_) * weight;
+}
+
+torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto xf = x.to(torch::kFloat32);
-  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return y.to(x.scalar_type()) * weight;
 }
 

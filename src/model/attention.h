@@ -22,6 +22,8 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
+// The same RMSNorm spelled out op by op (the reference the fused path is tested against).
+torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 enum class AttentionKernel { sdpa, eager };
 // q [B, N, Lq, Dh], k/v [B, N, Lk, Dh] -> [B, N, Lq, Dh]. `eager` is the slow, obvious softmax(q k^T / sqrt(Dh)) v.

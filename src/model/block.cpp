@@ -12,12 +12,13 @@ torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift,
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = shift.size(1);
   auto h = torch::layer_norm(x, {D}, {}, {}, eps).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
   // Modulation in the dtype of shift/scale (float32: the official Wan's fp32 island), result in x's dtype.
-  return (h.to(scale.scalar_type()) * (1 + scale) + shift).to(x.scalar_type()).view({B, L, D});  // -> [B, L, D]
+  // (h is promoted inside the kernel: no separate float32 copy of it)
+  return torch::addcmul(shift, h, 1 + scale).to(x.scalar_type()).view({B, L, D});  // -> [B, L, D]
 }
 
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = gate.size(1);
-  return x + (y.view({B, G, L / G, D}).to(gate.scalar_type()) * gate).to(x.scalar_type()).view({B, L, D});
+  return x + (y.view({B, G, L / G, D}) * gate).to(x.scalar_type()).view({B, L, D});  // y promoted in the kernel
 }
 
 WanBlockImpl::WanBlockImpl(int64_t dim, int64_t ffn_dim, int64_t num_heads, double eps) : eps_(eps) {

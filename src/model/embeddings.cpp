@@ -40,6 +40,15 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& rope) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == rope.cos.size(0) && x.size(3) == 2 * rope.cos.size(1),
               "apply_rope: expected x [B, L, N, Dh] with L = ", rope.cos.size(0), " and Dh = ", 2 * rope.cos.size(1),
               ", got ", x.sizes());
+  auto xc = torch::view_as_complex(x.to(torch::kFloat32).unflatten(-1, {-1, 2}));  // [B, L, N, Dh/2] complex
+  auto cis = torch::complex(rope.cos, rope.sin).unsqueeze(1);                        // [L, 1, Dh/2]
+  return torch::view_as_real(xc * cis).flatten(-2).to(x.scalar_type());            // -> [B, L, N, Dh]
+}
+
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const RopeTable& rope) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == rope.cos.size(0) && x.size(3) == 2 * rope.cos.size(1),
+              "apply_rope: expected x [B, L, N, Dh] with L = ", rope.cos.size(0), " and Dh = ", 2 * rope.cos.size(1),
+              ", got ", x.sizes());
   auto xf = x.to(torch::kFloat32).unflatten(-1, {-1, 2});  // [B, L, N, Dh] -> [B, L, N, Dh/2, 2]
   auto xr = xf.select(-1, 0), xi = xf.select(-1, 1);       // [B, L, N, Dh/2]
   auto c = rope.cos.unsqueeze(1), s = rope.sin.unsqueeze(1);  // [L, 1, Dh/2]

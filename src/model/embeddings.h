@@ -20,6 +20,9 @@ struct RopeTable {
 RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device);
 
 // x: [B, L, N, Dh] -> [B, L, N, Dh], pairs (x[2j], x[2j+1]) rotated by the table; math in float32, result in x's dtype.
+// One complex multiply (x viewed as Dh/2 complex pairs, times cos + i sin), as the official Wan code does.
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& rope);
+// The same rotation written out on real pairs (the reference apply_rope is tested against).
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const RopeTable& rope);
 
 }  // namespace vdt

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/attention.h"
 #include "model/embeddings.h"
 #include "test_util.h"
 
@@ -60,6 +61,37 @@ TEST(Rope, ApplyIsComplexMultiplicationOnInterleavedPairs) {
                           torch::atan2(rope.sin.to(torch::kFloat64), rope.cos.to(torch::kFloat64)));
   auto ref = torch::view_as_real(xc * rot.unsqueeze(1)).reshape({2, 12, 3, d});
   EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-5);
+}
+
+// The fast paths against their spelled-out references, forward and backward, in float32 and bf16: RoPE as one
+// complex multiply vs real pairs, RMSNorm through ATen's rms_norm vs op by op.
+TEST(FastPaths, RopeAndRmsNormMatchTheirReferences) {
+  torch::manual_seed(4);
+  const auto rope = rope_table(24, {2, 3, 4}, torch::kCPU);  // L = 24, Dh = 24
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dt == torch::kFloat32 ? 1e-6 : 1e-2;
+    auto x0 = torch::randn({2, 24, 3, 24}).to(dt);
+    auto g = torch::randn({2, 24, 3, 24}).to(dt);
+    auto a = x0.clone().requires_grad_(), b = x0.clone().requires_grad_();
+    auto ya = apply_rope(a, rope), yb = apply_rope_reference(b, rope);
+    EXPECT_EQ(ya.scalar_type(), dt);
+    EXPECT_LT((ya - yb).abs().max().item<double>(), tol);
+    ya.backward(g), yb.backward(g);
+    EXPECT_LT((a.grad() - b.grad()).abs().max().item<double>(), tol);
+    RMSNorm norm(72, 1e-6);
+    {
+      torch::NoGradGuard ng;
+      norm->weight.uniform_(0.5, 1.5);
+      norm->to(dt);
+    }
+    auto h0 = (torch::randn({2, 5, 72}) * 3).to(dt);
+    auto ha = h0.clone().requires_grad_(), hb = h0.clone().requires_grad_();
+    auto na = norm(ha), nb = rms_norm_reference(hb, norm->weight, 1e-6);
+    EXPECT_LT((na - nb).abs().max().item<double>(), tol * 4);
+    auto gn = torch::randn_like(na);
+    na.backward(gn), nb.backward(gn);
+    EXPECT_LT((ha.grad() - hb.grad()).abs().max().item<double>(), tol * 8);
+  }
 }
 
 }  // namespace
