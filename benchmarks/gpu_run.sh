@@ -2,7 +2,8 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|all]   (default all)
+# quick: bf16 parity, `vdt bench step` with checkpointing, and an 8-step 5B causal run (after a model change).
 # causal: `vdt train causal` (LoRA r32, df, 6 chunks x 3 frames) at the 5B and 1.3B geometries (GEOS, default
 # "5b 1.3b"), prefix / mask / prefix + act-offload, and `vdt bench step` (SFT) at equal tokens (18 latent frames).
 # causal-multi: the 5B causal run on 1 GPU (step 6 traced with the PyTorch profiler, kernel time summed by
@@ -103,6 +104,15 @@ if [ "$what" = causal ] || [ "$what" = all ]; then
     timeout 240 $build/vdt bench step --model $model --frames 18 $hw --steps 5 --warmup 2 2>&1 \
       | tee "$OUT/causal_${geo}_sft_bench.log" | tail -4 || rc=1
   done
+fi
+if [ "$what" = quick ]; then  # a check after a model change: parity, the SFT step (block), the 5B causal step (prefix)
+  $build/vdt parity .deps/fixtures/wan_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 | tee "$OUT/parity.log" \
+    | grep -E "out|PASS|FAIL" || rc=1
+  $build/vdt bench step --checkpointing block --steps 4 --warmup 2 2>&1 | tee "$OUT/bench_step_block.log" | tail -5
+  root=$(causal_root 5b); run=/tmp/vdt_causal_quick; rm -rf $run
+  $build/vdt train causal --data-root $root --out $run --model wan2.2-ti2v-5b --steps 8 --val-clips 1 \
+    --save-every 1000 --lora-rank 32 --lora-alpha 32 > "$OUT/causal_quick.log" 2>&1 || rc=1
+  grep -E "^trained|rror" "$OUT/causal_quick.log"; steady $run/train_log.jsonl | tee -a "$OUT/causal_quick.log"
 fi
 if [ "$what" = causal-multi ]; then
   root=$(causal_root 5b); n=${NPROC:-2}

@@ -73,11 +73,21 @@ CrossAttentionImpl::CrossAttentionImpl(int64_t dim, int64_t num_heads, double ep
   norm_k = register_module("norm_k", RMSNorm(dim, eps));
 }
 
-torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx) {
+torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx_in,
+                                          const torch::Tensor& ctx_ids) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   auto qx = norm_q(lora_or_linear(q, x));
-  auto kc = norm_k(lora_or_linear(k, ctx));
-  auto vc = lora_or_linear(v, ctx);
+  auto kc = norm_k(lora_or_linear(k, ctx_in));  // per row when ctx_ids is given
+  auto vc = lora_or_linear(v, ctx_in);
+  auto ctx = ctx_in;
+  if (ctx_ids.defined()) {  // rows [R, Lt, D] -> cells [B, F, Lt, D]
+    TORCH_CHECK(ctx_in.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
+                "and ctx_ids [B, F], got ", ctx_in.sizes(), " and ", ctx_ids.sizes());
+    const auto idx = ctx_ids.flatten();
+    kc = kc.index_select(0, idx).unflatten(0, {B, ctx_ids.size(1)});
+    vc = vc.index_select(0, idx).unflatten(0, {B, ctx_ids.size(1)});
+    ctx = kc;  // only its shape is read below
+  }
   if (ctx.dim() == 3) {
     auto a = attention(split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_), kernel);
     return lora_or_linear(o, merge_heads(a));  // [B, L, D]

@@ -51,8 +51,9 @@ class CrossAttentionImpl : public torch::nn::Module {
  public:
   CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps);
   // x [B, L, D], ctx [B, Lt, D] (one text for all tokens) or [B, F, Lt, D] (per-cell text: the tokens of latent
-  // frame f, L/F of them in order, attend only to ctx[:, f]) -> [B, L, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ctx);
+  // frame f, L/F of them in order, attend only to ctx[:, f]) -> [B, L, D]. Per-cell text may also come as distinct
+  // rows ctx [R, Lt, D] with ctx_ids [B, F] (row of each cell): k and v are then projected once per row, not per cell.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ctx, const torch::Tensor& ctx_ids = {});
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;

@@ -45,7 +45,7 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   // 1) self-attention with adaLN
   x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope, in.causal_chunk, in.teacher_forcing), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
-  x = x + cross_attn(norm3(x), in.ctx);
+  x = x + cross_attn(norm3(x), in.ctx, in.ctx_ids);
   // 3) FFN with adaLN
   //    (ffn.0 and ffn.2 called one by one, so a LoRA attached to either takes part)
   torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));

@@ -156,14 +156,16 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
   auto e0 = lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim});
 
   // Text: [B, Lt, text_dim] -> [B, Lt, D]; per cell: rows [R, Lt, text_dim] -> [R, Lt, D] -> [B, F', Lt, D]
+  torch::Tensor ctx_ids;
   auto ctx = text_embedding->forward(in.context.to(dtype));
   if (in.context_ids.defined()) {
     TORCH_CHECK(in.context_ids.dim() == 2 && in.context_ids.size(0) == B && in.context_ids.size(1) == grid[0],
                 "WanDiT: context_ids must be [B, F'=", grid[0], "], got ", in.context_ids.sizes());
-    ctx = ctx.index_select(0, in.context_ids.flatten().to(torch::kLong)).unflatten(0, {B, grid[0]});
+    ctx_ids = in.context_ids.to(torch::kLong);  // the blocks project k, v per distinct row, then pick per cell
   }
 
   BlockInputs bin{x, e0, ctx, {}};
+  bin.ctx_ids = ctx_ids;
   if (in.teacher_forcing) {  // [clean | noisy]: the span's positions twice
     TORCH_CHECK(in.causal_chunk_frames > 0 && grid[0] % (2 * in.causal_chunk_frames) == 0, "WanDiT: teacher forcing "
                 "needs causal_chunk_frames and two equal halves of whole chunks, got ", grid[0], " token frames");

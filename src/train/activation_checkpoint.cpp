@@ -22,10 +22,11 @@ torch::Tensor to_host(const torch::Tensor& x) {
 class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
  public:
   static variable_list forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor e0, torch::Tensor c,
-                               torch::Tensor cos, torch::Tensor sin, WanBlockImpl* block, const CheckpointOptions* opts,
-                               int64_t causal_chunk, bool teacher_forcing) {
+                               torch::Tensor cos, torch::Tensor sin, torch::Tensor ctx_ids, WanBlockImpl* block,
+                               const CheckpointOptions* opts, int64_t causal_chunk, bool teacher_forcing) {
     const bool offload = opts->offload_inputs && x.is_cuda();
-    ctx->save_for_backward({offload ? to_host(x) : x, e0, c, cos, sin});
+    ctx->save_for_backward({offload ? to_host(x) : x, e0, c, cos, sin, ctx_ids});
+    if (ctx_ids.numel() == 0) ctx_ids = torch::Tensor();  // the runner's stand-in for "none"
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     ctx->saved_data["causal_chunk"] = causal_chunk;
@@ -33,7 +34,7 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["x_device"] = static_cast<int64_t>(x.device().index());
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
     if (opts->before) opts->before(*block);
-    auto y = block->forward({x, e0, c, {cos, sin}, causal_chunk, teacher_forcing});  // grad mode off: nothing kept
+    auto y = block->forward({x, e0, c, {cos, sin}, causal_chunk, teacher_forcing, ctx_ids});  // grad off: nothing kept
     if (opts->after) opts->after(*block);
     return {y};
   }
@@ -53,12 +54,13 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     {
       torch::AutoGradMode grad_on(true);  // grad mode is off inside backward unless create_graph
       y = block->forward({in[0], in[1], in[2], {saved[3], saved[4]}, ctx->saved_data["causal_chunk"].toInt(),
-                          ctx->saved_data["teacher_forcing"].toBool()});
+                          ctx->saved_data["teacher_forcing"].toBool(),
+                          saved[5].numel() > 0 ? saved[5] : torch::Tensor()});
     }
     torch::autograd::backward({y}, {grad_out[0]});
     if (opts->after) opts->after(*block);
     return {in[0].grad(), in[1].grad(), in[2].grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(),  torch::Tensor(), torch::Tensor()};
+            torch::Tensor(),  torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -82,8 +84,10 @@ void enable_block_checkpointing(WanDiTImpl& model, CheckpointOptions opts) {
     auto x = in.x;
     const bool needs_grad = x.requires_grad() || in.e0.requires_grad() || in.ctx.requires_grad();
     if (!needs_grad && has_trainable(block)) x = x.detach().requires_grad_(true);  // else no backward reaches us
-    return BlockCheckpoint::apply(x, in.e0, in.ctx, in.rope.cos, in.rope.sin, &block, shared.get(), in.causal_chunk,
-                                  in.teacher_forcing)[0];
+    // apply() takes defined tensors only: an empty one stands for "no ctx_ids"
+    const auto ids = in.ctx_ids.defined() ? in.ctx_ids : torch::empty({0}, torch::dtype(torch::kLong));
+    return BlockCheckpoint::apply(x, in.e0, in.ctx, in.rope.cos, in.rope.sin, ids, &block, shared.get(),
+                                  in.causal_chunk, in.teacher_forcing)[0];
   });
 }
 

@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include "model/attention.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 
@@ -90,6 +91,26 @@ TEST(WanDiT, BadShapesNameWhatWasExpected) {
   test::expect_error([&] { s.model->forward({torch::randn({1, 5, 3, 4, 6}), torch::ones({1}), s.ctx}); },
                      {"expected x [B, 16, F, H, W]"});
   test::expect_error([&] { s.model->forward({s.x, torch::ones({2, 5}), s.ctx}); }, {"expected t"});
+}
+
+// Per-cell text as distinct rows + ids (k, v projected once per row) equals the same text spelled out per cell
+// ([B, F, Lt, D]), forward and backward, with a LoRA on k and v so the row path's gradients are exercised too.
+TEST(WanDiT, CrossAttentionOnDistinctRowsEqualsPerCellText) {
+  torch::manual_seed(8);
+  CrossAttention ca(64, 4, 1e-6);
+  const int64_t B = 2, F = 3, Lt = 5, D = 64;
+  auto x0 = torch::randn({B, F * 4, D}), rows0 = torch::randn({2, Lt, D});
+  const auto ids = torch::tensor({{0, 1, 1}, {1, 0, 0}}, torch::kLong);  // [B, F]
+  auto run = [&](bool as_rows) {
+    auto x = x0.clone().requires_grad_(), rows = rows0.clone().requires_grad_();
+    auto y = as_rows ? ca(x, rows, ids) : ca(x, rows.index_select(0, ids.flatten()).unflatten(0, {B, F}));
+    y.pow(2).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), rows.grad(), ca->k->weight.grad().clone()};
+  };
+  const auto a = run(true);
+  ca->zero_grad();
+  const auto b = run(false);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-5)) << "tensor " << i;
 }
 
 }  // namespace
