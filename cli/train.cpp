@@ -10,6 +10,15 @@
 #include "train/sft_trainer.h"
 
 namespace vdt::cli {
+namespace {
+
+// This process's communicator: one rank, or NCCL on cuda:LOCAL_RANK when launched as several (--device auto -> cuda).
+std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device) {
+  if (env.world > 1 && device == "auto") device = "cuda";
+  return make_communicator(env, device == "cpu" ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, env.local_rank));
+}
+
+}  // namespace
 
 void add_train(CLI::App& app, int& exit_code) {
   auto* train = app.add_subcommand("train", "Train a model");
@@ -66,9 +75,7 @@ void add_train(CLI::App& app, int& exit_code) {
   s->add_option("--seed", c->seed, "seed of every random stream")->capture_default_str();
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
-    if (env.world > 1 && c->device == "auto") c->device = "cuda";
-    const auto comm = make_communicator(env, c->device == "cpu" ? torch::Device(torch::kCPU)
-                                                                : torch::Device(torch::kCUDA, env.local_rank));
+    const auto comm = communicator_for(env, c->device);
     const auto sum = train_sft(*c, *comm, env.local_rank);
     if (env.rank != 0) {
       exit_code = 0;
@@ -129,10 +136,8 @@ void add_train_causal(CLI::App& train, int& exit_code) {
   s->add_option("--shard-base", c->shard_base, "shard the frozen blocks over the ranks: auto (with several), on, off")
       ->capture_default_str();
   s->callback([c, &exit_code] {
-    const auto env = LaunchEnv::from_env();
-    if (env.world > 1 && c->device == "auto") c->device = "cuda";
-    const auto comm = make_communicator(env, c->device == "cpu" ? torch::Device(torch::kCPU)
-                                                                : torch::Device(torch::kCUDA, env.local_rank));
+    const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
+    const auto comm = communicator_for(env, c->device);
     const auto sum = train_causal(*c, *comm, env.local_rank);
     if (env.rank == 0 && sum.steps > sum.start_step)
       std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB; last LoRA %s\n",

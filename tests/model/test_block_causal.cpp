@@ -89,16 +89,20 @@ TEST(BlockCausal, TeacherForcingKernelsAgreeForwardAndBackward) {
 namespace vdt {
 namespace {
 
+// The tiny DiT from a fixed seed, its zero-initialised head made non-zero so outputs depend on the input.
+WanDiT tiny_with_head() {
+  WanDiT model(preset_config("tiny"));
+  model->init_weights(1);
+  torch::NoGradGuard ng;
+  model->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 3));
+  return model;
+}
+
 // The Wan DiT in causal mode: a chunk's output does not depend on later frames; prefix, mask and eager kernels agree;
 // block checkpointing gives the same output and gradients as the plain backward.
 TEST(BlockCausal, WanDiTChunksSeeOnlyThePast) {
   torch::manual_seed(0);
-  WanDiT model(preset_config("tiny"));
-  model->init_weights(1);
-  {
-    torch::NoGradGuard ng;
-    model->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 3));
-  }
+  auto model = tiny_with_head();
   auto x = torch::randn({1, 16, 4, 4, 4}), ctx = torch::randn({1, 5, 64});
   const auto t = torch::tensor({{0.0, 300.0, 600.0, 900.0}});  // [B, F'] a level per frame
   DiTInputs in{x, t, ctx};
@@ -126,12 +130,7 @@ TEST(BlockCausal, WanDiTChunksSeeOnlyThePast) {
 // span alone (same RoPE positions), and noisy chunk i depends on clean chunks < i and on itself only.
 TEST(BlockCausal, WanDiTTeacherForcingSeesCleanPastAndItself) {
   torch::manual_seed(0);
-  WanDiT model(preset_config("tiny"));
-  model->init_weights(1);
-  {
-    torch::NoGradGuard ng;
-    model->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 3));
-  }
+  auto model = tiny_with_head();
   const int64_t F = 4;  // 2 chunks of 2 frames
   auto clean = torch::randn({1, 16, F, 4, 4}), noisy = torch::randn({1, 16, F, 4, 4}), ctx = torch::randn({1, 5, 64});
   const auto t_noisy = torch::tensor({{500.0, 500.0, 800.0, 800.0}});
