@@ -238,6 +238,42 @@ TEST_F(CausalTest, TwoRanksKeepOneLoraAndShardingChangesNothing) {
   EXPECT_EQ(read_jsonl(dir_->file("ranks_sharded") + "/train_log.jsonl").size(), 6u);
 }
 
+// Two ranks preempted after step 4 and re-run continue exactly (rank 0 saved LoRA and state, every rank loads them);
+// re-run on one rank instead, the same global sample stream continues ("world size 2 -> 1").
+TEST_F(CausalTest, TwoRanksResumeExactlyAndOneRankContinuesTheStream) {
+  auto run2 = [&](const CausalConfig& c) {
+    std::vector<CausalSummary> out(2);
+    std::mutex mu;
+    run_local_ranks(2, [&](Communicator& comm) {
+      auto s = train_causal(c, comm, 0);
+      std::lock_guard<std::mutex> lk(mu);
+      out[static_cast<size_t>(comm.rank())] = s;
+    });
+    return out;
+  };
+  auto full = config("ranks_resume_full", 8);
+  const auto ref = run2(full);
+  auto cut = config("ranks_resume_cut", 8);
+  fs::copy(full.out, cut.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove(lora_step_path(cut.out, 8));
+  fs::remove_all(cut.out + "/" + fs::read_symlink(cut.out + "/state").string());
+  fs::remove(cut.out + "/state");
+  const auto resumed = run2(cut);
+  EXPECT_EQ(resumed[0].start_step, 4);
+  expect_same_lora(ref[0].lora, resumed[0].lora);
+  expect_same_lora(resumed[0].lora, resumed[1].lora);
+  EXPECT_EQ(log_without_time(full.out + "/train_log.jsonl"), log_without_time(cut.out + "/train_log.jsonl"));
+  // One rank from the same step-4 state: 8 more windows continue the 2-rank stream at position 8.
+  auto one = config("ranks_resume_one", 8);
+  fs::copy(full.out, one.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove(lora_step_path(one.out, 8));
+  fs::remove_all(one.out + "/" + fs::read_symlink(one.out + "/state").string());
+  fs::remove(one.out + "/state");
+  const auto single = train_causal(one);
+  EXPECT_EQ(single.start_step, 4);
+  EXPECT_NE(single.resume_how.find("world size 2 -> 1"), std::string::npos) << single.resume_how;
+}
+
 // What the issue asks: kill a run, re-run the same command, and it continues exactly.
 TEST_F(CausalTest, KilledRunRerunWithTheSameCommandContinuesExactly) {
   const std::vector<std::string> base = {"train", "causal", "--data-root", dir_->file("data"), "--model", "tiny",
