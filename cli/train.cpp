@@ -113,7 +113,8 @@ void add_train_causal(CLI::App& train, int& exit_code) {
   s->add_option("--seed", c->seed, "seed of every random stream")->capture_default_str();
   s->add_option("--picture1", c->picture1, "Picture 1 resolution: native or 2048 (MiniMax-H3 only)")
       ->capture_default_str();
-  s->add_option("--attn", c->attn, "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call)")
+  s->add_option("--attn", c->attn, "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex "
+                "mean the same two")
       ->capture_default_str();
   s->add_option("--level-shift", c->level_shift, "DF: flow shift of the per-chunk noise levels")->capture_default_str();
   s->add_option("--act-offload", c->act_offload, "on: checkpointed block inputs in pinned host memory")

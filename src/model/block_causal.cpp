@@ -11,8 +11,8 @@
 namespace vdt {
 
 CausalKernel causal_kernel_from_string(const std::string& s) {
-  if (s == "prefix") return CausalKernel::prefix;
-  if (s == "mask") return CausalKernel::mask;
+  if (s == "prefix" || s == "fa3") return CausalKernel::prefix;  // fa3, flex: the seed's names for the same two
+  if (s == "mask" || s == "flex") return CausalKernel::mask;
   if (s == "eager") return CausalKernel::eager;
   VDT_FAIL("--attn ", s, ": expected prefix or mask");
 }

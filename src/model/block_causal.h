@@ -13,7 +13,8 @@
 namespace vdt {
 
 enum class CausalKernel { prefix, mask, eager };
-CausalKernel causal_kernel_from_string(const std::string& s);  // "prefix" | "mask" | "eager"; error names the flag
+// "prefix" | "mask" | "eager", and the seed's names "fa3" (= prefix) and "flex" (= mask); an error names the flag.
+CausalKernel causal_kernel_from_string(const std::string& s);
 
 // Boolean [L, L] mask, true = may attend: query chunk i sees key chunks 0..i. L = n_chunks * chunk_tokens.
 torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device = torch::kCPU);

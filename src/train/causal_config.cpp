@@ -35,8 +35,8 @@ void CausalConfig::validate() const {
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
   VDT_CHECK(picture1 == "native", "--picture1 2048 applies to the MiniMax-H3 base (its Picture 1 image), which vdt does "
             "not train yet; the Wan bases take --picture1 native");
-  VDT_CHECK(attn == "prefix" || attn == "mask", "--attn: expected prefix (one SDPA call per chunk) or mask (one masked "
-            "call), got '", attn, "'");
+  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
+            "call per chunk; the seed's fa3) or mask (one masked call; the seed's flex), got '", attn, "'");
   VDT_CHECK(act_offload == "on" || act_offload == "off", "--act-offload: expected on or off, got '", act_offload, "'");
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '",
