@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "train/activation_checkpoint.h"
+#include "train/device.h"
 #include "train/optimizer.h"
 #include "train/replicated_grads.h"
 #include "train/run_log.h"
@@ -60,9 +61,7 @@ struct CausalRun {
 };
 
 void build_device(CausalRun& r, int device_index) {
-  const bool cuda = r.cfg.device == "cuda" || (r.cfg.device == "auto" && torch::cuda::is_available());
-  VDT_CHECK(!cuda || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
-  r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index)) : torch::Device(torch::kCPU);
+  r.device = training_device(r.cfg.device, device_index);
   r.dtype = r.cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16;
 }
 

@@ -20,6 +20,7 @@
 #include "diffusion/flow_match.h"
 #include "model/weights_io.h"
 #include "train/activation_checkpoint.h"
+#include "train/device.h"
 #include "train/export.h"
 #include "train/master_weights.h"
 #include "train/optimizer.h"
@@ -73,10 +74,7 @@ struct StepStats {
 };
 
 void build_device(SftRun& r) {
-  const bool cuda = r.cfg.device == "cuda" || (r.cfg.device == "auto" && torch::cuda::is_available());
-  VDT_CHECK(!cuda || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
-  r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.device_index))
-               : torch::Device(torch::kCPU);
+  r.device = training_device(r.cfg.device, r.device_index);
   r.dtype = r.cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16;
 }
 
