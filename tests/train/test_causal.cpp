@@ -47,6 +47,26 @@ void expect_same_lora(const NamedTensors& a, const NamedTensors& b) {
   }
 }
 
+// Every rank's summary of one run with two in-process ranks.
+std::vector<CausalSummary> run_two_ranks(const CausalConfig& c) {
+  std::vector<CausalSummary> out(2);
+  std::mutex mu;
+  run_local_ranks(2, [&](Communicator& comm) {
+    auto s = train_causal(c, comm, 0);
+    std::lock_guard<std::mutex> lk(mu);
+    out[static_cast<size_t>(comm.rank())] = s;
+  });
+  return out;
+}
+
+// `to` as a run in `from` looked before its last save (that LoRA file and the slot written with it never happened).
+void copy_before_last_save(const std::string& from, const std::string& to, int64_t last_step) {
+  fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::remove(lora_step_path(to, last_step));
+  fs::remove_all(to + "/" + fs::read_symlink(to + "/state").string());
+  fs::remove(to + "/state");
+}
+
 class CausalTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -148,11 +168,7 @@ TEST_F(CausalTest, ResumeFromTheStateSlotIsExact) {
   auto full = config("exact_full", 12);
   const auto ref = train_causal(full);
   auto cut = config("exact_cut", 12);
-  fs::copy(full.out, cut.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  fs::remove(lora_step_path(cut.out, 12));
-  const auto newest = fs::read_symlink(cut.out + "/state").string();  // the slot of step 12
-  fs::remove_all(cut.out + "/" + newest);
-  fs::remove(cut.out + "/state");
+  copy_before_last_save(full.out, cut.out, 12);
   const auto resumed = train_causal(cut);
   EXPECT_EQ(resumed.start_step, 8);
   EXPECT_NE(resumed.resume_how.find("exact"), std::string::npos) << resumed.resume_how;
@@ -180,12 +196,7 @@ TEST_F(CausalTest, AFinishedRunHasNothingToDoAndAShorterOneIsRefused) {
   EXPECT_EQ(again.start_step, 4);
   EXPECT_EQ(again.steps, 4);
   c.steps = 2;
-  try {
-    train_causal(c);
-    FAIL() << "expected an error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("lora_step00004"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { train_causal(c); }, {"lora_step00004", "past this run's 2 steps"});
 }
 
 TEST_F(CausalTest, TeacherForcingTrains) {
@@ -200,16 +211,10 @@ TEST_F(CausalTest, TeacherForcingTrains) {
 TEST_F(CausalTest, BadFlagsAndDataNameTheCulprit) {
   auto c = config("bad", 4);
   c.objective = "xf";
-  EXPECT_THROW({ try { train_causal(c); } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("--objective"), std::string::npos); throw; } }, std::exception);
+  test::expect_error([&] { train_causal(c); }, {"--objective", "'xf'"});
   c = config("bad", 4);
   c.chunk_frames = 3;  // spans of 18 frames: every stream of 14 is too short
-  try {
-    train_causal(c);
-    FAIL() << "expected an error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("shorter than the span"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { train_causal(c); }, {"shorter than the span of 18"});
 }
 
 // Two in-process ranks: the LoRA is bitwise the same on both after every step (gradients all-reduced), and sharding
@@ -218,14 +223,7 @@ TEST_F(CausalTest, TwoRanksKeepOneLoraAndShardingChangesNothing) {
   auto run = [&](const std::string& name, const std::string& shard) {
     auto c = config(name, 6);
     c.shard_base = shard;
-    std::vector<CausalSummary> out(2);
-    std::mutex mu;
-    run_local_ranks(2, [&](Communicator& comm) {
-      auto s = train_causal(c, comm, 0);
-      std::lock_guard<std::mutex> lk(mu);
-      out[static_cast<size_t>(comm.rank())] = s;
-    });
-    return out;
+    return run_two_ranks(c);
   };
   const auto sharded = run("ranks_sharded", "on");
   expect_same_lora(sharded[0].lora, sharded[1].lora);
@@ -241,34 +239,18 @@ TEST_F(CausalTest, TwoRanksKeepOneLoraAndShardingChangesNothing) {
 // Two ranks preempted after step 4 and re-run continue exactly (rank 0 saved LoRA and state, every rank loads them);
 // re-run on one rank instead, the same global sample stream continues ("world size 2 -> 1").
 TEST_F(CausalTest, TwoRanksResumeExactlyAndOneRankContinuesTheStream) {
-  auto run2 = [&](const CausalConfig& c) {
-    std::vector<CausalSummary> out(2);
-    std::mutex mu;
-    run_local_ranks(2, [&](Communicator& comm) {
-      auto s = train_causal(c, comm, 0);
-      std::lock_guard<std::mutex> lk(mu);
-      out[static_cast<size_t>(comm.rank())] = s;
-    });
-    return out;
-  };
   auto full = config("ranks_resume_full", 8);
-  const auto ref = run2(full);
+  const auto ref = run_two_ranks(full);
   auto cut = config("ranks_resume_cut", 8);
-  fs::copy(full.out, cut.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  fs::remove(lora_step_path(cut.out, 8));
-  fs::remove_all(cut.out + "/" + fs::read_symlink(cut.out + "/state").string());
-  fs::remove(cut.out + "/state");
-  const auto resumed = run2(cut);
+  copy_before_last_save(full.out, cut.out, 8);
+  const auto resumed = run_two_ranks(cut);
   EXPECT_EQ(resumed[0].start_step, 4);
   expect_same_lora(ref[0].lora, resumed[0].lora);
   expect_same_lora(resumed[0].lora, resumed[1].lora);
   EXPECT_EQ(log_without_time(full.out + "/train_log.jsonl"), log_without_time(cut.out + "/train_log.jsonl"));
   // One rank from the same step-4 state: 8 more windows continue the 2-rank stream at position 8.
   auto one = config("ranks_resume_one", 8);
-  fs::copy(full.out, one.out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  fs::remove(lora_step_path(one.out, 8));
-  fs::remove_all(one.out + "/" + fs::read_symlink(one.out + "/state").string());
-  fs::remove(one.out + "/state");
+  copy_before_last_save(full.out, one.out, 8);
   const auto single = train_causal(one);
   EXPECT_EQ(single.start_step, 4);
   EXPECT_NE(single.resume_how.find("world size 2 -> 1"), std::string::npos) << single.resume_how;
