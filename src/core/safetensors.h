@@ -69,6 +69,8 @@ class SafetensorsSet {
   Metadata empty_;
 };
 
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;  // (checkpoint name, tensor)
+
 // Writes tensors (any device; copied to CPU contiguous) to `path` atomically: temp file beside it, fsync, rename,
 // fsync of the directory, mode 0644. On any failure the temp file is removed and an existing `path` is untouched.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

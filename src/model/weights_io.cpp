@@ -3,6 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace vdt {
@@ -30,6 +33,17 @@ std::string stored_key(const SafetensorsSet& files, const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<std::string> weight_files(const std::string& file_or_dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(file_or_dir)) return {file_or_dir};
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(file_or_dir))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  VDT_CHECK(!files.empty(), flag, " ", file_or_dir, ": no .safetensors files in this directory");
+  return files;
+}
 
 LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, const LoadOptions& opts) {
   torch::NoGradGuard ng;

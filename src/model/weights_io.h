@@ -27,6 +27,10 @@ struct LoadReport {
   std::vector<std::string> kept;  // optional model keys absent from the files
 };
 
+// The weight files behind a flag: a .safetensors file itself, or every *.safetensors in a directory (sharded
+// checkpoints), sorted. An empty directory is an error naming `flag`.
+std::vector<std::string> weight_files(const std::string& file_or_dir, const std::string& flag);
+
 // Copies every parameter and buffer of `module` from `files` (converting dtype, keeping the module's device).
 // Throws one error listing missing keys, unexpected keys and shape mismatches, naming the files.
 LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, const LoadOptions& opts = {});

@@ -31,7 +31,6 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     ctx->saved_data["causal_chunk"] = causal_chunk;
     ctx->saved_data["teacher_forcing"] = teacher_forcing;
-    ctx->saved_data["x_device"] = static_cast<int64_t>(x.device().index());
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
     if (opts->before) opts->before(*block);
     auto y = block->forward({x, e0, c, {cos, sin}, causal_chunk, teacher_forcing, ctx_ids});  // grad off: nothing kept

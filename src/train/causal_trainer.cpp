@@ -249,10 +249,10 @@ StepStats train_step(CausalRun& r, int64_t it) {
   auto found_inf = (~torch::isfinite(norm) | ~torch::isfinite(stat[0])).to(torch::kFloat32);
   r.opt->step(found_inf);
   r.opt->zero_grad();
-  const auto host = stat.to(torch::kCPU);
+  const auto host = torch::cat({stat, norm.to(torch::kFloat32).reshape({1})}).to(torch::kCPU);  // one sync
   st.loss = host[0].item<double>() / r.world;
   st.stop = host[1].item<double>() > 0;
-  st.grad_norm = norm.item<double>();
+  st.grad_norm = host[2].item<double>();
   st.lr = r.cfg.lr * warmup_cosine_factor(it + 1, r.cfg.warmup, r.total_steps, ratio);  // as the seed logs it
   return st;
 }
@@ -296,7 +296,7 @@ void print_config(const CausalRun& r) {
   for (const auto& p : r.lora_params) trainable += p.numel();
   std::printf("vdt train causal\n"
               "  objective %s  span %lld chunks x %lld frames  level_shift %s  attn %s  act_offload %s  clean first %s\n"
-              "  model %s%s%s  device %s  precision %s  world %d (%s)%s\n"
+              "  model %s%s%s  device %s  precision %s  world %d (%s)\n"
               "  data %s: train %zu windows, val %zu (val_samples.json), flagged clips dropped %lld, too short %lld\n"
               "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
               "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
@@ -304,7 +304,7 @@ void print_config(const CausalRun& r) {
               py_float(r.cfg.level_shift).c_str(), r.cfg.attn.c_str(), r.cfg.act_offload.c_str(),
               r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(), r.cfg.weights.empty() ? " (random base, non-zero head)" : " ",
               r.cfg.weights.c_str(), r.device.str().c_str(), r.cfg.precision.c_str(), r.world,
-              r.comm->describe().c_str(), r.shards ? ", base sharded per block" : "", r.cfg.data_root.c_str(),
+              r.comm->describe().c_str(), r.cfg.data_root.c_str(),
               r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
               static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
               py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6,
@@ -330,16 +330,7 @@ WanDiT build_causal_base(const std::string& model, const std::string& weights, u
     w.copy_(torch::randn(w.sizes(), gen) * (1.0 / std::sqrt(static_cast<double>(w.size(1)))));
     return m;
   }
-  std::vector<std::string> files;
-  if (fs::is_directory(weights)) {
-    for (const auto& e : fs::directory_iterator(weights))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-    VDT_CHECK(!files.empty(), "--weights ", weights, ": no .safetensors files in this directory");
-  } else {
-    files.push_back(weights);
-  }
-  auto set = SafetensorsSet::open(files);
+  auto set = SafetensorsSet::open(weight_files(weights, "--weights"));
   VDT_CHECK(!set.contains("gc_sem_cond.patch.weight"), "--weights ", weights, " holds the gc_sem_cond adapter; the "
             "causal trainer trains a LoRA on a plain Wan DiT (no semantic-map input yet). Give the base weights.");
   load_weights(*m, set);

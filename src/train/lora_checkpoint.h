@@ -16,8 +16,6 @@
 
 namespace vdt {
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
 std::string lora_step_path(const std::string& out, int64_t step);  // <out>/lora_step00010.safetensors
 // The newest `lora_step<digits>.safetensors` in `out`: (step, path); (0, "") when there is none (other names, such
 // as a save's temp file, are ignored).

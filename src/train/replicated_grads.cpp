@@ -32,7 +32,6 @@ void ReplicatedGrads::on_grad(size_t i) {
   if (!g.defined() || sent_[i]) return;
   sent_[i] = true;
   works_.push_back(comm_.all_reduce(g));
-  ++launched_;
 }
 
 void ReplicatedGrads::finish() {
@@ -47,7 +46,6 @@ void ReplicatedGrads::finish() {
   for (auto& p : params_) p.mutable_grad().div_(static_cast<double>(comm_.world()));
   works_.clear();
   sent_.assign(params_.size(), false);
-  launched_ = 0;
 }
 
 }  // namespace vdt

@@ -25,7 +25,6 @@ class ReplicatedGrads {
   ReplicatedGrads& operator=(const ReplicatedGrads&) = delete;
   // After backward: every gradient is the mean over the ranks (world 1: unchanged).
   void finish();
-  int64_t launched_in_backward() const { return launched_; }  // of the last step, before finish()
 
  private:
   void on_grad(size_t i);
@@ -36,7 +35,6 @@ class ReplicatedGrads {
   std::vector<WorkPtr> works_;
   std::vector<bool> sent_;
   std::mutex mu_;
-  int64_t launched_ = 0;
 };
 
 }  // namespace vdt

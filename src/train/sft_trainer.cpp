@@ -106,13 +106,8 @@ bool is_warm_start(const std::string& resume) {
 
 void build_model(SftRun& r) {
   ModelConfig mc = preset_config(r.cfg.model);
-  std::vector<std::string> base_files;
-  if (!r.cfg.model_dir.empty()) {
-    for (const auto& e : std::filesystem::directory_iterator(r.cfg.model_dir))
-      if (e.path().extension() == ".safetensors") base_files.push_back(e.path().string());
-    std::sort(base_files.begin(), base_files.end());
-    VDT_CHECK(!base_files.empty(), "--model_dir ", r.cfg.model_dir, ": no .safetensors files found");
-  }
+  const auto base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{}
+                                                  : weight_files(r.cfg.model_dir, "--model_dir");
   VDT_CHECK(r.train_ds->info().latent_channels == mc.in_dim, r.cfg.data_root, "/dataset.json: latent_channels ",
             r.train_ds->info().latent_channels, " does not match --model ", r.cfg.model, " (in_dim ", mc.in_dim, ")");
   VDT_CHECK(r.train_ds->info().text_dim == mc.text_dim, r.cfg.data_root, "/dataset.json: text_dim ",

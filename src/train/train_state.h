@@ -47,7 +47,6 @@ struct TrainerState {
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);
 };
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes a new slot under run_dir (never over `keep_slot`, the slot last written or resumed from) and commits it;
 // returns its directory. Every rank writes its own weights/optimizer shard (with `shard_meta` in the metadata); rank 0
