@@ -376,6 +376,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
                "---> HINT: lower --lr, or check the data with `vdt data check`");
     if (step == r.start_step + 1) sum.first_loss = st.loss;
     sum.last_loss = st.loss;
+    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm);
     const double per_step = el / static_cast<double>(step - r.start_step);
     if (r.rank == 0) {
       std::printf("step %lld/%lld loss_v=%.4f gnorm=%.3f lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",

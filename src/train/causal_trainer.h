@@ -23,6 +23,7 @@ struct CausalSummary {
   std::string last_lora, resume_how;
   NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
   uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
+  std::vector<double> losses, grad_norms;  // every step of this process, in order (the golden curves)
 };
 
 // The frozen base the trainer trains on, without a LoRA: the preset with --weights (a file or a directory of shards),

@@ -462,6 +462,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
                "---> HINT: lower --lr, check the data with `vdt data check`, or try --precision mixed");
     if (step == r.start_step + 1) sum.first_loss = st.loss;
     sum.last_loss = st.loss;
+    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm);
     if (r.rank == 0 && (step % cfg.log_every == 0 || step == cfg.max_steps))
       r.log.step(step, cfg.max_steps,
                  {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.opt->groups()[0].lr},

@@ -5,6 +5,7 @@
 // dist/ communicator, docs/distributed.md.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "train/sft_config.h"
@@ -18,6 +19,7 @@ struct SftSummary {
   double s_per_step = 0, data_s_per_step = 0, peak_mem_gb = 0;
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
   uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
+  std::vector<double> losses, grad_norms;  // every step of this process, in order (the golden curves)
 };
 
 // One process (CPU or one GPU).
