@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
@@ -206,20 +207,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VDT_CHECK_SYS(fd, tmp, ": cannot create temp file for ", path);
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) < 0) {
-    const int err2 = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    errno = err2;
-    VDT_CHECK_SYS(-1, "cannot write ", path, " (disk full?)");
-  }
-}
 
 // The entries a synth root consists of: what --overwrite removes.
 const std::vector<std::string> kRootEntries = {"dataset.json", "index", "latents", "cond", "meta",
@@ -335,7 +322,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
       const auto m = world_to_image(*clip.run, f);
       w2i.push_back({{m[0], m[1], m[2]}, {m[3], m[4], m[5]}});
     }
-    write_text_atomic(root + "/meta/" + clip.id + ".json", json{{"world_to_image", w2i}}.dump() + "\n");
+    write_file_atomic(root + "/meta/" + clip.id + ".json", json{{"world_to_image", w2i}}.dump() + "\n");
     const auto cells = clip_cells(cfg, clip);
     prompts.insert(cells.begin(), cells.end());
     index += json{{"clip_id", clip.id}, {"split", clip.run->val ? "val" : "train"}, {"run", clip.run->name},
@@ -357,7 +344,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
                    {{"prompts", json(table).dump()}, {"encoder", "vdt-synth-hashed-tokens/1"}});
 
   // 5. The index, then dataset.json last.
-  write_text_atomic(root + "/index/clips.jsonl", index);
+  write_file_atomic(root + "/index/clips.jsonl", index);
   SynthReport rep;
   rep.res = std::to_string(cfg.latent_w * 16) + "x" + std::to_string(cfg.latent_h * 16);
   const json dataset = {{"format", "vdt-latents/1"},
@@ -372,7 +359,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
                         {"text_dim", cfg.text_dim},
                         {"text_len", cfg.text_len},
                         {"null_prompt", ""}};
-  write_text_atomic(root + "/dataset.json", dataset.dump(2) + "\n");
+  write_file_atomic(root + "/dataset.json", dataset.dump(2) + "\n");
 
   rep.n_train = n_train;
   rep.n_val = cfg.val_runs * cfg.val_clips_per_run;

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -67,13 +68,7 @@ int64_t CsvLog::keep_rows_through(const std::string& path, double max_first) {
     kept += line + "\n";
   }
   if (dropped == 0) return 0;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << header << "\n" << kept;
-    VDT_CHECK(out.good(), tmp, ": write failed (disk full?)");
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, header + "\n" + kept);
   return dropped;
 }
 

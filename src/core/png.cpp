@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace vdt {
@@ -45,36 +46,6 @@ torch::Tensor to_hwc_u8(const torch::Tensor& rgb) {
   return (t.to(torch::kFloat).clamp(0, 1) * 255).round().to(torch::kByte).permute({1, 2, 0}).contiguous();
 }
 
-void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VDT_CHECK_SYS(fd, tmp, ": cannot create temp file for ", path, "\n---> HINT: does the directory exist and is it writable?");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = err;
-      VDT_CHECK_SYS(-1, tmp, ": write failed (disk full?)");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) < 0 || ::close(fd) < 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    VDT_CHECK_SYS(-1, tmp, ": fsync/close failed (disk full?)");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    VDT_CHECK_SYS(-1, "cannot rename ", tmp, " to ", path);
-  }
-}
-
 }  // namespace
 
 void write_png(const std::string& path, const torch::Tensor& rgb) {
@@ -104,7 +75,7 @@ void write_png(const std::string& path, const torch::Tensor& rgb) {
   put_chunk(out, "IHDR", ihdr.data(), ihdr.size());
   put_chunk(out, "IDAT", z.data(), z.size());
   put_chunk(out, "IEND", nullptr, 0);
-  write_file_atomic(path, out);
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(out.data()), out.size()));
 }
 
 }  // namespace vdt

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fault.h"
 
@@ -262,22 +263,6 @@ const Metadata& SafetensorsSet::metadata() const {
   return empty_;
 }
 
-namespace {
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
-    const ssize_t w = ::write(fd, p, chunk);
-    if (w < 0 && errno == EINTR) continue;
-    VDT_CHECK_SYS(w, path, ": write failed (disk full?)");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
-
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const Metadata& metadata) {
   // Reference layout: larger element alignment first, then by name, so every tensor is naturally aligned.
@@ -309,33 +294,12 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   h.append((8 - h.size() % 8) % 8, ' ');
   const uint64_t hn = h.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VDT_CHECK_SYS(fd, tmp, ": cannot create temp file for ", path, "\n---> HINT: does the directory exist and is it writable?");
-  try {
-    write_all(fd, &hn, 8, tmp);
-    write_all(fd, h.data(), h.size(), tmp);
-    fault_point("safetensors: header written");
-    for (const auto& [k, t] : order) write_all(fd, t.data_ptr(), t.numel() * t.element_size(), tmp);
-    VDT_CHECK_SYS(::fchmod(fd, 0644), tmp, ": chmod");
-    VDT_CHECK_SYS(::fsync(fd), tmp, ": fsync failed (disk full?)");
-    VDT_CHECK_SYS(::close(fd), tmp, ": close");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  fault_point("safetensors: data written, not yet renamed");
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
-    ::unlink(tmp.c_str());
-    VDT_CHECK_SYS(-1, "cannot rename ", tmp, " to ", path);
-  }
-  const auto dir = std::filesystem::path(path).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  AtomicFile f(path);
+  f.write(&hn, 8);
+  f.write(h.data(), h.size());
+  fault_point("safetensors: header written");
+  for (const auto& [k, t] : order) f.write(t.data_ptr(), t.numel() * t.element_size());
+  f.commit("safetensors: data written, not yet renamed");
 }
 
 }  // namespace vdt

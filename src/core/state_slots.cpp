@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fault.h"
 
@@ -56,39 +57,6 @@ Sum checksum(const std::string& path) {
   ::close(fd);
   s.crc = static_cast<uint32_t>(crc);
   return s;
-}
-
-void write_file_synced(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VDT_CHECK_SYS(fd, tmp, ": cannot create");
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = e;
-      VDT_CHECK_SYS(-1, tmp, ": write failed");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) < 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = e;
-    VDT_CHECK_SYS(-1, tmp, ": fsync failed (disk full?)");
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    errno = e;
-    VDT_CHECK_SYS(-1, "cannot rename ", tmp, " to ", path);
-  }
 }
 
 std::string link_target(const std::string& run_dir) {
@@ -139,7 +107,7 @@ SlotWriter::~SlotWriter() {
 }
 
 void SlotWriter::write_text(const std::string& file, const std::string& content) {
-  write_file_synced(path(file), content);
+  write_file_atomic(path(file), content);
   fault_point("slot: text file written");
 }
 
@@ -158,7 +126,7 @@ void SlotWriter::commit(const nlohmann::ordered_json& info) {
   fsync_dir(dir_);
   fault_point("slot: files checksummed");
   nlohmann::ordered_json m = {{"format", kFormat}, {"files", files}, {"info", info}};
-  write_file_synced(path(kManifest), m.dump(2) + "\n");
+  write_file_atomic(path(kManifest), m.dump(2) + "\n");
   fsync_dir(dir_);
   fault_point("slot: manifest written");
   const std::string bad = check_slot(dir_);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/sft_dataset.h"
 #include "model/wan_dit.h"
@@ -22,15 +23,7 @@
 namespace vdt {
 namespace {
 
-void write_json(const std::string& path, const nlohmann::ordered_json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    VDT_CHECK(f.good(), "cannot write ", tmp);
-    f << j.dump(2) << "\n";
-  }
-  std::filesystem::rename(tmp, path);
-}
+void write_json(const std::string& path, const nlohmann::ordered_json& j) { write_file_atomic(path, j.dump(2) + "\n"); }
 
 std::string hms(double s) {
   const int64_t t = static_cast<int64_t>(s);
