@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/rng_purposes.h"
 #include "core/stop_signal.h"
 #include "data/causal_dataset.h"
 #include "data/sampler.h"
@@ -325,7 +326,7 @@ WanDiT build_causal_base(const std::string& model, const std::string& weights, u
   m->init_weights(seed);
   if (weights.empty()) {  // a random base for tests and benchmarks: Wan's zero head would pass no gradient
     torch::NoGradGuard ng;
-    auto gen = make_generator(torch::kCPU, RngStream(seed, kLevelPurpose).u64(~0ull, 1));
+    auto gen = make_generator(torch::kCPU, RngStream(seed, rng_purpose::kRandomBaseHead).u64(~0ull, 1));
     auto& w = m->head->head->weight;
     w.copy_(torch::randn(w.sizes(), gen) * (1.0 / std::sqrt(static_cast<double>(w.size(1)))));
     return m;
