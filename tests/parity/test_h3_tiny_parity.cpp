@@ -65,6 +65,17 @@ TEST(H3Parity, RecognisesH3FixturesAndFailsAnImpossibleTolerance) {
   test::expect_error([&] { run_h3_parity(cfg); }, {"lacks 'config'"});
 }
 
+// bf16 blocks with the release's fp32 islands (the CPU runs the same casts the GPU does): every row within 5e-2.
+TEST(H3Parity, Bf16WithFp32IslandsOnCpu) {
+  auto cfg = h3_tiny();
+  cfg.dtype = "bfloat16";
+  const auto r = run_h3_parity(cfg);
+  for (const auto& row : r.rows)
+    std::printf("  bf16 %-51s rel_l2 %.3e  %s\n", row.name.c_str(), row.rel_l2, row.pass ? "ok" : "FAIL");
+  EXPECT_TRUE(r.pass());
+  EXPECT_GT(find(r, "fixture.video_logits")->rel_l2, 1e-5);  // it really ran in bf16
+}
+
 // bf16 with the fp32 islands on CUDA (skipped without a GPU): the same rows within the bf16 tolerance.
 TEST(H3Parity, CudaBf16WithFp32Islands) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

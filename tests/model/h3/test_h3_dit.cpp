@@ -1,10 +1,12 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <set>
 
 #include "core/safetensors.h"
 #include "model/h3/h3_dit.h"
 #include "model/h3/h3_weights.h"
+#include "model/lora.h"
 #include "test_util.h"
 #include "tools/h3_parity.h"
 #include "train/parity.h"
@@ -98,6 +100,28 @@ TEST(H3DiT, BlockRunnerWrapsEveryBlock) {
   const auto wrapped = f.model->forward(f.in);
   EXPECT_EQ(calls, 2);
   EXPECT_TRUE(torch::equal(wrapped.video_logits, base.video_logits));
+}
+
+// DiffSynth's LoRA targets (attn.qkv_proj, attn.out_proj, mlp.fc1, mlp.fc2) attach to the DiT and refiner blocks
+// under the checkpoint names (PEFT's suffix match hits both), and a fresh LoRA (B = 0) leaves the output unchanged;
+// a non-zero B reaches the output through the blocks' forward.
+TEST(H3DiT, LoraAttachesToDiffSynthsTargets) {
+  Fixture f;
+  const auto base = f.model->forward(f.in).video_logits.detach();
+  LoraConfig cfg;
+  cfg.rank = 4, cfg.alpha = 4, cfg.targets = {"qkv_proj", "out_proj", "fc1", "fc2"};
+  const auto params = attach_lora(*f.model, cfg, 7);
+  EXPECT_EQ(params.size(), 2u * 4 * 3);  // (A, B) x 4 targets x (2 blocks + 1 refiner block)
+  std::set<std::string> names;
+  for (const auto& kv : params) names.insert(kv.first);
+  EXPECT_TRUE(names.count("blocks.0.attn.qkv_proj.lora_A.weight"));
+  EXPECT_TRUE(names.count("blocks.1.mlp.fc2.lora_B.weight"));
+  EXPECT_TRUE(names.count("token_refiner.blocks.0.attn.out_proj.lora_A.weight"));
+  torch::NoGradGuard ng;
+  EXPECT_TRUE(torch::equal(f.model->forward(f.in).video_logits, base));
+  for (const auto& [name, t] : params)
+    if (name == "blocks.1.mlp.fc1.lora_B.weight") t.fill_(0.01);
+  EXPECT_GT(rel_l2(f.model->forward(f.in).video_logits, base), 1e-4);
 }
 
 // bf16 with the release's fp32 islands: the heads give float32, close to the float32 model.
