@@ -31,8 +31,41 @@ struct Rows {
   }
 };
 
-// Builder arguments of the fixture's packing metadata -> layout spec; empty with a note when not understood.
-std::optional<H3LayoutSpec> layout_spec(const Metadata& meta, std::vector<std::string>& notes) {
+torch::Tensor model_time(const torch::Tensor& timestep) {  // DiffSynth 0..1000 -> t = 1 - timestep/1000 (float64)
+  return 1.0 - timestep.to(torch::kCPU, torch::kDouble).reshape({-1}) / 1000.0;
+}
+
+std::vector<double> to_vec(const torch::Tensor& t) {
+  auto c = t.to(torch::kCPU, torch::kDouble).contiguous();
+  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
+}
+
+}  // namespace
+
+H3Inputs h3_fixture_inputs(const SafetensorsSet& files, const torch::Device& device) {
+  auto need = [&](const std::string& k) {
+    VDT_CHECK(files.contains(k), files.files().front()->path(), ": fixture tensor '", k, "' is missing");
+    return files.get(k).clone().to(device);
+  };
+  H3Inputs in;
+  in.x = need("fixture.x");
+  in.audio_x = need("fixture.audio_x");
+  in.position_ids = need("fixture.img_position_ids");  // float64, cast to float32 inside
+  in.token_tags = need("fixture.token_tags");
+  in.unique_timesteps = need("fixture.unique_timesteps");
+  in.inverse_indices = need("fixture.inverse_indices");
+  in.prompt_embeds = need("fixture.prompt_embeds");
+  in.img_pos = need("fixture.img_pos_info.position_ids");
+  in.audio_pos = need("fixture.audio_pos_info.position_ids");
+  in.text_pos = need("fixture.text_pos_info.position_ids");
+  if (files.contains("fixture.img_pos_for_infer_output_info.position_ids"))
+    in.out_pos = need("fixture.img_pos_for_infer_output_info.position_ids");
+  in.cu_seqlens = need("fixture.packed_seq_params.cu_seqlens_q");
+  in.refiner_cu_seqlens = need("fixture.refiner_packed_seq_params.cu_seqlens_q");
+  return in;
+}
+
+std::optional<H3LayoutSpec> h3_fixture_layout(const Metadata& meta, std::vector<std::string>& notes) {
   if (!meta.count("packing")) {
     notes.push_back("packer check skipped: no 'packing' metadata");
     return std::nullopt;
@@ -71,40 +104,6 @@ std::optional<H3LayoutSpec> layout_spec(const Metadata& meta, std::vector<std::s
     notes.push_back(std::string("packer check skipped: packing metadata not understood (") + e.what() + ")");
     return std::nullopt;
   }
-}
-
-torch::Tensor model_time(const torch::Tensor& timestep) {  // DiffSynth 0..1000 -> t = 1 - timestep/1000 (float64)
-  return 1.0 - timestep.to(torch::kCPU, torch::kDouble).reshape({-1}) / 1000.0;
-}
-
-std::vector<double> to_vec(const torch::Tensor& t) {
-  auto c = t.to(torch::kCPU, torch::kDouble).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
-}
-
-}  // namespace
-
-H3Inputs h3_fixture_inputs(const SafetensorsSet& files, const torch::Device& device) {
-  auto need = [&](const std::string& k) {
-    VDT_CHECK(files.contains(k), files.files().front()->path(), ": fixture tensor '", k, "' is missing");
-    return files.get(k).clone().to(device);
-  };
-  H3Inputs in;
-  in.x = need("fixture.x");
-  in.audio_x = need("fixture.audio_x");
-  in.position_ids = need("fixture.img_position_ids");  // float64, cast to float32 inside
-  in.token_tags = need("fixture.token_tags");
-  in.unique_timesteps = need("fixture.unique_timesteps");
-  in.inverse_indices = need("fixture.inverse_indices");
-  in.prompt_embeds = need("fixture.prompt_embeds");
-  in.img_pos = need("fixture.img_pos_info.position_ids");
-  in.audio_pos = need("fixture.audio_pos_info.position_ids");
-  in.text_pos = need("fixture.text_pos_info.position_ids");
-  if (files.contains("fixture.img_pos_for_infer_output_info.position_ids"))
-    in.out_pos = need("fixture.img_pos_for_infer_output_info.position_ids");
-  in.cu_seqlens = need("fixture.packed_seq_params.cu_seqlens_q");
-  in.refiner_cu_seqlens = need("fixture.refiner_packed_seq_params.cu_seqlens_q");
-  return in;
 }
 
 bool is_h3_fixture(const Metadata& meta) {
@@ -205,7 +204,7 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
   if (!opts.packer) return result;
 
   // 3) the packer: unpacked inputs -> packed tensors -> logits
-  const auto spec = layout_spec(meta, result.notes);
+  const auto spec = h3_fixture_layout(meta, result.notes);
   if (!spec) return result;
   for (const char* k : {"fixture.video_latents", "fixture.audio_latents", "fixture.timestep_video"}) {
     if (!files.contains(k)) {

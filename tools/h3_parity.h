@@ -5,12 +5,14 @@
 // `packing` metadata names a layout h3_packer builds, the same through the packer from the unpacked inputs.
 // For `vdt parity` to dispatch on (is_h3_fixture). Not here: printing (the CLI), producing fixtures.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/safetensors.h"
 #include "model/attention.h"
 #include "model/h3/h3_dit.h"
+#include "model/h3/h3_packer.h"
 #include "train/parity.h"
 
 namespace vdt {
@@ -28,6 +30,9 @@ struct H3ParityResult : ParityResult {
 bool is_h3_fixture(const Metadata& metadata);
 // The stored packed call of a fixture (fixture.x, ..., the *_pos_info and *packed_seq_params tensors) on `device`.
 H3Inputs h3_fixture_inputs(const SafetensorsSet& files, const torch::Device& device);
+// The layout spec of the builder arguments in a fixture's `packing` metadata (T2VA/FL2VA arguments, Ref2VA
+// `ref_blocks` geometry); nullopt with a line in `notes` when there is none or it is not understood.
+std::optional<H3LayoutSpec> h3_fixture_layout(const Metadata& metadata, std::vector<std::string>& notes);
 // Default tolerance: 1e-5 for float32 (a faithful port lands near 1e-6), 5e-2 for bfloat16; cfg.tol >= 0 wins.
 double h3_parity_tolerance(const ParityConfig& cfg);
 

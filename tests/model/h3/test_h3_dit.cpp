@@ -16,11 +16,14 @@ namespace {
 
 struct Fixture {
   SafetensorsSet files = SafetensorsSet::open({test::fixture("h3_tiny_a.safetensors")});
-  H3DiT model{h3_preset("h3-tiny")};
+  H3DiT model{H3Config::from_json(files.metadata().at("config"), "h3_tiny_a")};
   H3Inputs in;
+  int64_t S = 0, used = 0;  // packed rows, real rows
   Fixture() {
     load_h3_weights(*model, files);
     in = h3_fixture_inputs(files, torch::kCPU);
+    S = in.x.size(1);
+    used = in.cu_seqlens[1].item<int64_t>();
   }
   torch::Tensor ref(const std::string& k) const { return files.get(k); }
 };
@@ -76,15 +79,16 @@ TEST(H3DiT, StoredInvFreqIsIgnoredAndPaddingIsItsOwnSegment) {
   f.model->rope->inv_freq.mul_(3.0);
   const auto same = f.model->forward(f.in);
   EXPECT_TRUE(torch::equal(same.video_logits, base.video_logits));
+  ASSERT_LT(f.used, f.S) << "this fixture has no padding";
   auto joined = f.in;
-  joined.cu_seqlens = torch::tensor({0, 64}, torch::kInt32);
+  joined.cu_seqlens = torch::tensor({0, static_cast<int>(f.S)}, torch::kInt32);
   EXPECT_GT(rel_l2(f.model->forward(joined).video_logits, base.video_logits), 1e-3);
   auto bad = f.in;
-  bad.cu_seqlens = torch::tensor({0, 44, 60}, torch::kInt32);
-  test::expect_error([&] { f.model->forward(bad); }, {"cu_seqlens", "0 to 64"});
+  bad.cu_seqlens = torch::tensor({0, static_cast<int>(f.used), static_cast<int>(f.S - 1)}, torch::kInt32);
+  test::expect_error([&] { f.model->forward(bad); }, {"cu_seqlens", "0 to " + std::to_string(f.S)});
   bad = f.in;
-  bad.x = torch::zeros({1, 64, 95});
-  test::expect_error([&] { f.model->forward(bad); }, {"x [1, S, 96]", "[1, 64, 95]"});
+  bad.x = torch::zeros({1, f.S, 95});
+  test::expect_error([&] { f.model->forward(bad); }, {"x [1, S, 96]", "[1, " + std::to_string(f.S) + ", 95]"});
 }
 
 // A block runner wraps every block call from outside (checkpointing, offload) without changing the result.
@@ -98,7 +102,7 @@ TEST(H3DiT, BlockRunnerWrapsEveryBlock) {
     return b.forward(in);
   });
   const auto wrapped = f.model->forward(f.in);
-  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(calls, f.model->config().num_layers);
   EXPECT_TRUE(torch::equal(wrapped.video_logits, base.video_logits));
 }
 
@@ -111,7 +115,8 @@ TEST(H3DiT, LoraAttachesToDiffSynthsTargets) {
   LoraConfig cfg;
   cfg.rank = 4, cfg.alpha = 4, cfg.targets = {"qkv_proj", "out_proj", "fc1", "fc2"};
   const auto params = attach_lora(*f.model, cfg, 7);
-  EXPECT_EQ(params.size(), 2u * 4 * 3);  // (A, B) x 4 targets x (2 blocks + 1 refiner block)
+  const auto& c = f.model->config();
+  EXPECT_EQ(params.size(), static_cast<size_t>(2 * 4 * (c.num_layers + c.refiner_layers)));  // (A, B) x 4 targets
   std::set<std::string> names;
   for (const auto& kv : params) names.insert(kv.first);
   EXPECT_TRUE(names.count("blocks.0.attn.qkv_proj.lora_A.weight"));

@@ -4,6 +4,7 @@
 #include "core/safetensors.h"
 #include "model/h3/h3_packer.h"
 #include "test_util.h"
+#include "tools/h3_parity.h"
 
 namespace vdt {
 namespace {
@@ -12,12 +13,6 @@ struct Fixture {
   SafetensorsSet files = SafetensorsSet::open({test::fixture("h3_tiny_a.safetensors")});
   torch::Tensor get(const std::string& k) const { return files.get("fixture." + k).clone(); }
 };
-
-H3LayoutSpec fixture_spec() {  // _build_packed_fl2va(10, 3, 4, 6, 5, [0]) (FIXTURES.md)
-  H3LayoutSpec s;
-  s.text_len = 10, s.latent_t = 3, s.latent_h = 4, s.latent_w = 6, s.audio_t = 5, s.keyframes = {0};
-  return s;
-}
 
 void expect_same(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
   ASSERT_EQ(a.sizes(), b.sizes()) << what;
@@ -29,24 +24,28 @@ std::vector<double> column(const H3Layout& lay, int64_t axis) {
   return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
 }
 
-// The fixture's packed call, index for index, from the unpacked inputs (positions exact in float64).
+// The fixture's packed call, index for index, from the unpacked inputs (positions exact in float64). The geometry
+// comes from the fixture's `packing` metadata; for h3_tiny_a it is _build_packed_fl2va(10, 3, 4, 6, 5, [0]).
 TEST(H3Packer, ReproducesTheFixturesPackedSequence) {
   Fixture f;
-  const auto lay = build_h3_layout(fixture_spec());
+  std::vector<std::string> notes;
+  const auto spec = h3_fixture_layout(f.files.metadata(), notes);
+  ASSERT_TRUE(spec) << notes.front();
+  const auto lay = build_h3_layout(*spec);
+  const auto packing = nlohmann::json::parse(f.files.metadata().at("packing"));
+  EXPECT_EQ(lay.seq_len, packing.value("seq_len", int64_t{-1}));
+  EXPECT_EQ(lay.used, packing.value("used", int64_t{-1}));
   H3Content c;
   c.video_latents = f.get("video_latents");
   c.audio_latents = f.get("audio_latents");
   c.prompt_embeds = f.get("prompt_embeds");
   c.text_tags = f.get("text_token_tags");
-  c.cond_rows = f.get("keyframe_cond_anchor");
+  if (lay.cond_rows > 0) c.cond_rows = f.get("keyframe_cond_anchor");
   H3Times t;
   t.video = {1.0 - f.get("timestep_video").item<double>() / 1000.0};  // model time t = 1 - timestep/1000
   t.audio = {1.0 - f.get("timestep_audio").item<double>() / 1000.0};
   const auto p = pack_h3(lay, c, t);
   const auto& in = p.inputs;
-  EXPECT_EQ(lay.seq_len, 64);
-  EXPECT_EQ(lay.used, 44);
-  EXPECT_EQ(lay.cond_rows, 6);
   expect_same(in.x, f.get("x"), "x");
   expect_same(in.audio_x, f.get("audio_x"), "audio_x");
   ASSERT_EQ(in.position_ids.scalar_type(), torch::kFloat64);
@@ -68,14 +67,22 @@ TEST(H3Packer, ReproducesTheFixturesPackedSequence) {
 }
 
 // The keyframe rows as MiniMaxH3Unit_KeyframeEncoder makes them: 0.999 * clean + 0.001 * noise, the noise the first
-// latent frame of randn([1, 24, T + 1, H, W]) from a fresh CPU generator seeded 42 (the same kernel as PyTorch's).
+// latent frame of randn([1, 24, T + K, H, W]) from a fresh CPU generator seeded 42 for each of the K keyframes
+// (PyTorch's CPU generator and randn kernel are the same from C++).
 TEST(H3Packer, KeyframeRowsFromTheSeededNoise) {
   Fixture f;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
-  auto noise = torch::randn({1, 24, 4, 4, 6}, gen, torch::kFloat32).narrow(2, 0, 1);
-  auto rows = h3_cond_rows(h3_patchify_video(f.get("keyframe_latent")), h3_patchify_video(noise), 0.999);
-  expect_same(rows, f.get("keyframe_cond_anchor"), "keyframe_cond_anchor");
-  EXPECT_TRUE(torch::equal(h3_cond_rows(rows, rows * 2, 1.0), rows));  // noise_aug 1.0: the clean rows
+  if (!f.files.contains("fixture.keyframe_latent")) GTEST_SKIP() << "no keyframe in this fixture";
+  const auto kf = f.get("keyframe_latent"), v = f.get("video_latents");  // [1, C, K, H, W], [1, C, T, H, W]
+  const int64_t K = kf.size(2);
+  std::vector<torch::Tensor> rows;
+  for (int64_t i = 0; i < K; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+    auto noise = torch::randn({1, v.size(1), v.size(2) + K, v.size(3), v.size(4)}, gen, torch::kFloat32).narrow(2, 0, 1);
+    rows.push_back(h3_cond_rows(h3_patchify_video(kf.narrow(2, i, 1)), h3_patchify_video(noise), 0.999));
+  }
+  const auto anchor = torch::cat(rows);
+  expect_same(anchor, f.get("keyframe_cond_anchor"), "keyframe_cond_anchor");
+  EXPECT_TRUE(torch::equal(h3_cond_rows(anchor, anchor * 2, 1.0), anchor));  // noise_aug 1.0: the clean rows
 }
 
 // Video rows (t, h/2, w/2), features c*4 + ph*2 + pw; audio rows channel-major; both round-trip.
