@@ -1,0 +1,76 @@
+// H3 attention, as DiffSynth's MiniMaxH3Attention / MiniMaxH3Rope / _sdpa_varlen_attention (h3_spec §1.3, §1.7).
+// The float32 recipe of the rotary table is the reference's op by op: inv_freq = reciprocal(10000 ** (i / R)),
+// angles = float32(pos) * inv_freq, then cos/sin cast to the activations' dtype.
+#include "model/h3/h3_attention.h"
+
+#include <torch/torch.h>
+
+#include "model/lora.h"
+
+namespace vdt {
+
+H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len) {
+  TORCH_CHECK(positions.dim() == 2 && positions.size(1) == 3, "h3 rope: expected positions [S, 3], got ",
+              positions.sizes());
+  auto pos = positions.to(torch::kFloat32);                                        // [S, 3]
+  auto steps = torch::arange(rope_len, pos.options());
+  auto inv_freq = torch::pow(10000.0, steps / static_cast<double>(rope_len)).reciprocal();  // [R]
+  auto per_axis = pos.unsqueeze(-1) * inv_freq.view({1, 1, -1});                  // [S, 3, R]
+  auto half = per_axis.flatten(1);                                                 // [S, 3, R] -> [S, 3R] (t|h|w)
+  auto freqs = torch::cat({half, half}, -1);                                       // [S, 6R]
+  return {freqs.cos(), freqs.sin()};
+}
+
+torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope) {
+  const int64_t rot = rope.cos.size(-1);
+  TORCH_CHECK(x.dim() == 3 && x.size(0) == rope.cos.size(0) && rot <= x.size(-1), "h3 rope: expected x [S=",
+              rope.cos.size(0), ", N, Dh >= ", rot, "], got ", x.sizes());
+  auto x_rot = x.narrow(-1, 0, rot), x_pass = x.narrow(-1, rot, x.size(-1) - rot);
+  auto cos = rope.cos.to(x.scalar_type()).unsqueeze(1);  // [S, 6R] -> [S, 1, 6R]
+  auto sin = rope.sin.to(x.scalar_type()).unsqueeze(1);
+  auto halves = x_rot.chunk(2, -1);
+  auto rotated = torch::cat({-halves[1], halves[0]}, -1);  // rotate-half: d pairs with d + 3R
+  return torch::cat({x_rot * cos + rotated * sin, x_pass}, -1);
+}
+
+torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const std::vector<int64_t>& bounds, AttentionKernel kernel) {
+  TORCH_CHECK(bounds.size() >= 2 && bounds.front() == 0 && bounds.back() == q.size(0), "h3 attention: segment bounds ",
+              "must run from 0 to S = ", q.size(0));
+  std::vector<torch::Tensor> parts;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const int64_t start = bounds[i], len = bounds[i + 1] - bounds[i];
+    TORCH_CHECK(len >= 0, "h3 attention: segment bounds must not decrease, got ", bounds[i], " then ", bounds[i + 1]);
+    if (len == 0) continue;
+    auto seg = [&](const torch::Tensor& t) { return t.narrow(0, start, len).transpose(0, 1).unsqueeze(0); };
+    auto out = attention(seg(q), seg(k), seg(v), kernel);  // [len, N, Dh] -> [1, N, len, Dh]
+    parts.push_back(out.squeeze(0).transpose(0, 1));     // -> [len, N, Dh]
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+}
+
+H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps)
+    : heads_(heads), head_dim_(head_dim) {
+  qkv_proj = register_module("qkv_proj", torch::nn::Linear(torch::nn::LinearOptions(dim, 3 * heads * head_dim).bias(false)));
+  q_norm = register_module("q_norm", RMSNorm(head_dim, qk_eps));
+  k_norm = register_module("k_norm", RMSNorm(head_dim, qk_eps));
+  out_proj = register_module("out_proj", torch::nn::Linear(torch::nn::LinearOptions(heads * head_dim, dim).bias(false)));
+}
+
+torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,
+                                       const std::vector<int64_t>& bounds) {
+  const int64_t S = x.size(0);
+  // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
+  auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
+  auto q = q_norm(qkv.select(2, 0));                                          // [S, N, Dh]
+  auto k = k_norm(qkv.select(2, 1));
+  auto v = qkv.select(2, 2);
+  if (rope) {
+    q = h3_apply_rope(q, *rope);
+    k = h3_apply_rope(k, *rope);
+  }
+  auto out = segment_attention(q, k, v, bounds, kernel);      // [S, N, Dh]
+  return lora_or_linear(out_proj, out.reshape({S, heads_ * head_dim_}));  // [S, N, Dh] -> [S, N*Dh] -> [S, D]
+}
+
+}  // namespace vdt

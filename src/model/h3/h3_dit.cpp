@@ -1,0 +1,191 @@
+// H3 DiT forward, as DiffSynth's MiniMaxH3DiT (_embed + forward): rows are embedded by their modality's
+// projection and scattered into a zero [S, D] sequence (padding rows stay zero but still run through every block in
+// their own attention segment), text goes condition_proj -> token refiner first, then every block sees all rows.
+// The fp32 islands run their input cast to their own dtype and hand back the compute dtype (h3_spec §1.10).
+#include "model/h3/h3_dit.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace vdt {
+namespace {
+
+// Moves every parameter and buffer of `m` (named under `prefix` in the checkpoint) to `device`, in `dtype`, or in
+// float32 for the fp32 islands when `islands` is set.
+void place(torch::nn::Module& m, const std::string& prefix, torch::Device device, torch::ScalarType dtype,
+           bool islands) {
+  torch::NoGradGuard ng;
+  auto move = [&](const std::string& name, torch::Tensor& t) {
+    const auto want = islands && H3DiTImpl::is_fp32_island(prefix + name) ? torch::kFloat32 : dtype;
+    if (t.device() != device || t.scalar_type() != want) t.set_data(t.to(device, want));
+  };
+  for (auto& kv : m.named_parameters()) move(kv.key(), kv.value());
+  for (auto& kv : m.named_buffers()) move(kv.key(), kv.value());
+}
+
+}  // namespace
+
+std::vector<int64_t> h3_segment_bounds(const torch::Tensor& cu_seqlens, int64_t total, const char* what) {
+  TORCH_CHECK(cu_seqlens.defined() && cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2, "H3DiT: ", what,
+              " must be [K+1] segment bounds, got ", cu_seqlens.defined() ? cu_seqlens.sizes() : at::IntArrayRef{});
+  auto host = cu_seqlens.to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<int64_t> b(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+  TORCH_CHECK(b.front() == 0 && b.back() == total, "H3DiT: ", what, " must run from 0 to ", total, ", got ",
+              cu_seqlens.to(torch::kCPU));
+  for (size_t i = 1; i < b.size(); ++i)
+    TORCH_CHECK(b[i] >= b[i - 1], "H3DiT: ", what, " must not decrease, got ", cu_seqlens.to(torch::kCPU));
+  return b;
+}
+
+H3TimeEmbedderImpl::H3TimeEmbedderImpl(int64_t freq_dim, int64_t hidden, int64_t out) : freq_dim_(freq_dim) {
+  proj_in = register_module("proj_in", torch::nn::Linear(freq_dim, hidden));
+  proj_out = register_module("proj_out", torch::nn::Linear(hidden, out));
+}
+
+torch::Tensor H3TimeEmbedderImpl::forward(const torch::Tensor& t) {
+  const int64_t half = freq_dim_ / 2;
+  // float32 throughout, as MiniMaxH3TimeEmbedder: exp(-ln(1e4) * i / half), features [cos | sin]
+  auto freqs = torch::exp(torch::arange(half, t.options().dtype(torch::kFloat32)) * (-std::log(10000.0)) /
+                          static_cast<double>(half));                        // [half]
+  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);      // [M, half]
+  auto t_freq = torch::cat({args.cos(), args.sin()}, -1);                   // [M, freq_dim]
+  return proj_out(torch::silu(proj_in(t_freq.to(proj_in->weight.scalar_type()))));  // [M, out]
+}
+
+H3RopeImpl::H3RopeImpl(int64_t rope_len) {
+  auto steps = torch::arange(rope_len, torch::kFloat32);
+  inv_freq = register_buffer("inv_freq", torch::pow(10000.0, steps / static_cast<double>(rope_len)).reciprocal());
+}
+
+H3TokenRefinerImpl::H3TokenRefinerImpl(const H3Config& c) {
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.refiner_layers; ++i)
+    blocks->push_back(H3RefinerBlock(c.hidden, c.heads, c.head_dim, c.ffn, c.norm_eps, c.qk_norm_eps));
+  final_norm = register_module("final_norm", RMSNorm(c.hidden, c.final_norm_eps));
+}
+
+torch::Tensor H3TokenRefinerImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& bounds) {
+  auto h = x;
+  for (auto& b : *blocks) h = b->as<H3RefinerBlockImpl>()->forward(h, bounds);
+  return final_norm(h);
+}
+
+H3FinalLayerImpl::H3FinalLayerImpl(const H3Config& c) {
+  norm = register_module("norm", RMSNorm(c.hidden, c.final_norm_eps));
+  adaln_proj = register_module("adaln_proj", H3AdaLN(c.hidden, c.time_dim, /*chunks=*/2, /*modalities=*/1));
+  video_out = register_module("video_out", torch::nn::Linear(c.hidden, c.video_dim()));
+  audio_out = register_module("audio_out", torch::nn::Linear(c.hidden, c.audio_channels));
+}
+
+std::pair<torch::Tensor, torch::Tensor> H3FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& t_emb,
+                                                                  const torch::Tensor& inverse) {
+  auto mod = adaln_proj(t_emb);  // shift, scale: 2 x [M, D], indexed by timestep only
+  auto h = h3_modulate(norm(x), mod[0], mod[1], inverse);  // [S, D]
+  // Both heads see every row; the caller selects rows.
+  return {video_out(h.to(video_out->weight.scalar_type())), audio_out(h.to(audio_out->weight.scalar_type()))};
+}
+
+bool H3DiTImpl::is_fp32_island(const std::string& name) {
+  for (const char* p : {"video_patch_proj.", "audio_patch_proj.", "time_embedder.", "rope.", "final_layer.video_out.",
+                        "final_layer.audio_out."})
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+H3DiTImpl::H3DiTImpl(const H3Config& cfg, const H3BuildOptions& opts) : cfg_(cfg) {
+  cfg.validate();
+  const auto& c = cfg;
+  auto add = [&](const std::string& name, auto m) {
+    place(*m, name + ".", opts.device, opts.dtype, opts.fp32_islands);
+    return register_module(name, m);
+  };
+  video_patch_proj = add("video_patch_proj", torch::nn::Linear(c.video_dim(), c.hidden));
+  audio_patch_proj = add("audio_patch_proj", torch::nn::Linear(c.audio_channels, c.hidden));
+  condition_proj = add("condition_proj", torch::nn::Linear(c.text_dim, c.hidden));
+  time_embedder = add("time_embedder", H3TimeEmbedder(c.time_freq_dim, c.time_hidden, c.time_dim));
+  rope = add("rope", H3Rope(c.rope_len));
+  token_refiner = add("token_refiner", H3TokenRefiner(c));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    H3Block b(c.hidden, c.heads, c.head_dim, c.ffn, c.time_dim, c.norm_eps, c.qk_norm_eps);
+    place(*b, "blocks." + std::to_string(i) + ".", opts.device, opts.dtype, opts.fp32_islands);
+    blocks->push_back(b);
+  }
+  final_layer = add("final_layer", H3FinalLayer(c));
+}
+
+void H3DiTImpl::set_precision(torch::ScalarType dtype, bool fp32_islands) {
+  place(*this, "", condition_proj->weight.device(), dtype, fp32_islands);
+}
+
+void H3DiTImpl::set_attention_kernel(AttentionKernel k) {
+  for (auto& b : *blocks) b->as<H3BlockImpl>()->attn->kernel = k;
+  for (auto& b : *token_refiner->blocks) b->as<H3RefinerBlockImpl>()->attn->kernel = k;
+}
+
+H3Outputs H3DiTImpl::forward(const H3Inputs& in) {
+  const auto& c = cfg_;
+  TORCH_CHECK(in.x.dim() == 3 && in.x.size(0) == 1 && in.x.size(2) == c.video_dim(), "H3DiT: expected x [1, S, ",
+              c.video_dim(), "], got ", in.x.sizes());
+  const int64_t S = in.x.size(1);
+  TORCH_CHECK(in.audio_x.dim() == 3 && in.audio_x.size(0) == 1 && in.audio_x.size(1) == S &&
+                  in.audio_x.size(2) == c.audio_channels,
+              "H3DiT: expected audio_x [1, S=", S, ", ", c.audio_channels, "], got ", in.audio_x.sizes());
+  TORCH_CHECK(in.position_ids.dim() == 3 && in.position_ids.size(0) == 1 && in.position_ids.size(1) == S &&
+                  in.position_ids.size(2) == 3,
+              "H3DiT: expected position_ids [1, S=", S, ", 3], got ", in.position_ids.sizes());
+  TORCH_CHECK(in.token_tags.numel() == S && in.inverse_indices.numel() == S, "H3DiT: expected token_tags and ",
+              "inverse_indices of S = ", S, " rows, got ", in.token_tags.sizes(), " and ", in.inverse_indices.sizes());
+  TORCH_CHECK(in.unique_timesteps.dim() == 1 && in.unique_timesteps.size(0) >= 1, "H3DiT: expected unique_timesteps ",
+              "[M], got ", in.unique_timesteps.sizes());
+  TORCH_CHECK(in.prompt_embeds.dim() == 2 && in.prompt_embeds.size(1) == c.text_dim, "H3DiT: expected prompt_embeds ",
+              "[Lt, ", c.text_dim, "], got ", in.prompt_embeds.sizes());
+  const int64_t Lt = in.prompt_embeds.size(0);
+  TORCH_CHECK(in.text_pos.numel() <= Lt, "H3DiT: ", in.text_pos.numel(), " text rows but only ", Lt,
+              " prompt embeddings");
+
+  const auto device = condition_proj->weight.device();
+  const auto dtype = compute_dtype();
+  auto idx = [&](const torch::Tensor& t) { return t.reshape({-1}).to(device, torch::kLong); };
+  const auto img_pos = idx(in.img_pos), audio_pos = idx(in.audio_pos), text_pos = idx(in.text_pos);
+  const auto out_pos = in.out_pos.defined() ? idx(in.out_pos) : img_pos;
+  const auto inverse = idx(in.inverse_indices);
+  const auto bounds = h3_segment_bounds(in.cu_seqlens, S, "cu_seqlens");
+  const auto refiner_bounds = h3_segment_bounds(in.refiner_cu_seqlens, Lt, "refiner_cu_seqlens");
+
+  // 1) embed: each modality's rows through its projection, scattered into zeros [S, D]
+  auto island = [&](torch::nn::Linear& l, const torch::Tensor& x) {
+    return l(x.to(device, l->weight.scalar_type())).to(dtype);
+  };
+  auto video = island(video_patch_proj, in.x[0].index_select(0, img_pos.to(in.x.device())));        // [Nv, D]
+  auto audio = island(audio_patch_proj, in.audio_x[0].index_select(0, audio_pos.to(in.x.device())));  // [Na, D]
+  auto text = token_refiner(condition_proj(in.prompt_embeds.to(device, dtype)), refiner_bounds);     // [Lt, D]
+  auto h = torch::zeros({S, c.hidden}, torch::TensorOptions().device(device).dtype(dtype))
+               .index_add(0, text_pos, text.narrow(0, 0, text_pos.size(0)))
+               .index_add(0, img_pos, video)
+               .index_add(0, audio_pos, audio);
+
+  // 2) time: one embedding per unique timestep; each token's AdaLN row is inverse * 3 + max(tag, 0)
+  auto t_emb = time_embedder(in.unique_timesteps.to(device));  // [M, time_dim]
+  H3BlockInputs bin;
+  bin.t_emb = t_emb;
+  bin.ada_rows = inverse * 3 + idx(in.token_tags).clamp_min(0);
+  bin.rope = h3_rope_table(in.position_ids[0].to(device), c.rope_len);  // float64 -> float32 angles
+  bin.bounds = bounds;
+
+  // 3) blocks
+  bin.x = h;
+  for (auto& m : *blocks) {
+    auto& block = *m->as<H3BlockImpl>();
+    bin.x = block_runner_ ? block_runner_(block, bin) : block.forward(bin);
+  }
+
+  // 4) heads on every row, then the video rows (out_pos) and audio rows
+  auto [video_all, audio_all] = final_layer(bin.x, t_emb, inverse);
+  return {video_all.index_select(0, out_pos), audio_all.index_select(0, audio_pos)};
+}
+
+}  // namespace vdt
