@@ -2,7 +2,9 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|all]   (default all)
+# skeleton: bf16 parity of both families (Wan, MiniMax-H3), `vdt bench step` through the real trainers (sft, causal)
+# on GPU 0, then both under torchrun on NPROC (default 2) GPUs with each rank's weight / LoRA CRC.
 # quick: bf16 parity, `vdt bench step` with checkpointing, and an 8-step 5B causal run (after a model change).
 # causal: `vdt train causal` (LoRA r32, df, 6 chunks x 3 frames) at the 5B and 1.3B geometries (GEOS, default
 # "5b 1.3b"), prefix / mask / prefix + act-offload, and `vdt bench step` (SFT) at equal tokens (18 latent frames).
@@ -29,12 +31,14 @@ echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 if [ "$what" = parity ] || [ "$what" = all ]; then
   for dt in bfloat16 float32; do
-    $build/vdt parity .deps/fixtures/wan_tiny_a.safetensors --device cuda --dtype $dt 2>&1 | tee -a "$OUT/parity.log" || rc=1
+    for f in wan_tiny_a h3_tiny_a; do
+      $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 | tee -a "$OUT/parity.log" || rc=1
+    done
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for ck in block none; do
-    $build/vdt bench step --checkpointing $ck --steps 6 --warmup 2 2>&1 | tee "$OUT/bench_step_$ck.log" || rc=1
+    $build/vdt bench step --trainer sft --checkpointing $ck --steps 6 --warmup 2 2>&1 | tee "$OUT/bench_step_$ck.log" || rc=1
   done
 fi
 if [ "$what" = sft ] || [ "$what" = all ]; then
@@ -127,5 +131,24 @@ if [ "$what" = causal-multi ]; then
     --out /tmp/vdt_cm_$n > "$OUT/causal_multi_${n}gpu.log" 2>&1 || rc=1
   grep -E "^  |^trained|CRC|rror" "$OUT/causal_multi_${n}gpu.log" | cut -c1-200; steady /tmp/vdt_cm_$n/train_log.jsonl
   cp /tmp/vdt_cm_$n/train_log.jsonl "$OUT/causal_multi_${n}gpu_train_log.jsonl"
+fi
+if [ "$what" = skeleton ]; then
+  for f in wan_tiny_a h3_tiny_a; do
+    CUDA_VISIBLE_DEVICES=0 $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 2>&1 \
+      | tee -a "$OUT/parity.log" | grep -E "model|out |logits|fixture.loss|PASS|FAIL" || rc=1
+  done
+  bench="$build/vdt bench step"
+  sft="--trainer sft --steps ${STEPS:-4} --warmup 2"
+  causal="--trainer causal --frames 18 --steps ${STEPS:-5} --warmup 3"
+  CUDA_VISIBLE_DEVICES=0 $bench $sft > "$OUT/bench_sft_1gpu.log" 2>&1 || rc=1; tail -3 "$OUT/bench_sft_1gpu.log"
+  CUDA_VISIBLE_DEVICES=0 $bench $causal > "$OUT/bench_causal_1gpu.log" 2>&1 || rc=1; tail -3 "$OUT/bench_causal_1gpu.log"
+  n=${NPROC:-2}
+  if [ "$(nvidia-smi -L | wc -l)" -ge "$n" ]; then
+    run="python3 -m torch.distributed.run --nproc-per-node $n --no-python"
+    $run $bench $sft > "$OUT/bench_sft_${n}gpu.log" 2>&1 || rc=1
+    grep -E "CRC|result|rror" "$OUT/bench_sft_${n}gpu.log" | cut -c1-220
+    $run $bench $causal > "$OUT/bench_causal_${n}gpu.log" 2>&1 || rc=1
+    grep -E "CRC|result|rror" "$OUT/bench_causal_${n}gpu.log" | cut -c1-220
+  fi
 fi
 exit $rc

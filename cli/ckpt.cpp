@@ -32,7 +32,7 @@ void add_ckpt(CLI::App& app, int& exit_code) {
   auto preset = std::make_shared<std::string>();
   auto* check = ckpt->add_subcommand("check", "Report every problem of a checkpoint, one line each; exit 1 if any");
   check->add_option("files", *check_files, "safetensors file(s)")->required();
-  check->add_option("--model", *preset, "preset to check the keys against (default: detected)");
+  check->add_option(spellings("--model"), *preset, "preset to check the keys against (default: detected)");
   check->callback([check_files, preset, &exit_code] {
     const auto problems = check_ckpt(SafetensorsSet::open(*check_files), *preset);
     for (const auto& p : problems) std::printf("%s\n", p.c_str());
@@ -68,10 +68,10 @@ void add_ckpt(CLI::App& app, int& exit_code) {
   };
   auto m = std::make_shared<Merge>();
   auto* merge = ckpt->add_subcommand("merge-lora", "Fold a LoRA into base weights: W + (alpha / rank) B A");
-  merge->add_option("--base", m->base, "base weights (the shards of one checkpoint)")->required();
-  merge->add_option("--lora", m->lora, "LoRA file (vdt or PEFT names)")->required();
-  merge->add_option("--out", m->out, "merged safetensors to write")->required();
-  merge->add_option("--alpha", m->alpha, "LoRA alpha when the file has none (default: its rank)");
+  merge->add_option(spellings("--base"), m->base, "base weights (the shards of one checkpoint)")->required();
+  merge->add_option(spellings("--lora"), m->lora, "LoRA file (vdt or PEFT names)")->required();
+  merge->add_option(spellings("--out"), m->out, "merged safetensors to write")->required();
+  merge->add_option(spellings("--alpha"), m->alpha, "LoRA alpha when the file has none (default: its rank)");
   merge->callback([m, &exit_code] {
     const auto base = SafetensorsSet::open(m->base);
     const auto lora = read_lora(m->lora, m->alpha);

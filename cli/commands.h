@@ -3,7 +3,20 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <memory>
+#include <string>
+
+#include "distributed/communicator.h"
+
 namespace vdt::cli {
+
+// Both spellings of every long flag name in a CLI11 names list: "--data_root" -> "--data_root,--data-root" (and
+// "--data-root" -> both; "!--no-x_y" too), so wrapper scripts of either seed run unchanged. Names without '_' or
+// '-' after the leading dashes are kept as given.
+std::string spellings(const std::string& names);
+
+// This process's communicator: one rank, or NCCL on cuda:LOCAL_RANK when launched as several (--device auto -> cuda).
+std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device);
 
 void add_parity(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);

@@ -88,8 +88,8 @@ void add_data(CLI::App& app, int& exit_code) {
   auto check = std::make_shared<DataCheckArgs>();
   auto* sub = data_cmd->add_subcommand("check", "Validate a data root; print every problem with its file");
   sub->add_option("root", check->root, "data root (dataset.json, index/, latents/, cond/, meta/)")->required();
-  sub->add_option("--text_table", check->text_table, "text table (default <root>/text_table.safetensors)");
-  sub->add_option("--res", check->res, "expected resolution WxH (e.g. 832x480); default: not checked");
+  sub->add_option(spellings("--text_table"), check->text_table, "text table (default <root>/text_table.safetensors)");
+  sub->add_option(spellings("--res"), check->res, "expected resolution WxH (e.g. 832x480); default: not checked");
   sub->callback([check, &exit_code] { run_check(*check, exit_code); });
 
   auto inspect_root = std::make_shared<std::string>();

@@ -12,22 +12,22 @@ void add_data_synth(CLI::App& data_cmd, int& exit_code) {
   auto* sub = data_cmd.add_subcommand(
       "synth", "Write a synthetic data root: parts moving on a plane, a fixed random linear VAE, hashed-token text");
   sub->add_option("out", cfg->out, "root directory to create")->required();
-  sub->add_option("--seed", cfg->seed, "seed of the world, the VAE and the drop rows")->capture_default_str();
-  sub->add_option("--latent_frames", cfg->latent_frames, "latent frames F (= prompt cells)")->capture_default_str();
-  sub->add_option("--latent_h", cfg->latent_h, "latent height H")->capture_default_str();
-  sub->add_option("--latent_w", cfg->latent_w, "latent width W")->capture_default_str();
-  sub->add_option("--latent_hw", *hw, "latent H W (overrides --latent_h/--latent_w)")->expected(2);
-  sub->add_option("--channels", cfg->latent_channels, "latent channels C")->capture_default_str();
-  sub->add_option("--sem_scale", cfg->sem_scale, "id map pixels per latent pixel (ids are [F, H*s, W*s])")
+  sub->add_option(spellings("--seed"), cfg->seed, "seed of the world, the VAE and the drop rows")->capture_default_str();
+  sub->add_option(spellings("--latent_frames"), cfg->latent_frames, "latent frames F (= prompt cells)")->capture_default_str();
+  sub->add_option(spellings("--latent_h"), cfg->latent_h, "latent height H")->capture_default_str();
+  sub->add_option(spellings("--latent_w"), cfg->latent_w, "latent width W")->capture_default_str();
+  sub->add_option(spellings("--latent_hw"), *hw, "latent H W (overrides --latent_h/--latent_w)")->expected(2);
+  sub->add_option(spellings("--channels"), cfg->latent_channels, "latent channels C")->capture_default_str();
+  sub->add_option(spellings("--sem_scale"), cfg->sem_scale, "id map pixels per latent pixel (ids are [F, H*s, W*s])")
       ->capture_default_str();
-  sub->add_option("--text_dim", cfg->text_dim, "text embedding width")->capture_default_str();
-  sub->add_option("--text_len", cfg->text_len, "text tokens per prompt")->capture_default_str();
-  sub->add_option("--train_runs", cfg->train_runs, "train runs")->capture_default_str();
-  sub->add_option("--train_clips_per_run", cfg->train_clips_per_run, "clips per train run")->capture_default_str();
-  sub->add_option("--val_runs", cfg->val_runs, "val runs (disjoint from the train runs)")->capture_default_str();
-  sub->add_option("--val_clips_per_run", cfg->val_clips_per_run, "clips per val run")->capture_default_str();
-  sub->add_option("--n_drop", cfg->n_drop, "train clips marked drop:true")->capture_default_str();
-  sub->add_flag("--overwrite", cfg->overwrite, "replace the synth entries of a non-empty OUT")->capture_default_str();
+  sub->add_option(spellings("--text_dim"), cfg->text_dim, "text embedding width")->capture_default_str();
+  sub->add_option(spellings("--text_len"), cfg->text_len, "text tokens per prompt")->capture_default_str();
+  sub->add_option(spellings("--train_runs"), cfg->train_runs, "train runs")->capture_default_str();
+  sub->add_option(spellings("--train_clips_per_run"), cfg->train_clips_per_run, "clips per train run")->capture_default_str();
+  sub->add_option(spellings("--val_runs"), cfg->val_runs, "val runs (disjoint from the train runs)")->capture_default_str();
+  sub->add_option(spellings("--val_clips_per_run"), cfg->val_clips_per_run, "clips per val run")->capture_default_str();
+  sub->add_option(spellings("--n_drop"), cfg->n_drop, "train clips marked drop:true")->capture_default_str();
+  sub->add_flag(spellings("--overwrite"), cfg->overwrite, "replace the synth entries of a non-empty OUT")->capture_default_str();
   sub->callback([cfg, hw, &exit_code] {
     if (!hw->empty()) {
       cfg->latent_h = (*hw)[0];

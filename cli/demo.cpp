@@ -11,9 +11,9 @@
 #include "core/png.h"
 #include "tools/preview.h"
 #include "tools/synth.h"
-#include "train/export.h"
-#include "train/sampling.h"
-#include "train/sft_trainer.h"
+#include "train/checkpoint/export.h"
+#include "train/eval/sampling.h"
+#include "train/sft/sft_trainer.h"
 
 namespace vdt::cli {
 namespace {
@@ -54,11 +54,11 @@ void add_demo(CLI::App& app, int& exit_code) {
   };
   auto o = std::make_shared<Opts>();
   auto* d = app.add_subcommand("demo", "Synthetic data -> train the tiny model on the CPU -> validate, export, sample, preview");
-  d->add_option("--out", o->out, "demo directory (data/, run/, samples/, plot.png)")->capture_default_str();
-  d->add_option("--steps", o->steps, "training steps")->capture_default_str();
-  d->add_option("--seed", o->seed, "seed of data and training")->capture_default_str();
-  d->add_option("--num_workers", o->workers, "loader threads")->capture_default_str();
-  d->add_option("--resume", o->resume,
+  d->add_option(spellings("--out"), o->out, "demo directory (data/, run/, samples/, plot.png)")->capture_default_str();
+  d->add_option(spellings("--steps"), o->steps, "training steps")->capture_default_str();
+  d->add_option(spellings("--seed"), o->seed, "seed of data and training")->capture_default_str();
+  d->add_option(spellings("--num_workers"), o->workers, "loader threads")->capture_default_str();
+  d->add_option(spellings("--resume"), o->resume,
                 "auto: continue the demo's training from its last saved state (after Ctrl-C) instead of starting over");
   d->callback([o, &exit_code] {
     namespace fs = std::filesystem;

@@ -1,26 +1,42 @@
-// `vdt parity FIXTURE`: prove the model is the reference Wan DiT (out, loss and gradients within tolerance).
+// `vdt parity FIXTURE`: prove a model is the reference (out / logits, loss and gradients within tolerance). The model
+// family comes from the fixture's metadata: a Wan DiT config (tools/parity.h) or MiniMax-H3 constructor arguments
+// (tools/h3_parity.h, which also rebuilds the packed sequence through vdt's packer).
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "train/parity.h"
+#include "core/safetensors.h"
+#include "tools/h3_parity.h"
+#include "tools/parity.h"
 
 namespace vdt::cli {
 
 void add_parity(CLI::App& app, int& exit_code) {
   auto cfg = std::make_shared<ParityConfig>();
-  auto* sub = app.add_subcommand("parity", "Compare the model against a reference fixture (FIXTURES.md format)");
+  auto* sub = app.add_subcommand("parity", "Compare a model against a reference fixture (FIXTURES.md format: Wan or "
+                                           "MiniMax-H3, read from its metadata)");
   sub->add_option("fixture", cfg->fixture, "fixture .safetensors (weights, fixture.* tensors, metadata config)")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--device", cfg->device, "cpu or cuda")->capture_default_str();
-  sub->add_option("--dtype", cfg->dtype, "float32 or bfloat16")->capture_default_str();
-  sub->add_option("--tol", cfg->tol, "relative L2 tolerance (default 1e-4 float32, 3e-2 bfloat16)");
+  sub->add_option(spellings("--device"), cfg->device, "cpu or cuda")->capture_default_str();
+  sub->add_option(spellings("--dtype"), cfg->dtype, "float32 or bfloat16")->capture_default_str();
+  sub->add_option(spellings("--tol"), cfg->tol, "relative L2 tolerance (default: Wan 1e-4 float32, 3e-2 bfloat16; H3 1e-5, 5e-2)");
   sub->callback([cfg, &exit_code] {
-    const auto result = run_parity(*cfg);
-    std::printf("parity %s  device %s  dtype %s  timestep_mode %s  tol %.1e\n", cfg->fixture.c_str(), cfg->device.c_str(),
-                cfg->dtype.c_str(), result.timestep_mode.c_str(), cfg->tolerance());
+    const bool h3 = is_h3_fixture(SafetensorsFile::open(cfg->fixture)->metadata());
+    ParityResult result;
+    std::vector<std::string> notes;
+    if (h3) {
+      auto r = run_h3_parity(*cfg);
+      notes = r.notes;
+      result = r;
+    } else {
+      result = run_parity(*cfg);
+    }
+    std::printf("parity %s  model %s  device %s  dtype %s  timestep_mode %s  tol %.1e\n", cfg->fixture.c_str(),
+                h3 ? "minimax-h3" : "wan", cfg->device.c_str(), cfg->dtype.c_str(), result.timestep_mode.c_str(),
+                h3 ? h3_parity_tolerance(*cfg) : cfg->tolerance());
     for (const auto& r : result.rows)
       std::printf("  %-48s rel_l2 %.3e  %s\n", r.name.c_str(), r.rel_l2, r.pass ? "ok" : "FAIL");
+    for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
     std::printf("%s\n", result.pass() ? "PASS" : "FAIL");
     exit_code = result.pass() ? 0 : 1;
   });

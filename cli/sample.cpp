@@ -10,9 +10,9 @@
 #include "tools/preview.h"
 #include "tools/synth_vae.h"
 #include "model/lora.h"
-#include "train/causal_trainer.h"
-#include "train/export.h"
-#include "train/sampling.h"
+#include "train/causal/causal_trainer.h"
+#include "train/checkpoint/export.h"
+#include "train/eval/sampling.h"
 
 namespace vdt::cli {
 
@@ -74,22 +74,22 @@ int sample_causal(const Opts& o, const torch::Device& device) {
 void add_sample(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   auto* s = app.add_subcommand("sample", "Sample clips of a data root with an SFT export (Euler, two-branch CFG), or a causal LoRA chunk by chunk (--causal)");
-  s->add_option("--ckpt", o->ckpt, "step-N.safetensors from `vdt train sft` (without --causal)")
+  s->add_option(spellings("--ckpt"), o->ckpt, "step-N.safetensors from `vdt train sft` (without --causal)")
       ->check(CLI::ExistingFile);
-  s->add_flag("--causal", o->causal, "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
-  s->add_option("--lora", o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
+  s->add_flag(spellings("--causal"), o->causal, "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
+  s->add_option(spellings("--lora"), o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
       ->check(CLI::ExistingFile);
-  s->add_option("--weights", o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
-  s->add_option("--data_root", o->data_root, "data root giving ids, text and frame 0")->required();
-  s->add_option("--out", o->out, "output directory")->required();
-  s->add_option("--split", o->split, "split to sample from")->capture_default_str();
-  s->add_option("--n", o->n, "number of clips")->capture_default_str();
-  s->add_option("--steps", o->steps, "Euler steps")->capture_default_str();
-  s->add_option("--cfg", o->cfg, "guidance scale")->capture_default_str();
-  s->add_option("--shift", o->shift, "sigma shift of the inference grid")->capture_default_str();
-  s->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  s->add_option("--res", o->res, "resolution (default: the checkpoint's)");
-  s->add_option("--seed", o->seed, "noise seed")->capture_default_str();
+  s->add_option(spellings("--weights"), o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
+  s->add_option(spellings("--data_root"), o->data_root, "data root giving ids, text and frame 0")->required();
+  s->add_option(spellings("--out"), o->out, "output directory")->required();
+  s->add_option(spellings("--split"), o->split, "split to sample from")->capture_default_str();
+  s->add_option(spellings("--n"), o->n, "number of clips")->capture_default_str();
+  s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str();
+  s->add_option(spellings("--cfg"), o->cfg, "guidance scale")->capture_default_str();
+  s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid")->capture_default_str();
+  s->add_option(spellings("--device"), o->device, "cpu or cuda")->capture_default_str();
+  s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
+  s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
   s->callback([o, &exit_code] {
     const torch::Device device(o->device == "cuda" ? torch::kCUDA : torch::kCPU);
     if (o->causal) {

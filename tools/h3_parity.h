@@ -13,7 +13,7 @@
 #include "model/attention.h"
 #include "model/h3/h3_dit.h"
 #include "model/h3/h3_packer.h"
-#include "train/parity.h"
+#include "tools/parity.h"
 
 namespace vdt {
 

@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/rng_purposes.h"
 #include "core/safetensors.h"
 
 namespace vdt {
@@ -24,8 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr uint32_t kPurposeRun = 0x5E7A0010u, kPurposeClip = 0x5E7A0011u, kPurposeDrop = 0x5E7A0012u,
-                   kPurposeToken = 0x5E7A0013u;
 constexpr double kPartSpeed = 0.08;  // view widths per latent frame (~1.3 id pixels at 16 px)
 constexpr double kPanSpeed = 0.03;   // camera, view widths per latent frame
 constexpr int kPaletteSize = 8;
@@ -82,7 +81,7 @@ struct Clip {
 };
 
 Run draw_run(const SynthConfig& cfg, int64_t r, bool val) {
-  Draws d(cfg.seed, kPurposeRun, static_cast<uint64_t>(r), 0);
+  Draws d(cfg.seed, rng_purpose::kSynthRun, static_cast<uint64_t>(r), 0);
   Run run;
   char name[32];
   std::snprintf(name, sizeof name, "run%03lld", static_cast<long long>(r));
@@ -97,7 +96,7 @@ Run draw_run(const SynthConfig& cfg, int64_t r, bool val) {
 }
 
 Clip draw_clip(const SynthConfig& cfg, const Run& run, int64_t r, int64_t c) {
-  Draws d(cfg.seed, kPurposeClip, static_cast<uint64_t>(r), static_cast<uint32_t>(c));
+  Draws d(cfg.seed, rng_purpose::kSynthClip, static_cast<uint64_t>(r), static_cast<uint32_t>(c));
   Clip clip;
   char name[48];
   std::snprintf(name, sizeof name, "%s_c%02lld", run.name.c_str(), static_cast<long long>(c));
@@ -265,7 +264,7 @@ PromptEmbedding embed_prompt(const std::string& prompt, int64_t text_len, int64_
   for (int64_t l = 0; l < e.length; ++l) {
     const auto pieces = split(tokens[l], ':');
     auto row = torch::zeros({text_dim}, torch::kFloat);
-    for (const auto& piece : pieces) row += normal_draws(RngStream(fnv1a64(piece), kPurposeToken), 0, 0, {text_dim});
+    for (const auto& piece : pieces) row += normal_draws(RngStream(fnv1a64(piece), rng_purpose::kSynthToken), 0, 0, {text_dim});
     e.rows[l] = row / std::sqrt(static_cast<double>(std::max<size_t>(pieces.size(), 1)));
   }
   return e;
@@ -291,7 +290,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
   const int64_t n_train = cfg.train_runs * cfg.train_clips_per_run;
   std::vector<int64_t> train_idx(n_train);
   for (int64_t i = 0; i < n_train; ++i) train_idx[i] = i;
-  for (int64_t i : Draws(cfg.seed, kPurposeDrop, 0, 0).sample(train_idx, static_cast<size_t>(cfg.n_drop)))
+  for (int64_t i : Draws(cfg.seed, rng_purpose::kSynthDrop, 0, 0).sample(train_idx, static_cast<size_t>(cfg.n_drop)))
     clips[i].drop = true;
 
   // 2. Id maps, frames and the normalisation of the VAE (latents ~zero-mean, unit RMS over the whole root).

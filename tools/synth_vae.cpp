@@ -1,5 +1,6 @@
 // SynthVae: patchify / linear map / unpatchify, plus the fixed part colour table. The pseudo-inverse is computed in
 // float64 (torch::linalg_pinv) so the decoder is exact to float32 rounding.
+#include "core/rng_purposes.h"
 #include "tools/synth_vae.h"
 
 #include <cmath>
@@ -12,7 +13,6 @@ namespace vdt {
 namespace synth {
 namespace {
 
-constexpr uint32_t kPurposeVae = 0x5E7A0001u;
 
 // Hand-picked, mutually distinct colours; id 0 is a dark floor.
 constexpr float kColours[kNumParts][3] = {
@@ -63,7 +63,7 @@ SynthVae SynthVae::random(int64_t latent_channels, int64_t sem_scale, uint64_t s
   const int64_t p = 3 * sem_scale * sem_scale;
   SynthVae vae;
   vae.sem_scale_ = sem_scale;
-  vae.encoder_ = synth::normal_draws(RngStream(seed, synth::kPurposeVae), 0, 0, {latent_channels, p}) /
+  vae.encoder_ = synth::normal_draws(RngStream(seed, rng_purpose::kSynthVae), 0, 0, {latent_channels, p}) /
                  std::sqrt(static_cast<double>(p));
   vae.decoder_ = torch::linalg_pinv(vae.encoder_.to(torch::kDouble)).to(torch::kFloat).contiguous();
   return vae;

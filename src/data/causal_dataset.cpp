@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/rng_purposes.h"
 #include "data/clip_io.h"
 #include "data/sampler.h"
 
@@ -51,7 +52,7 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
             " shorter than the span of ", cfg.span_frames, " latent frames) leave none for training with --val-clips ",
             cfg.val_clips);
   // Val clips: the first val_clips of a permutation that depends on the seed only.
-  const auto perm = epoch_permutation(RngStream(cfg.seed, kPurposeValClips).u64(0, 0), 0, n);
+  const auto perm = epoch_permutation(RngStream(cfg.seed, rng_purpose::kValClips).u64(0, 0), 0, n);
   std::vector<bool> is_val(static_cast<size_t>(n), false);
   for (int64_t i = 0; i < cfg.val_clips; ++i) is_val[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
   for (int64_t c = 0; c < n; ++c)
@@ -65,7 +66,7 @@ int64_t CausalDataset::train_start(int64_t index, int64_t epoch) const {
   const auto& w = train_.at(static_cast<size_t>(index));
   const int64_t frames = clips_[static_cast<size_t>(w.clip)].frames, span = cfg_.span_frames;
   const int64_t slack = frames - (frames / span) * span;  // 0 .. span-1 frames no slot covers
-  const double u = RngStream(cfg_.seed, kPurposeWindowStart).uniform(static_cast<uint64_t>(epoch),
+  const double u = RngStream(cfg_.seed, rng_purpose::kWindowStart).uniform(static_cast<uint64_t>(epoch),
                                                                      static_cast<uint32_t>(index));
   return w.slot * span + std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
 }

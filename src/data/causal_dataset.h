@@ -14,13 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "core/rng_purposes.h"
 #include "data/data_root.h"
 #include "data/text_table.h"
 
 namespace vdt {
 
-inline constexpr uint32_t kPurposeWindowStart = 0xDA7A0020u;
-inline constexpr uint32_t kPurposeValClips = 0xDA7A0021u;
 
 struct CausalDataConfig {
   std::string root, text_table;  // text_table default: <root>/text_table.safetensors

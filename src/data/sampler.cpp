@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/rng_purposes.h"
 
 namespace vdt {
 
@@ -12,7 +13,7 @@ std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) 
   VDT_CHECK(n >= 0 && epoch >= 0, "epoch_permutation: n ", n, " and epoch ", epoch, " must be >= 0");
   std::vector<int64_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), 0);
-  const RngStream rng(seed, kPurposePermutation);
+  const RngStream rng(seed, rng_purpose::kPermutation);
   for (int64_t j = n - 1; j > 0; --j) {
     const auto k = static_cast<int64_t>(rng.uniform(static_cast<uint64_t>(epoch), static_cast<uint32_t>(j)) *
                                         static_cast<double>(j + 1));

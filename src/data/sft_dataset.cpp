@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/rng_purposes.h"
 
 namespace vdt {
 namespace {
@@ -45,7 +46,7 @@ SftDraws draw_sft(uint64_t seed, int64_t epoch, int64_t index, double text_dropo
   // others' draws unchanged.
   const uint64_t a = static_cast<uint64_t>(index);
   const uint32_t b = static_cast<uint32_t>(epoch);
-  const RngStream text(seed, kPurposeTextDropout), cond(seed, kPurposeCondDropout), mask(seed, kPurposeMask);
+  const RngStream text(seed, rng_purpose::kTextDropout), cond(seed, rng_purpose::kCondDropout), mask(seed, rng_purpose::kMask);
   SftDraws d;
   d.text_drop = text.uniform(a, b) < text_dropout;
   d.cond_drop = cond.uniform(a, b) < cond_dropout;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng_purposes.h"
 #include "data/clip_io.h"
 #include "data/data_root.h"
 #include "data/text_table.h"
@@ -17,9 +18,6 @@
 namespace vdt {
 
 // RngStream purposes of the data draws (distinct so the three decisions are independent).
-inline constexpr uint32_t kPurposeTextDropout = 0xDA7A0001u;
-inline constexpr uint32_t kPurposeCondDropout = 0xDA7A0002u;
-inline constexpr uint32_t kPurposeMask = 0xDA7A0003u;
 
 struct SftDataConfig {
   std::string root, text_table /* default <root>/text_table.safetensors */, split = "train", vocab = "parts",

@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/rng.h"
+#include "core/rng_purposes.h"
 
 namespace vdt {
 
@@ -113,7 +115,37 @@ void WanDiTImpl::install_sem_cond(const SemCondConfig& cfg) {
   gc_sem_cond->to(patch_embedding->weight.device(), patch_embedding->weight.scalar_type());
 }
 
-torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
+std::vector<torch::nn::Module*> WanDiTImpl::block_modules() {
+  std::vector<torch::nn::Module*> out;
+  for (auto& b : *blocks) out.push_back(b.get());
+  return out;
+}
+
+void WanDiTImpl::init_random_base(uint64_t seed) {
+  init_weights(seed);
+  torch::NoGradGuard ng;
+  auto gen = make_generator(torch::kCPU, RngStream(seed, rng_purpose::kRandomBaseHead).u64(~0ull, 1));
+  auto& w = head->head->weight;
+  w.copy_(torch::randn(w.sizes(), gen) * (1.0 / std::sqrt(static_cast<double>(w.size(1)))));
+}
+
+std::string WanDiTImpl::architecture_difference(const std::string& config_json) const {
+  const auto other = ModelConfig::from_json(config_json, "the saved architecture");
+  return cfg_.same_architecture(other) ? "" : "saved " + other.to_json() + ", this model " + cfg_.to_json();
+}
+
+double WanDiTImpl::train_flops(int64_t L, int64_t Lt, int64_t B) const { return wan_train_flops(cfg_, L, Lt, B); }
+
+double wan_train_flops(const ModelConfig& cfg_, int64_t L, int64_t Lt, int64_t B) {
+  const double D = cfg_.dim, FF = cfg_.ffn_dim;
+  // Per video token per layer: self-attn q,k,v,o (8D^2) + scores and weighted sum (4LD) + cross q,o (4D^2)
+  // + cross scores (4 Lt D) + FFN (4 D FF). Per sample per layer: cross k,v on the text (4 Lt D^2). SPEC §9.
+  const double per_token = 8 * D * D + 4.0 * L * D + 4 * D * D + 4.0 * Lt * D + 4 * D * FF;
+  const double fwd = B * cfg_.num_layers * (L * per_token + 4.0 * Lt * D * D);
+  return 3 * fwd;
+}
+
+torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
   TORCH_CHECK(in.x.dim() == 5 && in.x.size(1) == cfg_.in_dim, "WanDiT: expected x [B, ", cfg_.in_dim,
               ", F, H, W], got ", in.x.sizes());
   const auto grid = token_grid(in.x.sizes());
@@ -124,11 +156,6 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
 
   // Patch embedding: [B, C, F, H, W] -> [B, D, F', H', W'] -> [B, L, D]
   auto x = patch_embedding(in.x.to(dtype)).flatten(2).transpose(1, 2);
-  if (in.cond_embed.defined()) {
-    TORCH_CHECK(in.cond_embed.sizes() == x.sizes(), "WanDiT: cond_embed must be ", x.sizes(), ", got ",
-                in.cond_embed.sizes());
-    x = x + in.cond_embed.to(dtype);
-  }
   if (aux) aux->x_rms = x.detach().to(torch::kFloat32).pow(2).mean().sqrt();
   if (has_sem_cond()) {
     TORCH_CHECK(in.sem_ids.defined(), "WanDiT: gc_sem_cond is installed but no sem_ids were given");
@@ -166,23 +193,33 @@ torch::Tensor WanDiTImpl::forward(const DiTInputs& in, DiTAux* aux) {
 
   BlockInputs bin{x, e0, ctx, {}};
   bin.ctx_ids = ctx_ids;
-  if (in.teacher_forcing) {  // [clean | noisy]: the span's positions twice
-    TORCH_CHECK(in.causal_chunk_frames > 0 && grid[0] % (2 * in.causal_chunk_frames) == 0, "WanDiT: teacher forcing "
-                "needs causal_chunk_frames and two equal halves of whole chunks, got ", grid[0], " token frames");
+  const auto& pattern = in.attention;
+  if (pattern.teacher_forcing) {  // [clean | noisy]: the span's positions twice
+    TORCH_CHECK(pattern.chunk_frames > 0 && grid[0] % (2 * pattern.chunk_frames) == 0, "WanDiT: teacher forcing "
+                "needs a chunk size and two equal halves of whole chunks, got ", grid[0], " token frames");
     const auto half = rope_table(cfg_.head_dim(), {grid[0] / 2, grid[1], grid[2]}, x.device());  // [L/2, Dh/2]
     bin.rope = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};            // [L, Dh/2]
     bin.teacher_forcing = true;
   } else {
     bin.rope = rope_table(cfg_.head_dim(), grid, x.device());
   }
-  if (in.causal_chunk_frames > 0) {
-    TORCH_CHECK(grid[0] % in.causal_chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",
-                in.causal_chunk_frames);
-    bin.causal_chunk = in.causal_chunk_frames * grid[1] * grid[2];  // tokens per chunk
+  if (pattern.causal()) {
+    TORCH_CHECK(grid[0] % pattern.chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",
+                pattern.chunk_frames);
+    bin.causal_chunk = pattern.chunk_frames * grid[1] * grid[2];  // tokens per chunk
   }
   for (auto& m : *blocks) {
     auto& block = *m->as<WanBlockImpl>();
-    bin.x = block_runner_ ? block_runner_(block, bin) : block.forward(bin);
+    if (!block_runner_) {
+      bin.x = block.forward(bin);
+      continue;
+    }
+    // The differentiable inputs x, e0, ctx; the rest of bin rides along in the closure.
+    bin.x = block_runner_({block, {bin.x, bin.e0, bin.ctx}, [&block, rest = bin](const std::vector<torch::Tensor>& v) {
+                             BlockInputs b = rest;
+                             b.x = v[0], b.e0 = v[1], b.ctx = v[2];
+                             return block.forward(b);
+                           }});
   }
   return unpatchify(head(bin.x, e), grid);
 }

@@ -1,10 +1,10 @@
 // The Wan DiT (reference/wan_spec.md §3) under its checkpoint key names: patch embedding, text and time MLPs,
 // time projection, N blocks, head with its 2-way modulation, unpatchify (channels fastest).
-// Attachment points for later features, so the model stays free of training concerns:
-//   * `cond_embed` is added to the patch embedding output; the semantic-map adapter `gc_sem_cond`, once installed,
-//     adds its output there from `sem_ids`;
+// The first implementation of the base-model seam (model/denoiser.h). Attachment points, so the model stays free of
+// training concerns:
+//   * the semantic-map adapter `gc_sem_cond`, once installed, adds its output to the patch embedding from `sem_ids`;
 //   * `context_ids` selects per-cell text rows (each distinct row embedded once);
-//   * a block runner wraps each block call (activation checkpointing, offload) from outside.
+//   * a block runner wraps each block call (activation checkpointing, offload, sharded weights) from outside.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -15,6 +15,7 @@
 
 #include "model/block.h"
 #include "model/config.h"
+#include "model/denoiser.h"
 #include "model/sem_cond.h"
 
 namespace vdt {
@@ -32,44 +33,39 @@ class HeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
-struct DiTInputs {
-  torch::Tensor x;            // [B, C, F, H, W] noisy latents
-  torch::Tensor t;            // [B] one timestep, [B, F'] per latent frame, or [B, L] per token (0..1000 scale)
-  torch::Tensor context;      // [B, Lt, text_dim], or rows [R, Lt, text_dim] when context_ids is given
-  torch::Tensor context_ids;  // optional [B, F'] row of `context` for each cell (latent frame)
-  torch::Tensor cond_embed;   // optional [B, L, D] added after patch embedding
-  torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids for gc_sem_cond (required once it is installed)
-  int64_t causal_chunk_frames = 0;  // latent frames per block-causal chunk (self-attention); 0 = bidirectional
-  // Teacher forcing (needs causal_chunk_frames): x holds [clean span | noisy span] along frames (2F frames); both
-  // halves get the span's RoPE positions, and the attention mask is block_causal.h's teacher_forcing_mask.
-  bool teacher_forcing = false;
-};
-
-// Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
-struct DiTAux {
-  torch::Tensor sem_rms, x_rms;  // 0-dim float32, detached
-};
-
-using BlockRunner = std::function<torch::Tensor(WanBlockImpl&, const BlockInputs&)>;
-
-class WanDiTImpl : public torch::nn::Module {
+class WanDiTImpl : public Denoiser {
  public:
   // Builds on `options` (device, dtype) block by block, so a 5B model never sits whole in host memory.
   explicit WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options = {});
-  torch::Tensor forward(const DiTInputs& in, DiTAux* aux = nullptr);  // -> [B, out_dim, F, H, W]
+  torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux = nullptr) override;  // -> [B, out_dim, F, H, W]
 
   // Adds the zero-initialised semantic-map adapter as submodule `gc_sem_cond` (on this model's device and dtype).
-  void install_sem_cond(const SemCondConfig& cfg);
-  bool has_sem_cond() const { return !gc_sem_cond.is_empty(); }
+  void install_sem_cond(const SemCondConfig& cfg) override;
+  bool has_sem_cond() const override { return !gc_sem_cond.is_empty(); }
 
   // Token grid (F', H', W') for a latent of shape [B, C, F, H, W].
   std::array<int64_t, 3> token_grid(at::IntArrayRef latent_shape) const;
   // Re-initialises every parameter as the reference does for training from scratch (wan_spec §3.10).
-  void init_weights(uint64_t seed);
-  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
+  void init_weights(uint64_t seed) override;
+  // init_weights plus a random head (Wan's zero head would pass no gradient to a LoRA on the blocks).
+  void init_random_base(uint64_t seed) override;
+  void set_block_runner(BlockRunner runner) override { block_runner_ = std::move(runner); }
   void set_attention_kernel(AttentionKernel k);
-  void set_causal_kernel(CausalKernel k);  // prefix (default) or mask, for causal_chunk_frames > 0
+  void set_causal_kernel(CausalKernel k) override;
   const ModelConfig& config() const { return cfg_; }
+
+  std::vector<torch::nn::Module*> block_modules() override;
+  std::vector<std::string> lora_targets() const override { return {"q", "k", "v", "o", "ffn.0", "ffn.2"}; }
+  std::string family() const override { return "wan"; }
+  std::string preset() const override { return cfg_.preset; }
+  std::string config_json() const override { return cfg_.to_json(); }
+  std::string architecture_difference(const std::string& config_json) const override;
+  int64_t latent_channels() const override { return cfg_.in_dim; }
+  int64_t text_dim() const override { return cfg_.text_dim; }
+  int64_t width() const override { return cfg_.dim; }
+  torch::Device device() const override { return patch_embedding->weight.device(); }
+  torch::ScalarType compute_dtype() const override { return patch_embedding->weight.scalar_type(); }
+  double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const override;
 
   torch::nn::Conv3d patch_embedding{nullptr};
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
@@ -83,5 +79,9 @@ class WanDiTImpl : public torch::nn::Module {
   BlockRunner block_runner_;
 };
 TORCH_MODULE(WanDiT);
+
+// Model FLOPs of one training step of a Wan DiT (forward + backward = 3x forward, recomputation not counted) at L
+// latent tokens and Lt text tokens, SPEC §9's count.
+double wan_train_flops(const ModelConfig& cfg, int64_t tokens, int64_t text_len, int64_t batch = 1);
 
 }  // namespace vdt

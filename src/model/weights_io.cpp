@@ -9,21 +9,21 @@
 #include "core/error.h"
 
 namespace vdt {
-namespace {
-
 bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes) {
   for (const auto& p : prefixes)
     if (s.rfind(p, 0) == 0) return true;
   return false;
 }
 
-std::string list(const std::vector<std::string>& names) {
+std::string name_list(const std::vector<std::string>& names) {
   std::string out;
   const size_t n = std::min<size_t>(names.size(), 20);
   for (size_t i = 0; i < n; ++i) out += "\n    " + names[i];
   if (names.size() > n) out += "\n    ... and " + std::to_string(names.size() - n) + " more";
   return out;
 }
+
+namespace {
 
 // The key as stored in the files: the model's own name, or with DiffSynth's "model." prefix.
 std::string stored_key(const SafetensorsSet& files, const std::string& name) {
@@ -76,9 +76,9 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
     for (const auto& f : files.files()) files_str += (files_str.empty() ? "" : ", ") + f->path();
     std::ostringstream os;
     os << "weights in " << files_str << " do not match the model:";
-    if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << list(missing);
-    if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << list(unexpected);
-    if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << list(mismatched);
+    if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << name_list(missing);
+    if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << name_list(unexpected);
+    if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << name_list(mismatched);
     os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given";
     VDT_FAIL(os.str());
   }
@@ -87,6 +87,12 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
     if (!key.empty()) dst.copy_(files.get(key));
   }
   return report;
+}
+
+NamedTensors named_parameters(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (const auto& kv : module.named_parameters()) out.emplace_back(kv.key(), kv.value());
+  return out;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> export_weights(const torch::nn::Module& module,

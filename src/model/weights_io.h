@@ -27,6 +27,11 @@ struct LoadReport {
   std::vector<std::string> kept;  // optional model keys absent from the files
 };
 
+// True when `s` starts with one of `prefixes`.
+bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes);
+// Up to 20 names, one per indented line, then "... and N more": how load errors list keys.
+std::string name_list(const std::vector<std::string>& names);
+
 // The weight files behind a flag: a .safetensors file itself, or every *.safetensors in a directory (sharded
 // checkpoints), sorted. An empty directory is an error naming `flag`.
 std::vector<std::string> weight_files(const std::string& file_or_dir, const std::string& flag);
@@ -34,6 +39,9 @@ std::vector<std::string> weight_files(const std::string& file_or_dir, const std:
 // Copies every parameter and buffer of `module` from `files` (converting dtype, keeping the module's device).
 // Throws one error listing missing keys, unexpected keys and shape mismatches, naming the files.
 LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, const LoadOptions& opts = {});
+
+// (name, parameter) for every parameter, under its checkpoint name (the tensors themselves, not copies).
+NamedTensors named_parameters(const torch::nn::Module& module);
 
 // (name, tensor) for every parameter, cast to `dtype` (e.g. BF16 for export), names as in the checkpoint.
 std::vector<std::pair<std::string, torch::Tensor>> export_weights(const torch::nn::Module& module,

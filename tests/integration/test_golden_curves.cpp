@@ -12,8 +12,8 @@
 
 #include "test_util.h"
 #include "tools/synth.h"
-#include "train/causal_trainer.h"
-#include "train/sft_trainer.h"
+#include "train/causal/causal_trainer.h"
+#include "train/sft/sft_trainer.h"
 
 namespace vdt {
 namespace {

@@ -12,8 +12,8 @@
 #include "core/safetensors.h"
 #include "test_util.h"
 #include "tools/synth.h"
-#include "train/sft_trainer.h"
-#include "train/train_state.h"
+#include "train/sft/sft_trainer.h"
+#include "train/checkpoint/train_state.h"
 
 namespace vdt {
 namespace {

@@ -107,8 +107,8 @@ TEST(BlockCausal, WanDiTChunksSeeOnlyThePast) {
   auto model = tiny_with_head();
   auto x = torch::randn({1, 16, 4, 4, 4}), ctx = torch::randn({1, 5, 64});
   const auto t = torch::tensor({{0.0, 300.0, 600.0, 900.0}});  // [B, F'] a level per frame
-  DiTInputs in{x, t, ctx};
-  in.causal_chunk_frames = 2;  // 2 chunks of 2 latent frames (2 x 2 x 2 = 8 tokens each)
+  DenoiserInputs in{x, t, ctx};
+  in.attention = AttentionPattern::block_causal(2);  // 2 chunks of 2 latent frames (2 x 2 x 2 = 8 tokens each)
   const auto y = model->forward(in);
   auto x2 = x.clone();
   x2.narrow(2, 2, 2).normal_();  // change chunk 1 only
@@ -117,14 +117,14 @@ TEST(BlockCausal, WanDiTChunksSeeOnlyThePast) {
   EXPECT_TRUE(torch::allclose(y.narrow(2, 0, 2), y2.narrow(2, 0, 2), 1e-6, 1e-6));  // chunk 0 unchanged
   EXPECT_GT((y.narrow(2, 2, 2) - y2.narrow(2, 2, 2)).abs().max().item<double>(), 1e-3);
   // A bidirectional forward differs in chunk 0 (it sees chunk 1).
-  DiTInputs bi{x, t, ctx};
+  DenoiserInputs bi{x, t, ctx};
   EXPECT_GT((model->forward(bi).narrow(2, 0, 2) - y.narrow(2, 0, 2)).abs().max().item<double>(), 1e-4);
   in.x = x;
   model->set_causal_kernel(CausalKernel::mask);
   EXPECT_TRUE(torch::allclose(model->forward(in), y, 1e-5, 1e-5));
   model->set_attention_kernel(AttentionKernel::eager);
   EXPECT_TRUE(torch::allclose(model->forward(in), y, 1e-5, 1e-5));
-  in.causal_chunk_frames = 3;
+  in.attention = AttentionPattern::block_causal(3);
   test::expect_error([&] { model->forward(in); }, {"4 latent frames", "chunks of 3"});
 }
 
@@ -136,15 +136,15 @@ TEST(BlockCausal, WanDiTTeacherForcingSeesCleanPastAndItself) {
   const int64_t F = 4;  // 2 chunks of 2 frames
   auto clean = torch::randn({1, 16, F, 4, 4}), noisy = torch::randn({1, 16, F, 4, 4}), ctx = torch::randn({1, 5, 64});
   const auto t_noisy = torch::tensor({{500.0, 500.0, 800.0, 800.0}});
-  DiTInputs tf{torch::cat({clean, noisy}, 2), torch::cat({torch::zeros({1, F}), t_noisy}, 1), ctx};
-  tf.causal_chunk_frames = 2, tf.teacher_forcing = true;
+  DenoiserInputs tf{torch::cat({clean, noisy}, 2), torch::cat({torch::zeros({1, F}), t_noisy}, 1), ctx};
+  tf.attention = AttentionPattern::forcing(2, true);
   const auto y = model->forward(tf);  // [1, 16, 2F, 4, 4]
-  DiTInputs alone{clean, torch::zeros({1, F}), ctx};
-  alone.causal_chunk_frames = 2;
+  DenoiserInputs alone{clean, torch::zeros({1, F}), ctx};
+  alone.attention = AttentionPattern::block_causal(2);
   EXPECT_TRUE(torch::allclose(y.narrow(2, 0, F), model->forward(alone), 1e-5, 1e-5));
   // Noisy chunk 0 (frames F..F+1): unchanged when clean chunk 0 or noisy chunk 1 changes.
   auto probe = [&](torch::Tensor c, torch::Tensor nz) {
-    DiTInputs in = tf;
+    DenoiserInputs in = tf;
     in.x = torch::cat({c, nz}, 2);
     return model->forward(in);
   };

@@ -41,8 +41,8 @@ TEST(SemCond, InstalledAdapterStartsAsTheBaseModel) {
   auto t = torch::tensor({{0.0, 500.0, 500.0}});
   auto base = m->forward({x, t, ctx});
   m->install_sem_cond({.vocab_size = 20, .scale = 2, .hidden = 32});
-  DiTAux aux;
-  DiTInputs in{x, t, ctx};
+  DenoiserAux aux;
+  DenoiserInputs in{x, t, ctx};
   in.sem_ids = torch::randint(0, 20, {1, 3, 8, 12}, torch::kByte);
   auto with = m->forward(in, &aux);
   EXPECT_TRUE(torch::equal(base, with));

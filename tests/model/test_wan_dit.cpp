@@ -65,22 +65,14 @@ TEST(WanDiT, PerCellTextWithOneSharedRowEqualsSingleContext) {
   EXPECT_GT((c - a).abs().max().item<double>(), 1e-4);
 }
 
-TEST(WanDiT, CondEmbedIsAddedAfterPatchEmbedding) {
-  TinySetup s;
-  auto t = torch::tensor({300.0, 900.0});
-  auto a = s.model->forward({s.x, t, s.ctx});
-  auto zero = torch::zeros({2, 3 * 2 * 3, 128});
-  auto b = s.model->forward({s.x, t, s.ctx, {}, zero});
-  EXPECT_TRUE(torch::allclose(a, b));
-  test::expect_error([&] { s.model->forward({s.x, t, s.ctx, {}, torch::zeros({2, 5, 128})}); }, {"cond_embed"});
-}
-
 TEST(WanDiT, BlockRunnerWrapsEveryBlock) {
   TinySetup s;
   int calls = 0;
-  s.model->set_block_runner([&](WanBlockImpl& b, const BlockInputs& in) {
+  s.model->set_block_runner([&](const BlockCall& call) {
     ++calls;
-    return b.forward(in);
+    EXPECT_NE(dynamic_cast<WanBlockImpl*>(&call.block), nullptr);
+    EXPECT_EQ(call.inputs.size(), 3u);  // x, e0, ctx
+    return call.run(call.inputs);
   });
   s.model->forward({s.x, torch::tensor({1.0, 2.0}), s.ctx});
   EXPECT_EQ(calls, 2);
@@ -111,6 +103,25 @@ TEST(WanDiT, CrossAttentionOnDistinctRowsEqualsPerCellText) {
   ca->zero_grad();
   const auto b = run(false);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-5)) << "tensor " << i;
+}
+
+}  // namespace
+}  // namespace vdt
+
+namespace vdt {
+namespace {
+
+// Resume compares architectures through the seam: the same config says nothing, another says what both are.
+TEST(WanDiT, ArchitectureDifferenceNamesBothConfigs) {
+  WanDiT m(preset_config("tiny"));
+  EXPECT_EQ(m->architecture_difference(m->config_json()), "");
+  auto other = preset_config("tiny");
+  other.num_layers += 1;
+  const auto d = m->architecture_difference(other.to_json());
+  EXPECT_NE(d.find("saved"), std::string::npos) << d;
+  EXPECT_NE(d.find(std::to_string(other.num_layers)), std::string::npos) << d;
+  EXPECT_EQ(m->family(), "wan");
+  EXPECT_EQ(m->block_modules().size(), static_cast<size_t>(preset_config("tiny").num_layers));
 }
 
 }  // namespace

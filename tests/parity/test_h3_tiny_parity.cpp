@@ -73,6 +73,18 @@ TEST(H3Parity, RecognisesH3FixturesAndFailsAnImpossibleTolerance) {
   test::expect_error([&] { run_h3_parity(cfg); }, {"lacks 'config'"});
 }
 
+// `vdt parity` reads the family from the fixture's metadata: the H3 fixture runs the H3 model and packer.
+TEST(H3Parity, CliDispatchesOnTheFixturesFamily) {
+  auto ok = test::run_vdt("parity " + test::fixture("h3_tiny_a.safetensors"));
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("model minimax-h3"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("fixture.video_logits"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("packer.x"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("PASS"), std::string::npos);
+  auto strict = test::run_vdt("parity " + test::fixture("h3_tiny_a.safetensors") + " --tol 0");
+  EXPECT_EQ(strict.code, 1) << strict.output;
+}
+
 // bf16 blocks with the release's fp32 islands (the CPU runs the same casts the GPU does): every row within 5e-2.
 TEST(H3Parity, Bf16WithFp32IslandsOnCpu) {
   auto cfg = h3_tiny();

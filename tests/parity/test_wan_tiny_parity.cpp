@@ -1,7 +1,7 @@
 #include <torch/torch.h>
 
 #include "test_util.h"
-#include "train/parity.h"
+#include "tools/parity.h"
 
 namespace vdt {
 namespace {

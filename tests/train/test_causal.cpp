@@ -13,12 +13,12 @@
 #include <thread>
 
 #include "core/safetensors.h"
-#include "dist/local_group.h"
+#include "distributed/local_group.h"
 #include "model/lora.h"
 #include "test_util.h"
 #include "tools/synth.h"
-#include "train/causal_trainer.h"
-#include "train/schedule.h"
+#include "train/causal/causal_trainer.h"
+#include "train/loop/schedule.h"
 
 namespace vdt {
 namespace {

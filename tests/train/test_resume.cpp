@@ -22,8 +22,8 @@
 #include "core/state_slots.h"
 #include "test_util.h"
 #include "tools/synth.h"
-#include "train/sft_trainer.h"
-#include "train/train_state.h"
+#include "train/sft/sft_trainer.h"
+#include "train/checkpoint/train_state.h"
 
 namespace vdt {
 namespace {

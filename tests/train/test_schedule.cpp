@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "test_util.h"
-#include "train/schedule.h"
+#include "train/loop/schedule.h"
 
 namespace vdt {
 namespace {

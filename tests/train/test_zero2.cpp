@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dist/local_group.h"
+#include "distributed/local_group.h"
 #include "test_util.h"
 #include "tools/synth.h"
-#include "train/sft_trainer.h"
-#include "train/train_state.h"
+#include "train/sft/sft_trainer.h"
+#include "train/checkpoint/train_state.h"
 
 namespace vdt {
 namespace {

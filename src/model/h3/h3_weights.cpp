@@ -13,20 +13,6 @@ namespace {
 
 std::string strip_model_prefix(const std::string& k) { return k.rfind("model.", 0) == 0 ? k.substr(6) : k; }
 
-bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes) {
-  for (const auto& p : prefixes)
-    if (s.rfind(p, 0) == 0) return true;
-  return false;
-}
-
-std::string list(const std::vector<std::string>& names) {
-  std::string out;
-  const size_t n = std::min<size_t>(names.size(), 20);
-  for (size_t i = 0; i < n; ++i) out += "\n    " + names[i];
-  if (names.size() > n) out += "\n    ... and " + std::to_string(names.size() - n) + " more";
-  return out;
-}
-
 }  // namespace
 
 H3Config detect_h3_config(const SafetensorsSet& files) {
@@ -59,9 +45,9 @@ void check_h3_weights(const SafetensorsSet& files, const H3Config& cfg, const Lo
   for (const auto& f : files.files()) files_str += (files_str.empty() ? "" : ", ") + f->path();
   std::ostringstream os;
   os << "H3 weights in " << files_str << " do not match the " << cfg.preset << " architecture:";
-  if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << list(missing);
-  if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << list(unexpected);
-  if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << list(mismatched);
+  if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << name_list(missing);
+  if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << name_list(unexpected);
+  if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << name_list(mismatched);
   os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given";
   VDT_FAIL(os.str());
 }

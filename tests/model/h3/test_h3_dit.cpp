@@ -9,7 +9,7 @@
 #include "model/lora.h"
 #include "test_util.h"
 #include "tools/h3_parity.h"
-#include "train/parity.h"
+#include "tools/parity.h"
 
 namespace vdt {
 namespace {

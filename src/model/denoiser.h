@@ -1,0 +1,93 @@
+// The base-model seam: what the trainers, validation, sampling, checkpoints and `vdt bench` need from a denoiser,
+// whatever its family (the Wan DiT today, MiniMax-H3 next). Inputs are latents on a grid, timesteps on the 0..1000
+// scale (one per sample, per latent frame or per token), text and optional conditioning; the output is the
+// flow-matching prediction of noise − x0 on the same grid. Mechanisms are applied from outside through the blocks
+// (activation checkpointing, sharded frozen weights, LoRA targets) and a block runner, so the model stays free of
+// training concerns. Not here: a family's architecture (model/wan_dit.h, ...), which family a preset names
+// (model/denoiser_registry.h).
+#pragma once
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/block_causal.h"
+#include "model/sem_cond.h"
+
+namespace vdt {
+
+// Which tokens see which in self-attention: bidirectional, block-causal over chunks of `chunk_frames` latent frames
+// (chunk i sees chunks 0..i), or teacher forcing (the latents hold [clean span | noisy span]; both halves take the
+// span's positions; model/block_causal.h's teacher-forcing mask).
+struct AttentionPattern {
+  int64_t chunk_frames = 0;  // 0: bidirectional
+  bool teacher_forcing = false;
+  static AttentionPattern bidirectional() { return {}; }
+  static AttentionPattern block_causal(int64_t chunk_frames) { return {chunk_frames, false}; }
+  static AttentionPattern forcing(int64_t chunk_frames, bool teacher) { return {chunk_frames, teacher}; }
+  bool causal() const { return chunk_frames > 0; }
+};
+
+struct DenoiserInputs {
+  torch::Tensor x;            // [B, C, F, H, W] noisy latents
+  torch::Tensor t;            // [B] one timestep, [B, F'] per latent frame, or [B, L] per token (0..1000 scale)
+  torch::Tensor context;      // [B, Lt, text_dim], or distinct rows [R, Lt, text_dim] when context_ids is given
+  torch::Tensor context_ids;  // optional [B, F'] row of `context` for each cell (latent frame)
+  torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids, required once a semantic-map adapter is installed
+  AttentionPattern attention;
+  std::map<std::string, torch::Tensor> extra;  // family-specific conditioning (documented by each family)
+};
+
+// Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
+struct DenoiserAux {
+  torch::Tensor sem_rms, x_rms;  // 0-dim float32, detached
+};
+
+// One block call packaged for a runner from outside: the block, its differentiable inputs (inputs[0] is the
+// residual stream [B, L, D], the one an offload moves to the host) and a function that runs the block on those inputs
+// or on detached copies of them (everything else the block needs is captured inside).
+struct BlockCall {
+  torch::nn::Module& block;
+  std::vector<torch::Tensor> inputs;
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> run;
+};
+using BlockRunner = std::function<torch::Tensor(const BlockCall&)>;
+
+class Denoiser : public torch::nn::Module {
+ public:
+  // -> [B, C_out, F, H, W]: the prediction of noise − x0.
+  virtual torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux = nullptr) = 0;
+  // The repeated blocks in forward order: what checkpointing, sharding and LoRA are applied to.
+  virtual std::vector<torch::nn::Module*> block_modules() = 0;
+  virtual void set_block_runner(BlockRunner runner) = 0;
+  virtual void set_causal_kernel(CausalKernel k) = 0;  // prefix (default) or mask, for block-causal patterns
+  // Re-initialises every parameter from `seed` as the family's reference does for training from scratch.
+  virtual void init_weights(uint64_t seed) = 0;
+  // A random frozen base for tests and benchmarks: init_weights plus whatever makes gradients reach a LoRA (Wan's
+  // zero-initialised head would block them).
+  virtual void init_random_base(uint64_t seed) { init_weights(seed); }
+  // Last module-name components of the Linears a LoRA attaches to by default (model/lora.h).
+  virtual std::vector<std::string> lora_targets() const = 0;
+  virtual std::string family() const = 0;       // "wan", ...
+  virtual std::string preset() const = 0;       // the preset name, or "custom"
+  virtual std::string config_json() const = 0;  // the architecture, as stored in checkpoint metadata
+  // Empty when `config_json` (another run's) describes the same architecture, else what differs, field by field.
+  virtual std::string architecture_difference(const std::string& config_json) const = 0;
+  virtual int64_t latent_channels() const = 0;
+  virtual int64_t text_dim() const = 0;
+  virtual int64_t width() const = 0;  // the residual width D
+  virtual torch::Device device() const = 0;
+  virtual torch::ScalarType compute_dtype() const = 0;  // of the residual stream (fp32 islands aside)
+  // The semantic-map adapter (SPEC §4, model/sem_cond.h) added from `sem_ids`; families without it refuse.
+  virtual void install_sem_cond(const SemCondConfig& cfg) {
+    throw std::runtime_error("the " + family() + " base has no semantic-map adapter (gc_sem_cond)");
+  }
+  virtual bool has_sem_cond() const { return false; }
+  // Model FLOPs of one training step (forward + backward = 3x forward) at `tokens` latent tokens and `text_len`.
+  virtual double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const = 0;
+};
+
+}  // namespace vdt

@@ -1,0 +1,26 @@
+// Which family a model preset names, and building a denoiser of it (model/denoiser.h): the one place a new base
+// family is added (its presets and its constructor); the trainers, validation, sampling and `vdt bench` build their
+// model here and talk to it through the seam only.
+#pragma once
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/denoiser.h"
+
+namespace vdt {
+
+// Every preset name, all families.
+std::vector<std::string> denoiser_presets();
+// The family of a preset ("wan", ...); throws listing the known presets.
+std::string denoiser_family(const std::string& preset);
+// A denoiser of `preset` built on `options` (device, dtype), with the family's default initialisation (call
+// init_weights / load weights after). `layers` > 0 overrides the preset's block count (benchmarks).
+// Model FLOPs of one training step of `preset` (Denoiser::train_flops) without building it.
+double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch = 1);
+std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::TensorOptions options = {},
+                                        int64_t layers = 0);
+
+}  // namespace vdt

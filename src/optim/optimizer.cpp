@@ -1,0 +1,153 @@
+// AdamW. The reference path is the textbook update with decoupled weight decay and bias correction:
+//   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// The fused path calls at::_fused_adamw_, which takes float32 step tensors incremented by the caller.
+#include "optim/optimizer.h"
+
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace vdt {
+
+AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWConfig cfg) : groups_(std::move(groups)), cfg_(cfg) {
+  for (const auto& g : groups_) {
+    std::vector<torch::Tensor> m, v, s;
+    for (const auto& p : g.params) {
+      const auto dt = cfg_.state_dtype.value_or(p.scalar_type());
+      m.push_back(torch::zeros_like(p, p.options().dtype(dt)));
+      v.push_back(torch::zeros_like(p, p.options().dtype(dt)));
+      s.push_back(torch::zeros({}, p.options().dtype(torch::kFloat32)));
+    }
+    exp_avg_.push_back(std::move(m));
+    exp_avg_sq_.push_back(std::move(v));
+    step_tensors_.push_back(std::move(s));
+  }
+}
+
+void AdamW::set_steps_taken(int64_t s) {
+  steps_ = s;
+  for (auto& g : step_tensors_)
+    for (auto& t : g) t.fill_(static_cast<double>(s));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    VDT_CHECK(groups_[g].names.size() == groups_[g].params.size(), "AdamW group '", groups_[g].name,
+              "' has no parameter names; its state cannot be saved");
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& n = groups_[g].names[i];
+      out.emplace_back("exp_avg." + n, exp_avg_[g][i]);
+      out.emplace_back("exp_avg_sq." + n, exp_avg_sq_[g][i]);
+      out.emplace_back("step." + n, step_tensors_[g][i]);
+    }
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& where) {
+  torch::NoGradGuard ng;
+  int64_t steps = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    VDT_CHECK(groups_[g].names.size() == groups_[g].params.size(), "AdamW group '", groups_[g].name,
+              "' has no parameter names; its state cannot be loaded");
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& n = groups_[g].names[i];
+      for (auto [key, dst] : {std::pair{"exp_avg." + n, exp_avg_[g][i]}, {"exp_avg_sq." + n, exp_avg_sq_[g][i]},
+                              {"step." + n, step_tensors_[g][i]}}) {
+        const auto src = get(key);
+        VDT_CHECK(src.defined(), where, ": optimizer state '", key, "' is missing");
+        VDT_CHECK(src.numel() == dst.numel(), where, ": optimizer state '", key, "' has ", src.numel(),
+                  " elements, the model's parameter needs ", dst.numel(), " (", dst.sizes(), ")");
+        dst.copy_(src.reshape(dst.sizes()));
+      }
+      steps = std::max<int64_t>(steps, static_cast<int64_t>(step_tensors_[g][i].item<double>()));
+    }
+  }
+  steps_ = steps;
+}
+
+void AdamW::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.mutable_grad() = torch::Tensor();
+}
+
+void AdamW::step(const torch::Tensor& found_inf) {
+  torch::NoGradGuard ng;
+  // The reference path checks on the host; the fused kernel skips on the device.
+  if (!cfg_.fused && found_inf.defined() && found_inf.item<double>() != 0) return;
+  ++steps_;
+  for (size_t g = 0; g < groups_.size(); ++g) cfg_.fused ? step_fused(g, found_inf) : step_reference(g);
+}
+
+void AdamW::step_reference(size_t gi) {
+  const auto& g = groups_[gi];
+  const double bc1 = 1 - std::pow(cfg_.beta1, static_cast<double>(steps_));
+  const double bc2 = 1 - std::pow(cfg_.beta2, static_cast<double>(steps_));
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    auto p = g.params[i];
+    if (!p.grad().defined()) continue;
+    step_tensors_[gi][i].fill_(static_cast<double>(steps_));
+    auto grad = p.grad().to(torch::kFloat32);
+    auto m = exp_avg_[gi][i].to(torch::kFloat32), v = exp_avg_sq_[gi][i].to(torch::kFloat32);
+    auto pf = p.to(torch::kFloat32) * (1 - g.lr * g.weight_decay);
+    m = m * cfg_.beta1 + grad * (1 - cfg_.beta1);
+    v = v * cfg_.beta2 + grad * grad * (1 - cfg_.beta2);
+    pf = pf - (g.lr / bc1) * m / (v.sqrt() / std::sqrt(bc2) + cfg_.eps);
+    p.copy_(pf);
+    exp_avg_[gi][i].copy_(m);
+    exp_avg_sq_[gi][i].copy_(v);
+  }
+}
+
+void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf) {
+  const auto& g = groups_[gi];
+  // _fused_adamw_ wants every list on one device and dtype family: bucket by (device, param dtype, state dtype).
+  std::map<std::tuple<std::string, int, int>, std::vector<size_t>> buckets;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    if (!g.params[i].grad().defined()) continue;
+    buckets[{g.params[i].device().str(), static_cast<int>(g.params[i].scalar_type()),
+             static_cast<int>(exp_avg_[gi][i].scalar_type())}]
+        .push_back(i);
+  }
+  for (const auto& [key, idx] : buckets) {
+    std::vector<torch::Tensor> ps, gs, ms, vs, ss;
+    for (auto i : idx) {
+      ps.push_back(g.params[i]);
+      gs.push_back(g.params[i].grad());
+      ms.push_back(exp_avg_[gi][i]);
+      vs.push_back(exp_avg_sq_[gi][i]);
+      ss.push_back(step_tensors_[gi][i]);
+    }
+    std::optional<torch::Tensor> inf;
+    if (found_inf.defined()) {
+      inf = found_inf.to(ps.front().device(), torch::kFloat32);
+      at::_foreach_add_(ss, 1.0 - *inf);  // a skipped step does not count (the kernel leaves steps alone)
+    } else {
+      at::_foreach_add_(ss, 1.0);
+    }
+    at::_fused_adamw_(ps, gs, ms, vs, {}, ss, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+  }
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  VDT_CHECK(!grads.empty(), "clip_grad_norm: no parameter has a gradient");
+  auto norms = at::_foreach_norm(grads, 2);
+  for (auto& n : norms) n = n.to(torch::kFloat32);
+  auto total = torch::stack(norms).norm();
+  if (max_norm > 0) {
+    auto coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    for (auto& gr : grads) gr.mul_(coef.to(gr.scalar_type()));
+  }
+  return total;
+}
+
+}  // namespace vdt

@@ -1,0 +1,377 @@
+// The causal loop, in torchtitan's shape: build_* set-up, then train() — restore, and for each step { train_step; log;
+// maybe validate; maybe save } up to an explicit last step. The LoRA's gradient all-reduce, clipping and the update go
+// through the update path (distributed/grad_sync.h); the base through the base-model seam (model/denoiser.h); files
+// in train/checkpoint/lora_checkpoint.
+#include "train/causal/causal_trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/rng_purposes.h"
+#include "core/stop_signal.h"
+#include "data/causal_dataset.h"
+#include "data/sampler.h"
+#include "diffusion/forcing.h"
+#include "distributed/block_shards.h"
+#include "distributed/grad_sync.h"
+#include "model/denoiser_registry.h"
+#include "model/lora.h"
+#include "model/weights_io.h"
+#include "train/checkpoint/lora_checkpoint.h"
+#include "train/loop/activation_checkpoint.h"
+#include "train/loop/model_inputs.h"
+#include "train/loop/run_context.h"
+#include "train/loop/run_log.h"
+#include "train/loop/schedule.h"
+#include "train/loop/trace.h"
+
+namespace vdt {
+namespace {
+namespace fs = std::filesystem;
+
+struct CausalRun {
+  CausalConfig cfg;
+  std::unique_ptr<RunContext> ctx;
+  std::unique_ptr<CausalDataset> ds;
+  std::shared_ptr<Denoiser> model;
+  NamedTensors lora;  // float32 factors, by checkpoint name
+  std::unique_ptr<GradSync> sync;
+  std::unique_ptr<BlockShards> shards;
+  ForcingConfig forcing;
+  FlowGrid grid;
+  torch::Tensor grid_weights;
+  int64_t base_params = 0;  // frozen, before sharding
+  int64_t total_steps = 0, start_step = 0, samples_base = 0;  // samples_base: global sample index at start_step
+  std::string state_slot, resume_how;
+  std::vector<int64_t> perm;
+  int64_t perm_epoch = -1;
+};
+
+void build_data(CausalRun& r) {
+  CausalDataConfig dc;
+  dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.span_frames = r.cfg.span_frames();
+  dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.seed;
+  r.ds = std::make_unique<CausalDataset>(dc);
+  const auto n = static_cast<double>(r.ds->train().size());
+  r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
+}
+
+void build_model(CausalRun& r) {
+  r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
+  check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
+                     "--model " + r.cfg.model);
+  LoraConfig lc;
+  lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
+  r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
+  for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
+  torch::NoGradGuard ng;
+  for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the seed)
+  r.model->set_causal_kernel(causal_kernel_from_string(r.cfg.attn));
+  CheckpointOptions co;
+  co.offload_inputs = r.cfg.act_offload == "on";
+  if (r.ctx->world > 1 && r.cfg.shard_base != "off") {
+    r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.ctx->comm);
+    auto* shards = r.shards.get();
+    co.before = [shards](torch::nn::Module& b) { shards->gather(b); };
+    co.after = [shards](torch::nn::Module& b) { shards->release(b); };
+  }
+  enable_block_checkpointing(*r.model, co);
+  r.model->train();
+  r.forcing = {kSpanChunks, r.cfg.chunk_frames, r.cfg.level_shift, r.cfg.clean_first_frame};
+  r.grid = training_grid();
+  r.grid_weights = training_weights(r.grid);
+}
+
+// AdamW (0.9, 0.999, wd 0.01) on the float32 factors, replicated on every rank (gradients all-reduced).
+void build_update(CausalRun& r) {
+  GradSyncOptions o;
+  o.groups = {{"lora", [](const std::string&) { return true; }, r.cfg.lr, 0.01}};
+  o.adamw.beta1 = 0.9, o.adamw.beta2 = 0.999, o.adamw.state_dtype = torch::kFloat32;
+  r.sync = make_grad_sync(r.lora, o, r.ctx->comm);
+  r.sync->attach(r.lora);
+}
+
+// Continue from the newest lora_step file in --out (the seed's rule), exactly when the state slot has that step.
+void build_resume(CausalRun& r) {
+  const auto [step, path] = newest_lora_step(r.cfg.out);
+  if (step == 0) {
+    if (!r.cfg.init_lora.empty()) {
+      load_lora(*r.model, read_lora(r.cfg.init_lora), "--init-lora " + r.cfg.init_lora);
+      r.resume_how = "fresh run from --init-lora " + r.cfg.init_lora;
+    } else {
+      r.resume_how = "fresh run, new LoRA (B = 0)";
+    }
+    return;
+  }
+  VDT_CHECK(step <= r.total_steps, r.cfg.out, " already holds ", path, " (step ", step, ") past this run's ",
+            r.total_steps, " steps; use another --out or more --steps/--epochs");
+  r.start_step = step;
+  std::vector<std::string> notes;
+  auto st = find_causal_state(r.cfg.out, step, &notes);
+  if (st) {
+    const std::string differs = st->pos.model_config.empty() ? "" : r.model->architecture_difference(st->pos.model_config);
+    VDT_CHECK(differs.empty(), st->dir, ": the state's base is not this run's --model ", r.cfg.model, ": ", differs,
+              "\n---> HINT: re-run with the --model the LoRA was trained on, or use another --out");
+    for (const auto& [name, p] : r.lora) {
+      VDT_CHECK(st->tensors->contains("lora." + name), st->dir, ": no factor 'lora.", name, "' (different --lora-rank or "
+                "model?)");
+      const auto& shape = st->tensors->entry("lora." + name).shape;
+      VDT_CHECK(shape == p.sizes().vec(), st->dir, ": factor ", name, " is ", shape, ", this run's is ", p.sizes(),
+                " (--lora-rank ", r.cfg.lora_rank, ")");
+    }
+    r.sync->load([&](const std::string& kind, const std::string& name) { return st->full(kind, name); },
+                 st->optimizer_steps(), st->dir);
+    r.samples_base = st->pos.samples_seen;
+    r.state_slot = st->dir;
+    r.resume_how = "exact resume after step " + std::to_string(step) + " from " + st->dir + " (float32 LoRA, AdamW "
+                   "moments, sample position " + std::to_string(st->pos.samples_seen) + ")";
+    if (st->pos.world != r.ctx->world)
+      r.resume_how += "; world size " + std::to_string(st->pos.world) + " -> " + std::to_string(r.ctx->world) +
+                      ": the same global sample stream continues";
+  } else {
+    load_lora(*r.model, read_lora(path), path);
+    r.samples_base = step * r.ctx->world;
+    r.resume_how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
+                   (notes.empty() ? std::string("none written") : notes.back()) +
+                   "; optimizer moments start afresh, as the seed)";
+  }
+}
+
+// The objective's loss on one window, with per-chunk levels and noise from the streams (level_purpose, key) and
+// (noise_purpose, key).
+torch::Tensor window_loss(CausalRun& r, const CausalSample& s, uint32_t level_purpose, uint32_t noise_purpose,
+                          uint64_t key) {
+  std::vector<double> u;
+  for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(RngStream(r.cfg.seed, level_purpose).uniform(key, 0, c));
+  auto x0 = s.latents.unsqueeze(0).to(r.ctx->device, r.ctx->dtype);  // [1, C, span, H, W]
+  auto noise = r.ctx->noise(x0, r.cfg.seed, noise_purpose, key);
+  const bool tf = r.cfg.objective == "tf";
+  const auto ex = tf ? make_tf_example(x0, noise, u, r.forcing, r.grid, r.grid_weights)
+                     : make_df_example(x0, noise, u, r.forcing, r.grid, r.grid_weights);
+  torch::Tensor context, context_ids;
+  r.ds->text_of(s.text_rows, &context, &context_ids);                  // [R, Lt, text_dim], [1, span]
+  if (tf) context_ids = torch::cat({context_ids, context_ids}, 1);  // [1, 2 span]: the clean copy's cells too
+  const auto in = model_inputs(*r.model, ex.x_t, ex.t, context, context_ids, {},
+                               AttentionPattern::forcing(r.cfg.chunk_frames, tf));
+  return df_loss(r.model->forward(in), ex, r.forcing);
+}
+
+// Mean loss over every val window (rank r takes windows r, r + world, ...), fixed levels and noise per window.
+double validate(CausalRun& r) {
+  torch::NoGradGuard ng;
+  const int64_t n = static_cast<int64_t>(r.ds->val().size());
+  auto sum = torch::zeros({1}, torch::TensorOptions().device(r.ctx->device).dtype(torch::kFloat32));
+  for (int64_t i = r.ctx->rank; i < n; i += r.ctx->world) {
+    const auto s = r.ds->load(r.ds->val()[static_cast<size_t>(i)], r.ds->val_start(i));
+    sum += window_loss(r, s, rng_purpose::kCausalValLevels, rng_purpose::kCausalValNoise, static_cast<uint64_t>(i))
+               .to(torch::kFloat32);
+  }
+  r.ctx->comm.all_reduce(sum)->wait();
+  return n > 0 ? sum.item<double>() / static_cast<double>(n) : 0.0;
+}
+
+void log_validation(CausalRun& r, int64_t step) {
+  const double v = validate(r);
+  if (r.ctx->rank != 0) return;
+  std::printf("val step %lld: loss %.4f over %zu windows\n", static_cast<long long>(step), v, r.ds->val().size());
+  append_jsonl((fs::path(r.cfg.out) / "val_log.jsonl").string(),
+               {{"step", step}, {"val_loss", v}, {"windows", r.ds->val().size()}});
+}
+
+struct StepStats {
+  double loss = 0, grad_norm = 0, lr = 0, data_time = 0;
+  bool stop = false;  // a signal reached some rank
+  std::string clip;
+};
+
+StepStats train_step(CausalRun& r, int64_t it) {
+  StepStats st;
+  RunContext& ctx = *r.ctx;
+  // 1) this rank's window: global sample g of a stream that depends on (seed, epoch, sample) only
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(r.ds->train().size());
+  const int64_t g = r.samples_base + (it - r.start_step) * ctx.world + ctx.rank;
+  const int64_t epoch = g / n;
+  if (epoch != r.perm_epoch) r.perm = epoch_permutation(r.cfg.seed, epoch, n), r.perm_epoch = epoch;
+  const int64_t index = r.perm[static_cast<size_t>(g % n)];
+  const auto s = r.ds->load(r.ds->train()[static_cast<size_t>(index)], r.ds->train_start(index, epoch));
+  st.clip = s.clip_id + "@" + std::to_string(s.start);
+  st.data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // 2) forward and loss with levels and noise keyed by g; backward (LoRA gradients all-reduced as they complete)
+  auto loss = window_loss(r, s, rng_purpose::kCausalLevels, rng_purpose::kCausalNoise, static_cast<uint64_t>(g));
+  loss.backward();
+  r.sync->after_backward();
+  // 3) the loss and the stop flag over the ranks; clip, schedule, update; a non-finite loss or norm skips the update
+  const auto reduced = ctx.all_reduce_step({loss});
+  auto norm = r.sync->clip_grad_norm(1.0);
+  const double ratio = r.cfg.lr_min / r.cfg.lr;
+  r.sync->set_lr(0, r.cfg.lr * warmup_cosine_factor(it, r.cfg.warmup, r.total_steps, ratio));
+  r.sync->step((~torch::isfinite(norm) | ~torch::isfinite(reduced[0])).to(torch::kFloat32));
+  // 4) metrics, in the step's one host sync
+  const auto h = ctx.to_host(reduced, {norm});
+  st.loss = h.mean[0], st.stop = h.stop, st.grad_norm = h.local[0];
+  st.lr = r.cfg.lr * warmup_cosine_factor(it + 1, r.cfg.warmup, r.total_steps, ratio);  // as the seed logs it
+  return st;
+}
+
+std::string save(CausalRun& r, int64_t step) {
+  const std::string path = lora_step_path(r.cfg.out, step);
+  if (r.ctx->rank == 0) {
+    const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
+    r.state_slot = save_lora_step(r.cfg, path, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
+                                  r.lora, r.sync->state());
+    std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
+  }
+  r.ctx->comm.barrier();
+  return path;
+}
+
+void write_run_files(const CausalRun& r) {
+  fs::create_directories(r.cfg.out);
+  nlohmann::json val = nlohmann::json::array();
+  for (size_t i = 0; i < r.ds->val().size(); ++i)
+    val.push_back({r.ds->clips()[static_cast<size_t>(r.ds->val()[i].clip)].clip_id,
+                   r.ds->val_start(static_cast<int64_t>(i))});
+  write_file_atomic((fs::path(r.cfg.out) / "val_samples.json").string(), val.dump());
+  write_file_atomic((fs::path(r.cfg.out) / "args.json").string(), r.cfg.to_json());
+}
+
+void print_config(const CausalRun& r) {
+  int64_t trainable = 0;
+  for (const auto& [n, p] : r.lora) trainable += p.numel();
+  std::printf("vdt train causal\n"
+              "  objective %s  span %lld chunks x %lld frames  level_shift %s  attn %s  act_offload %s  clean first %s\n"
+              "  model %s%s%s  device %s  precision %s  world %d (%s; %s)\n"
+              "  data %s: train %zu windows, val %zu (val_samples.json), flagged clips dropped %lld, too short %lld\n"
+              "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
+              "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
+              r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
+              py_float(r.cfg.level_shift).c_str(), r.cfg.attn.c_str(), r.cfg.act_offload.c_str(),
+              r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(), r.cfg.weights.empty() ? " (random base, non-zero head)" : " ",
+              r.cfg.weights.c_str(), r.ctx->device.str().c_str(), r.cfg.precision.c_str(), r.ctx->world,
+              r.ctx->comm.describe().c_str(), r.sync->describe().c_str(), r.cfg.data_root.c_str(),
+              r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
+              static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
+              py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6,
+              r.shards ? (", blocks sharded: " + std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
+                          std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank").c_str()
+                       : "", static_cast<long long>(r.total_steps),
+              r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
+              py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
+              static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
+  std::fflush(stdout);
+}
+
+void open_logs(CausalRun& r) {
+  if (r.ctx->rank != 0) return;
+  write_run_files(r);
+  trim_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(), r.start_step);
+  trim_jsonl((fs::path(r.cfg.out) / "val_log.jsonl").string(), r.start_step);
+  print_config(r);
+}
+
+// The seed's console line and train_log.jsonl row; `elapsed`: seconds since this process's first step.
+void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed) {
+  if (r.ctx->rank != 0) return;
+  const double per_step = elapsed / static_cast<double>(step - r.start_step);
+  std::printf("step %lld/%lld loss_v=%.4f gnorm=%.3f lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",
+              static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss, st.grad_norm, st.lr,
+              r.ctx->peak_memory_gb(), per_step, (r.total_steps - step) * per_step / 3600, st.data_time,
+              st.clip.c_str());
+  append_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(),
+               {{"step", step}, {"loss_v", st.loss}, {"gnorm", st.grad_norm}, {"lr", st.lr}, {"sec", elapsed}});
+}
+
+CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
+  std::fflush(stdout);
+  sum.s_per_step = sum.steps > r.start_step ? seconds / static_cast<double>(sum.steps - r.start_step) : 0;
+  sum.peak_mem_gb = r.ctx->peak_memory_gb();
+  std::vector<torch::Tensor> factors;
+  for (const auto& [n, p] : r.lora) factors.push_back(p), sum.lora.emplace_back(n, p.detach().to(torch::kCPU).clone());
+  sum.lora_crc = RunContext::checksum(factors);
+  if (r.ctx->world > 1) std::printf("[done] rank %d of %d: LoRA CRC-32 %08x\n", r.ctx->rank, r.ctx->world, sum.lora_crc);
+  return sum;
+}
+
+}  // namespace
+
+std::shared_ptr<Denoiser> build_causal_base(const std::string& model, const std::string& weights, uint64_t seed,
+                                            const torch::Device& device, torch::ScalarType dtype) {
+  auto m = make_denoiser(model, torch::TensorOptions().device(device).dtype(dtype));
+  if (weights.empty()) {  // a random base for tests and benchmarks
+    m->init_random_base(seed);
+    return m;
+  }
+  m->init_weights(seed);
+  auto set = SafetensorsSet::open(weight_files(weights, "--weights"));
+  VDT_CHECK(!set.contains("gc_sem_cond.patch.weight"), "--weights ", weights, " holds the gc_sem_cond adapter; the "
+            "causal trainer trains a LoRA on a plain base (no semantic-map input yet). Give the base weights.");
+  load_weights(*m, set);
+  return m;
+}
+
+CausalSummary train_causal(const CausalConfig& cfg) {
+  auto single = make_single_rank();
+  return train_causal(cfg, *single, 0);
+}
+
+CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int device_index) {
+  cfg.validate();
+  CausalRun r;
+  r.cfg = cfg;
+  r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
+                                       cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16);
+  build_data(r);
+  build_model(r);
+  build_update(r);
+  build_resume(r);
+  open_logs(r);
+  CausalSummary sum;
+  sum.start_step = sum.steps = r.start_step, sum.total_steps = r.total_steps, sum.resume_how = r.resume_how;
+  sum.params = r.base_params;  // counted before sharding
+  for (const auto& [n, p] : r.lora) sum.params += p.numel();
+  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues)
+  StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
+  if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
+  const auto t_start = std::chrono::steady_clock::now();
+  // ------------------------------------------ TRAINING SECTION ------------------------------------------
+  for (int64_t step = r.start_step + 1; step <= r.total_steps; ++step) {
+    const bool last_step = step == r.total_steps;
+    const auto t0 = std::chrono::steady_clock::now();
+    trace.before_step(step);
+    const StepStats st = train_step(r, step - 1);
+    trace.after_step(step);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!std::isfinite(st.loss))  // reduced over ranks: every rank stops here, the update was skipped
+      r.ctx->fail_non_finite(step, st.loss, "The last LoRA " + (sum.last_lora.empty() ? "(none yet)" : sum.last_lora) +
+                                                " and its state are intact.",
+                             "lower --lr, or check the data with `vdt data check`");
+    sum.first_loss = step == r.start_step + 1 ? st.loss : sum.first_loss, sum.last_loss = st.loss, sum.steps = step;
+    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm);
+    sum.step_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    log_step(r, step, st, std::chrono::duration<double>(t1 - t_start).count());
+    if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) log_validation(r, step);
+    const bool stop = st.stop && !last_step;
+    if (step % cfg.save_every == 0 || last_step || stop) sum.last_lora = save(r, step);
+    if (stop) {
+      if (r.ctx->rank == 0)
+        std::printf("[stop] %s: stopped after step %lld of %lld; the LoRA and state are saved. Re-run the same command "
+                    "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(step),
+                    static_cast<long long>(r.total_steps));
+      sum.stopped = true;
+      break;
+    }
+  }
+  // ------------------------------------------------- END -------------------------------------------------
+  return finish(r, sum, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+}
+
+}  // namespace vdt

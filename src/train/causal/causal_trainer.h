@@ -1,0 +1,40 @@
+// `vdt train causal` (SPEC §5, seed rtcwm): LoRA on a frozen Wan base, trained with diffusion forcing (`df`) or
+// teacher forcing (`tf`) on 6-chunk spans under block-causal self-attention. One window per rank per step, from a
+// global sample stream that depends on (seed, epoch, sample) only; frozen base blocks sharded over the ranks and
+// gathered per block (distributed/block_shards.h); LoRA replicated, gradients all-reduced as backward produces them
+// (distributed/grad_sync.h); cosine LR with warmup, AdamW (0.9, 0.999, wd 0.01), clip 1.0; per-block activation
+// checkpointing, optionally with the kept inputs on the host (--act-offload). A re-run with the same --out continues
+// from the newest lora_stepNNNNN.safetensors, exactly when its state slot is there (train/checkpoint/lora_checkpoint.h).
+// docs/causal.md has the files and the resume rules.
+#pragma once
+#include <string>
+
+#include "distributed/communicator.h"
+#include "model/denoiser.h"
+#include "train/causal/causal_config.h"
+#include "train/checkpoint/lora_checkpoint.h"
+
+namespace vdt {
+
+struct CausalSummary {
+  int64_t start_step = 0, steps = 0, total_steps = 0;  // steps: the step reached
+  bool stopped = false;                                // by SIGTERM / SIGINT (LoRA and state saved)
+  double first_loss = 0, last_loss = 0, s_per_step = 0, peak_mem_gb = 0;
+  std::string last_lora, resume_how;
+  NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
+  uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
+  int64_t params = 0;  // the frozen base's and the LoRA's parameter count
+  std::vector<double> losses, grad_norms, step_times;  // every step of this process, in order (golden curves, bench)
+};
+
+// The frozen base the trainer trains on, without a LoRA: the preset with --weights (a file or a directory of shards),
+// or without them a random base from the seed (Wan's init, with a non-zero head so gradients reach the LoRA; for tests
+// and benchmarks). `vdt sample --causal` rebuilds it from a LoRA file's metadata.
+std::shared_ptr<Denoiser> build_causal_base(const std::string& model, const std::string& weights, uint64_t seed,
+                                            const torch::Device& device, torch::ScalarType dtype);
+
+CausalSummary train_causal(const CausalConfig& cfg);  // one process
+// One rank of several; every rank returns the summary, rank 0 writes the files. device_index: LOCAL_RANK's GPU.
+CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int device_index);
+
+}  // namespace vdt

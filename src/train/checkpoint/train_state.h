@@ -1,0 +1,95 @@
+// The SFT trainer's resumable state (SPEC §4 state and resume): what a state slot holds and where a resumed run picks
+// up its data. A slot (core/state_slots.h) holds
+//   trainer_state.json                      step, data position, geometry, vocab, res, init_ckpt, model, precision,
+//                                           model_config
+//   weights-RRRRR-of-WWWWW.safetensors      the optimizer-side weights by checkpoint name (fp32 masters when mixed)
+//   optimizer-RRRRR-of-WWWWW.safetensors    AdamW exp_avg.<name>, exp_avg_sq.<name>, step.<name>
+// Files are keyed by parameter name, so a state written by W ranks loads with any world size (all shards are read
+// as one set). The random streams are counter-based (core/rng.h): the data position and the micro-batch counter
+// are all of their state. Not here: the loop that uses it (sft_trainer.cpp).
+#pragma once
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "distributed/communicator.h"
+
+namespace vdt {
+
+// What must be unchanged for a resume to continue inside an epoch (the seed's trainer_state geometry).
+struct Geometry {
+  int64_t num_processes = 1, grad_accum = 1, batch_size = 1, n_micro = 0, n_train = 0;
+  uint64_t seed = 0;
+  nlohmann::ordered_json to_json() const;
+  bool operator==(const Geometry&) const = default;
+};
+
+// Data position after the last complete optimizer step.
+struct DataPosition {
+  int64_t epoch = 0, epoch_micro = 0;  // epoch_micro: micro batches of `epoch` consumed (skipped ones included)
+  uint64_t micro_counter = 0;          // micro batches trained so far: the key of the timestep and noise draws
+};
+
+struct TrainerState {
+  int64_t step = 0;
+  DataPosition pos;
+  bool has_epoch = true;  // false for a state without the epoch field: the epoch is inferred from the step
+  Geometry geometry;
+  std::string vocab, res, init_ckpt, model, precision;
+  std::string model_config;  // the architecture (Denoiser::config_json); empty in states written before it was kept
+  nlohmann::ordered_json to_json() const;
+  // Throws naming `where` and the field when a required field is missing or of the wrong type.
+  static TrainerState from_json(const nlohmann::json& j, const std::string& where);
+};
+
+
+// Writes a new slot under run_dir (never over `keep_slot`, the slot last written or resumed from) and commits it;
+// returns its directory. Every rank writes its own weights/optimizer shard (with `shard_meta` in the metadata); rank 0
+// chooses the slot, writes trainer_state.json and commits once every rank's files are written. On failure (full
+// disk, ...) throws with the file and errno, saying the previous state is intact, after removing what it wrote.
+std::string save_trainer_state(const std::string& run_dir, const std::string& keep_slot, const TrainerState& st,
+                               const NamedTensors& weights, const NamedTensors& optimizer, Communicator& comm,
+                               const Metadata& shard_meta = {});
+
+// A loaded slot. Its tensors are read through full(), whatever the layout that wrote them: one rank's
+// per-parameter tensors (weight `<name>`, `exp_avg.<name>`, `exp_avg_sq.<name>`, `step.<name>`) or the ZeRO-2 bucket
+// slices of W ranks (`master.bucketK`, `exp_avg.bucketK`, ... with the layout in the metadata), so a state loads
+// with any world size.
+struct LoadedState {
+  std::string slot;
+  TrainerState st;
+  std::vector<std::shared_ptr<SafetensorsFile>> weight_files, optimizer_files;
+  // The full tensor of `kind` ("weight", "exp_avg" or "exp_avg_sq") of parameter `name` (flattened for bucket
+  // layouts); an error naming the slot when absent.
+  torch::Tensor full(const std::string& kind, const std::string& name) const;
+  int64_t optimizer_steps() const;
+
+ private:
+  mutable std::map<std::string, torch::Tensor> bucket_cache_;
+};
+
+// The state behind --resume PATH (a run directory, a slot, or the `state` link; see find_slot). Prints a note for
+// every unusable slot it skipped. Without any complete slot: nullopt when allow_none (--resume auto on a fresh run
+// directory), else an error listing why each slot is unusable.
+std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none);
+
+// Where a resumed run starts reading: the seed's resume_position. Unchanged geometry -> the next micro batch of the
+// saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
+// without an epoch -> inferred from the step with the current geometry.
+// Beyond the seed: when only the world size changed, the exact global sample stream continues (when the consumed
+// positions split evenly over the new ranks).
+struct ResumePoint {
+  int64_t epoch = 0, skip = 0;
+  std::string how;
+  uint64_t micro_counter = 0;  // this rank's micro-batch counter (global count / world)
+};
+ResumePoint resume_position(const TrainerState& saved, const Geometry& now);
+
+}  // namespace vdt

@@ -1,0 +1,230 @@
+// Run logs. CSV numbers use fmt_num (compact, nan/inf spelled out); the TensorBoard tags follow the seed
+// (train/<name>, val/<name>_t<T>, val/<name>_mean).
+#include "train/loop/run_log.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/sft_dataset.h"
+#include "model/denoiser.h"
+#include "train/loop/run_context.h"
+
+
+namespace vdt {
+namespace {
+
+void write_json(const std::string& path, const nlohmann::ordered_json& j) { write_file_atomic(path, j.dump(2) + "\n"); }
+
+std::string hms(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02lld:%02lld:%02lld", static_cast<long long>(t / 3600),
+                static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+}  // namespace
+
+void append_jsonl(const std::string& path, const nlohmann::json& row) {
+  std::ofstream(path, std::ios::app) << row.dump() << "\n";
+}
+
+void trim_jsonl(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  in.close();
+  write_file_atomic(path, kept);
+}
+
+nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
+                                 const Denoiser& model, const SemCondConfig& sem, int64_t n_micro,
+                                 int64_t steps_per_epoch,
+                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  nlohmann::ordered_json j;
+  j["args"] = nlohmann::ordered_json::parse(cfg.to_json());
+  j["dataset"] = {{"root", cfg.data_root},
+                  {"res", train.info().res},
+                  {"train_total", train.n_total()},
+                  {"train_dropped_rows", train.n_dropped()},
+                  {"train_used", train.size()},
+                  {"text_table_rows", train.text_table()->size()},
+                  {"val_used", val ? val->size() : 0},
+                  {"val_clip_ids", val ? val->clip_ids() : std::vector<std::string>{}},
+                  {"geometry",
+                   {{"num_processes", world}, {"grad_accum", cfg.grad_accum}, {"batch_size", cfg.batch_size},
+                    {"n_micro", n_micro}, {"n_train", train.size()}, {"seed", cfg.seed}}},
+                  {"steps_per_epoch", steps_per_epoch}};
+  j["model"] = {{"preset", model.preset()},
+                {"family", model.family()},
+                {"config", nlohmann::ordered_json::parse(model.config_json())},
+                {"n_params", dit_params + cond_params},
+                {"n_sem_cond_params", cond_params},
+                {"vocab", cfg.vocab},
+                {"sem_scale", sem.scale},
+                {"n_tensors", model.parameters().size()},
+                {"param_groups", {{{"name", "dit"}, {"lr", cfg.lr}, {"n_params", dit_params}},
+                                  {{"name", "gc_sem_cond"}, {"lr", cfg.cond_lr}, {"n_params", cond_params}}}}};
+  j["env"] = {{"device", device.str()},
+              {"gpu", device.is_cuda() ? "cuda" : "none"},
+              {"precision", cfg.precision},
+              {"torch", TORCH_VERSION},
+              {"hostname", host},
+              {"world_size", world},
+              {"global_batch", world * cfg.batch_size * cfg.grad_accum}};
+  return j;
+}
+
+const std::vector<std::string>& RunLog::train_columns() {
+  static const std::vector<std::string> c = {"step", "loss", "mse", "timestep", "lr", "cond_lr", "grad_norm", "sem_rms",
+                                             "x_rms", "text_drop", "cond_drop", "mask_frac", "step_time", "data_time",
+                                             "mem_gb", "epoch", "clips"};
+  return c;
+}
+
+const std::vector<std::string>& RunLog::val_columns() {
+  static const std::vector<std::string> c = {"step", "timestep", "mse", "mse_uncond", "mse_nulltext",
+                                             "gap_uncond", "gap_nulltext", "n"};
+  return c;
+}
+
+void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step) {
+  out_ = cfg.output;
+  std::filesystem::create_directories(out_);
+  // The start-up table: one screen with what this run will do.
+  const auto& d = facts["dataset"];
+  const auto& m = facts["model"];
+  std::printf("+-------------------------- vdt train sft --------------------------\n");
+  std::printf("| data      %s  res %s  train %s (of %s, %s dropped)  val %s\n", cfg.data_root.c_str(),
+              d["res"].get<std::string>().c_str(), d["train_used"].dump().c_str(), d["train_total"].dump().c_str(),
+              d["train_dropped_rows"].dump().c_str(), d["val_used"].dump().c_str());
+  std::printf("| model     %s  %s params (%s tensors), gc_sem_cond %s params, vocab %s\n",
+              m["preset"].get<std::string>().c_str(), m["n_params"].dump().c_str(), m["n_tensors"].dump().c_str(),
+              m["n_sem_cond_params"].dump().c_str(), cfg.vocab.c_str());
+  std::printf("| device    %s  precision %s  checkpointing %s  workers %d\n",
+              facts["env"]["device"].get<std::string>().c_str(), cfg.precision.c_str(),
+              cfg.gradient_checkpointing ? "block" : "off", cfg.num_workers);
+  std::printf("| optim     AdamW lr %g (gc_sem_cond %g) wd %g warmup %lld clip %g\n", cfg.lr, cfg.cond_lr,
+              cfg.weight_decay, static_cast<long long>(cfg.warmup_steps), cfg.grad_clip);
+  std::printf("| schedule  %lld steps, batch %lld x accum %lld, %s micro batches = %s steps per epoch\n",
+              static_cast<long long>(cfg.max_steps), static_cast<long long>(cfg.batch_size),
+              static_cast<long long>(cfg.grad_accum), d["geometry"]["n_micro"].dump().c_str(),
+              d["steps_per_epoch"].dump().c_str());
+  std::printf("| outputs   %s  (save every %lld%s, val every %lld at t=%s)\n", out_.c_str(),
+              static_cast<long long>(cfg.save_every), cfg.save_state ? " with state" : "",
+              static_cast<long long>(cfg.val_every), cfg.val_timesteps.c_str());
+  if (resumed_step > 0) std::printf("| resume    from step %lld (%s)\n", static_cast<long long>(resumed_step),
+                                    facts["resume"]["resumed_from"].get<std::string>().c_str());
+  std::printf("+-------------------------------------------------------------------\n");
+  std::fflush(stdout);
+  write_json((std::filesystem::path(out_) /
+              (resumed_step > 0 ? "config_resume" + std::to_string(resumed_step) + ".json" : "config.json"))
+                 .string(),
+             facts);
+  for (const char* name : {"train_log.csv", "val_log.csv"}) {
+    const auto path = (std::filesystem::path(out_) / name).string();
+    if (const int64_t n = resumed_step > 0 ? CsvLog::keep_rows_through(path, static_cast<double>(resumed_step)) : 0;
+        n > 0)
+      std::printf("[log] %s: dropped %lld rows logged after step %lld (they are trained again)\n", name,
+                  static_cast<long long>(n), static_cast<long long>(resumed_step));
+  }
+  train_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "train_log.csv").string(), train_columns());
+  val_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "val_log.csv").string(), val_columns());
+  for (const auto* csv : {train_csv_.get(), val_csv_.get()})
+    if (csv->rotated()) std::printf("[log] CSV header changed; old file moved to %s\n", csv->rotated()->c_str());
+  tb_ = std::make_unique<TbWriter>((std::filesystem::path(out_) / "tensorboard").string());
+}
+
+void RunLog::time_only(double step_time, double data_time) {
+  step_times_.push_back(step_time);
+  data_times_.push_back(data_time);
+}
+
+void RunLog::step(int64_t step, int64_t max_steps, const std::vector<std::pair<std::string, double>>& values,
+                  const std::string& clips) {
+  std::map<std::string, std::string> row{{"step", std::to_string(step)}, {"clips", clips}};
+  std::map<std::string, double> v;
+  for (const auto& [k, x] : values) {
+    v[k] = x;
+    row[k] = fmt_num(x);
+    if (k != "epoch" && k != "timestep") tb_->add_scalar("train/" + k, x, step);
+  }
+  tb_->add_scalar("train/sem_over_x", v["sem_rms"] / std::max(v["x_rms"], 1e-12), step);
+  train_csv_->write(row);
+  train_csv_->flush();
+  tb_->flush();
+  time_only(v["step_time"], v["data_time"]);
+  const auto [mean_s, mean_d] = mean_times();
+  std::printf("step %lld/%lld loss %.4f (mse %.4f t %.0f sem_rms %.3e x_rms %.3f drop t%.0fc%.0fm%.2f) lr %.2e/%.2e "
+              "gnorm %.3f %.2fs (data %.2fs) mem %.1fGB ETA %s\n",
+              static_cast<long long>(step), static_cast<long long>(max_steps), v["loss"], v["mse"], v["timestep"],
+              v["sem_rms"], v["x_rms"], v["text_drop"], v["cond_drop"], v["mask_frac"], v["lr"], v["cond_lr"],
+              v["grad_norm"], v["step_time"], v["data_time"], v["mem_gb"], hms(mean_s * (max_steps - step)).c_str());
+  std::fflush(stdout);
+}
+
+void RunLog::validation(int64_t step, const std::vector<ValRow>& rows) {
+  double m = 0, mu = 0, mn = 0, gu = 0, gn = 0;
+  std::string line;
+  for (const auto& r : rows) {
+    val_csv_->write({{"step", std::to_string(step)}, {"timestep", fmt_num(r.timestep)}, {"mse", fmt_num(r.mse)},
+                     {"mse_uncond", fmt_num(r.mse_uncond)}, {"mse_nulltext", fmt_num(r.mse_nulltext)},
+                     {"gap_uncond", fmt_num(r.gap_uncond)}, {"gap_nulltext", fmt_num(r.gap_nulltext)},
+                     {"n", std::to_string(r.n)}});
+    const std::string t = std::to_string(static_cast<int64_t>(std::lround(r.timestep)));
+    for (auto [k, x] : {std::pair{"mse", r.mse}, {"mse_uncond", r.mse_uncond}, {"mse_nulltext", r.mse_nulltext},
+                        {"gap_uncond", r.gap_uncond}, {"gap_nulltext", r.gap_nulltext}})
+      tb_->add_scalar(std::string("val/") + k + "_t" + t, x, step);
+    m += r.mse, mu += r.mse_uncond, mn += r.mse_nulltext, gu += r.gap_uncond, gn += r.gap_nulltext;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " t=%s: mse=%.4f uncond=%.4f null=%.4f (n=%lld)", t.c_str(), r.mse, r.mse_uncond,
+                  r.mse_nulltext, static_cast<long long>(r.n));
+    line += buf;
+  }
+  const double k = rows.empty() ? 1 : static_cast<double>(rows.size());
+  for (auto [name, x] : {std::pair{"mse", m}, {"mse_uncond", mu}, {"mse_nulltext", mn}, {"gap_uncond", gu},
+                         {"gap_nulltext", gn}})
+    tb_->add_scalar(std::string("val/") + name + "_mean", x / k, step);
+  val_csv_->flush();
+  tb_->flush();
+  std::printf("[val] step %lld%s | mean gap_uncond=%.4f gap_nulltext=%.4f\n", static_cast<long long>(step),
+              line.c_str(), gu / k, gn / k);
+  std::fflush(stdout);
+}
+
+std::pair<double, double> RunLog::mean_times() const {
+  if (step_times_.empty()) return {0, 0};
+  const size_t skip = step_times_.size() > 2 ? 2 : 0;
+  double s = 0, d = 0;
+  for (size_t i = skip; i < step_times_.size(); ++i) s += step_times_[i], d += data_times_[i];
+  const double n = static_cast<double>(step_times_.size() - skip);
+  return {s / n, d / n};
+}
+
+void RunLog::done(int64_t steps, double peak_gb, const std::string& last_export) {
+  const auto [s, d] = mean_times();
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  write_json((std::filesystem::path(out_) / "done.json").string(),
+             {{"step", steps}, {"peak_mem_gb", peak_gb}, {"s_per_step_mean", s}, {"data_s_per_step_mean", d},
+              {"n_steps_timed", step_times_.size() > 2 ? step_times_.size() - 2 : step_times_.size()},
+              {"last_export", last_export}, {"finished", buf}});
+  std::printf("[done] step %lld, peak memory %.2f GB, %.3f s/step (data %.3f s/step); outputs in %s\n",
+              static_cast<long long>(steps), peak_gb, s, d, out_.c_str());
+}
+
+}  // namespace vdt

@@ -1,0 +1,56 @@
+// The SFT run's logs (SPEC §4): the start-up configuration table, config.json, train_log.csv (17 columns),
+// val_log.csv, TensorBoard scalars under tensorboard/, one console line per logged step with ETA, done.json.
+// Not here: what the numbers mean (the trainer computes them).
+#pragma once
+#include <torch/types.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/csv_log.h"
+#include "core/tb_writer.h"
+#include "train/sft/sft_config.h"
+#include "train/eval/validation.h"
+
+namespace vdt {
+
+class SftDataset;
+class Denoiser;
+struct SemCondConfig;
+
+// Facts for config.json and the start-up table: dataset counts, val clip ids, geometry, model, groups, environment.
+nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
+                                 const Denoiser& model, const SemCondConfig& sem, int64_t n_micro,
+                                 int64_t steps_per_epoch,
+                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world = 1);
+
+// JSON-lines logs (the causal trainer's train_log.jsonl, val_log.jsonl): one object per line, appended; on resume the
+// lines after the resumed step are dropped (a run killed after logging, before saving, trains them again).
+void append_jsonl(const std::string& path, const nlohmann::json& row);
+void trim_jsonl(const std::string& path, int64_t step);
+
+class RunLog {
+ public:
+  static const std::vector<std::string>& train_columns();
+  static const std::vector<std::string>& val_columns();
+  // Prints the table, writes config.json (config_resume<N>.json when resuming at step N > 0), opens the CSVs
+  // (rotating a changed header; on resume dropping rows logged after step N) and the TensorBoard writer.
+  void open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step = 0);
+  void step(int64_t step, int64_t max_steps, const std::vector<std::pair<std::string, double>>& values,
+            const std::string& clips);
+  void time_only(double step_time, double data_time);
+  void validation(int64_t step, const std::vector<ValRow>& rows);
+  std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
+  void done(int64_t steps, double peak_gb, const std::string& last_export);
+
+ private:
+  std::string out_;
+  std::unique_ptr<CsvLog> train_csv_, val_csv_;
+  std::unique_ptr<TbWriter> tb_;
+  std::vector<double> step_times_, data_times_;
+};
+
+}  // namespace vdt

@@ -1,0 +1,38 @@
+// Configuration of `vdt train sft`: the seed gc25d's flags with its names and defaults (SPEC §4), plus --model,
+// --res and --precision. A plain struct with validate(); the CLI binds flags to these fields.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+struct SftConfig {
+  // data
+  std::string data_root, text_table, vocab = "parts", res = "832x480";
+  double text_dropout = 0.1, cond_dropout = 0.05, mask_p = 0.5;
+  bool include_dropped = false, first_frame_cond = true;
+  int64_t limit = 0;
+  int num_workers = 4;
+  // model
+  std::string model = "wan2.2-ti2v-5b", model_dir, precision = "mixed", device = "auto";
+  bool gradient_checkpointing = true;
+  int64_t sem_hidden = 0;  // 0: min(512, model dim)
+  // optimisation
+  double lr = 1e-5, cond_lr = 1e-4, weight_decay = 0.01, grad_clip = 1.0;
+  int64_t warmup_steps = 500, max_steps = 20000, batch_size = 1, grad_accum = 2;
+  // saving, validation, logging
+  int64_t save_every = 1000, val_every = 500, val_n = 16, log_every = 1;
+  bool save_state = true, val_uncond = true;
+  std::string val_timesteps = "200,500,800";
+  std::string output, resume;
+  uint64_t seed = 0;
+  bool final_export = true;  // not a flag: `vdt bench step` times steps and skips the last step's export
+
+  // Throws naming the flag, the value and the fix.
+  void validate() const;
+  std::vector<double> val_timestep_list() const;
+  std::string to_json() const;  // every field, for config.json and export metadata
+};
+
+}  // namespace vdt

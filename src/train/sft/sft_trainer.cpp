@@ -1,0 +1,455 @@
+// The SFT loop, in torchtitan's shape: build_* set-up, then train() — restore, and for each step { train_step; log;
+// maybe validate; maybe save } up to an explicit last step — and train_step() with numbered phases. Gradient
+// synchronisation, clipping and the update go through the update path (distributed/grad_sync.h) whatever the
+// parallelism; the model through the base-model seam (model/denoiser.h).
+#include "train/sft/sft_trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/rng_purposes.h"
+#include "core/safetensors.h"
+#include "core/stop_signal.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/sft_dataset.h"
+#include "diffusion/flow_match.h"
+#include "distributed/grad_sync.h"
+#include "model/denoiser_registry.h"
+#include "model/weights_io.h"
+#include "train/checkpoint/export.h"
+#include "train/checkpoint/train_state.h"
+#include "train/eval/validation.h"
+#include "train/loop/activation_checkpoint.h"
+#include "train/loop/model_inputs.h"
+#include "train/loop/run_context.h"
+#include "train/loop/run_log.h"
+#include "train/loop/schedule.h"
+#include "train/loop/trace.h"
+
+namespace vdt {
+namespace {
+
+const std::string kCondPrefix = "gc_sem_cond.";
+
+bool is_cond(const std::string& name) { return name.rfind(kCondPrefix, 0) == 0; }
+
+struct SftRun {
+  SftConfig cfg;
+  std::unique_ptr<RunContext> ctx;
+  std::shared_ptr<SftDataset> train_ds, val_ds;
+  std::unique_ptr<Loader> loader;
+  std::shared_ptr<Denoiser> model;
+  SemCondConfig sem;
+  std::unique_ptr<GradSync> sync;
+  FlowGrid grid;
+  torch::Tensor grid_weights;
+  RunLog log;
+  std::string init_ckpt;
+  // data position
+  int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
+  std::vector<std::vector<int64_t>> epoch_batches;
+  Geometry geometry;
+  // resume: where this process started, and the slot it must not overwrite (resumed from or last written)
+  int64_t start_step = 0, skip_micro = 0;
+  std::string resumed_from, state_slot, resume_how;
+};
+
+struct StepStats {
+  double loss = 0, mse = 0, timestep = 0, grad_norm = 0, sem_rms = 0, x_rms = 0;
+  double text_drop = 0, cond_drop = 0, mask_frac = 0, data_time = 0;
+  int64_t micro = 0;
+  bool stop = false;  // a stop signal reached some rank
+  std::string clips;
+};
+
+void build_data(SftRun& r) {
+  SftDataConfig dc;
+  dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.vocab = r.cfg.vocab, dc.res = r.cfg.res;
+  dc.text_dropout = r.cfg.text_dropout, dc.cond_dropout = r.cfg.cond_dropout, dc.mask_p = r.cfg.mask_p;
+  dc.include_dropped = r.cfg.include_dropped, dc.limit = r.cfg.limit, dc.seed = r.cfg.seed;
+  dc.split = "train";
+  r.train_ds = std::make_shared<SftDataset>(dc);
+  VDT_CHECK(r.train_ds->size() > 0, r.cfg.data_root, ": no train clips (after dropping drop rows and --limit)");
+  if (r.cfg.val_every > 0 && r.cfg.val_n > 0) {
+    SftDataConfig vc = dc;
+    vc.split = "val", vc.limit = r.cfg.val_n, vc.include_dropped = false;
+    r.val_ds = std::make_shared<SftDataset>(vc, r.train_ds->text_table());
+    check_no_leak(*r.train_ds, *r.val_ds);
+  }
+  const int rank = r.ctx->rank, world = r.ctx->world;
+  r.n_micro = static_cast<int64_t>(
+      rank_micro_batches(r.cfg.seed, 0, r.train_ds->size(), rank, world, r.cfg.batch_size).size());
+  VDT_CHECK(r.n_micro > 0, "--batch_size ", r.cfg.batch_size, " exceeds the ", r.train_ds->size(),
+            " train clips per rank; lower it");
+  r.loader = std::make_unique<Loader>(r.train_ds, r.cfg.batch_size, r.cfg.num_workers, 2, r.ctx->device.is_cuda());
+  r.geometry = {world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, r.train_ds->size(), r.cfg.seed};
+}
+
+bool is_warm_start(const std::string& resume) {
+  return resume.size() > 12 && resume.substr(resume.size() - 12) == ".safetensors";
+}
+
+void build_model(SftRun& r) {
+  const auto base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{}
+                                                  : weight_files(r.cfg.model_dir, "--model_dir");
+  const auto master_dtype = r.cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  r.model = make_denoiser(r.cfg.model, torch::TensorOptions().device(r.ctx->device).dtype(master_dtype));
+  check_data_matches(*r.model, r.train_ds->info().latent_channels, r.train_ds->info().text_dim,
+                     r.cfg.data_root + "/dataset.json", "--model " + r.cfg.model);
+  r.sem.vocab = r.cfg.vocab, r.sem.vocab_size = sem_vocab_size(r.cfg.vocab), r.sem.scale = r.train_ds->info().sem_scale;
+  r.sem.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, r.model->width());
+  r.model->install_sem_cond(r.sem);
+  r.model->init_weights(r.cfg.seed);  // every parameter from the seed, the adapter included (same on every rank)
+  if (!base_files.empty()) load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
+  if (is_warm_start(r.cfg.resume)) {  // warm start from an export (a plain Wan export leaves the adapter zero)
+    auto files = SafetensorsSet::open({r.cfg.resume});
+    const auto& meta = files.metadata();
+    if (files.contains("gc_sem_cond.patch.weight"))
+      VDT_CHECK(meta.count("vocab") && meta.at("vocab") == r.cfg.vocab, "--resume ", r.cfg.resume, ": its gc_sem_cond vocab is '",
+                meta.count("vocab") ? meta.at("vocab") : "?", "', this run has --vocab ", r.cfg.vocab);
+    if (meta.count("res") && meta.at("res") != r.cfg.res)
+      std::printf("[resume] note: %s was trained at res %s, this run uses %s (cross-resolution warm start)\n",
+                  r.cfg.resume.c_str(), meta.at("res").c_str(), r.cfg.res.c_str());
+    const auto rep = load_weights(*r.model, files, {.optional_prefixes = {kCondPrefix}});
+    std::printf("[resume] warm start from %s: %zu tensors, gc_sem_cond %s\n", r.cfg.resume.c_str(), rep.loaded.size(),
+                rep.kept.empty() ? "loaded" : "kept zero-initialised");
+    r.init_ckpt = r.cfg.resume;
+  }
+  // The update path takes the master values (before the cast to the compute dtype); mixed precision keeps fp32
+  // masters beside bf16 compute weights, ZeRO-2 shards them over the ranks.
+  GradSyncOptions o;
+  o.groups = {{"dit", [](const std::string& n) { return !is_cond(n); }, r.cfg.lr, r.cfg.weight_decay},
+              {"gc_sem_cond", is_cond, r.cfg.cond_lr, r.cfg.weight_decay}};
+  if (r.cfg.precision != "bf16") o.adamw.state_dtype = torch::kFloat32;
+  o.fp32_masters = r.cfg.precision == "mixed";
+  o.shard_optimizer = true;  // with several ranks
+  r.sync = make_grad_sync(named_parameters(*r.model), o, r.ctx->comm);
+  if (o.fp32_masters) r.model->to(r.ctx->dtype);
+  r.sync->attach(named_parameters(*r.model));
+  if (r.cfg.gradient_checkpointing) enable_block_checkpointing(*r.model);
+  r.model->train();
+  r.grid = training_grid();
+  r.grid_weights = training_weights(r.grid);
+}
+
+TrainerState current_state(const SftRun& r, int64_t step) {
+  TrainerState st;
+  st.step = step;
+  st.pos = {r.epoch, r.epoch_micro, static_cast<uint64_t>(r.micro_counter)};
+  st.geometry = r.geometry;
+  st.vocab = r.cfg.vocab, st.res = r.cfg.res, st.init_ckpt = r.init_ckpt, st.model = r.cfg.model;
+  st.precision = r.cfg.precision, st.model_config = r.model->config_json();
+  return st;
+}
+
+// --resume DIR | auto: weights, optimizer moments and step counts, data position and micro-batch counter from the
+// newest complete state slot. A vocab, res or model mismatch is an error naming both values.
+void build_resume(SftRun& r) {
+  if (r.cfg.resume.empty() || is_warm_start(r.cfg.resume)) return;
+  const bool is_auto = r.cfg.resume == "auto";
+  auto loaded = load_trainer_state(is_auto ? r.cfg.output : r.cfg.resume, is_auto);
+  if (!loaded) {
+    std::printf("[resume] auto: no complete state in %s; starting from step 0\n", r.cfg.output.c_str());
+    return;
+  }
+  const auto& st = loaded->st;
+  const std::string where = "--resume " + loaded->slot;
+  for (auto [name, saved, now] : {std::tuple{"vocab", st.vocab, r.cfg.vocab}, {"res", st.res, r.cfg.res},
+                                  {"model", st.model, r.cfg.model}})
+    VDT_CHECK(saved.empty() || saved == now, where, ": the state was trained with --", name, " ", saved,
+              ", this run has --", name, " ", now, "\n---> HINT: resume with the same --", name,
+              ", or warm start from a step-N.safetensors export");
+  const std::string differs = st.model_config.empty() ? "" : r.model->architecture_difference(st.model_config);
+  VDT_CHECK(differs.empty(), where, ": the state's architecture is not this run's model: ", differs,
+            "\n---> HINT: resume with the --model the state was trained with");
+  if (!st.precision.empty() && st.precision != r.cfg.precision)
+    std::printf("[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
+                "are converted)\n", st.precision.c_str(), r.cfg.precision.c_str());
+  r.sync->load([&](const std::string& kind, const std::string& name) { return loaded->full(kind, name); },
+               loaded->optimizer_steps(), where);
+  const ResumePoint rp = resume_position(st, r.geometry);
+  r.start_step = st.step;
+  r.epoch = rp.epoch, r.skip_micro = rp.skip;
+  r.micro_counter = static_cast<int64_t>(rp.micro_counter);  // the streams' key: micro_counter * world + rank
+  r.init_ckpt = st.init_ckpt;
+  r.resumed_from = std::filesystem::canonical(loaded->slot).string();
+  r.state_slot = loaded->slot;
+  r.resume_how = rp.how;
+  std::printf("[resume] %s: step %lld, epoch %lld after %lld micro batches (%s); init_ckpt %s\n",
+              r.resumed_from.c_str(), static_cast<long long>(st.step), static_cast<long long>(rp.epoch),
+              static_cast<long long>(rp.skip), rp.how.c_str(), r.init_ckpt.empty() ? "(base)" : r.init_ckpt.c_str());
+  if (!(st.geometry == r.geometry))
+    std::printf("[resume] saved geometry %s != this run's %s\n", st.geometry.to_json().dump().c_str(),
+                r.geometry.to_json().dump().c_str());
+}
+
+// Starts the next epoch's micro batches (the permutation is a function of (seed, epoch)).
+void start_epoch(SftRun& r, int64_t skip) {
+  r.epoch_batches =
+      rank_micro_batches(r.cfg.seed, r.epoch, r.train_ds->size(), r.ctx->rank, r.ctx->world, r.cfg.batch_size);
+  r.loader->start_epoch(r.epoch, r.epoch_batches, skip);
+  r.epoch_micro = skip;
+}
+
+// The next micro batch of the epoch; at its end, the first of the next epoch unless `can_stop` (a short last step).
+std::optional<SftBatch> next_batch(SftRun& r, bool can_stop, double* data_time) {
+  auto batch = r.loader->next();
+  *data_time += r.loader->last_wait_seconds();
+  if (!batch && !can_stop) {
+    ++r.epoch;
+    start_epoch(r, 0);
+    batch = r.loader->next();
+    *data_time += r.loader->last_wait_seconds();
+    VDT_CHECK(batch.has_value(), "epoch ", r.epoch, " produced no batch");
+  }
+  if (batch) ++r.epoch_micro;
+  return batch;
+}
+
+StepStats train_step(SftRun& r, int64_t step) {
+  StepStats st;
+  RunContext& ctx = *r.ctx;
+  // 1) learning rates for this step (warmup applies to both groups)
+  const double f = warmup_factor(step, r.cfg.warmup_steps);
+  r.sync->set_lr(0, r.cfg.lr * f);
+  r.sync->set_lr(1, r.cfg.cond_lr * f);
+  const auto f32 = torch::TensorOptions().device(ctx.device).dtype(torch::kFloat32);
+  torch::Tensor loss_sum = torch::zeros({}, f32), mse_sum = torch::zeros({}, f32), sem_rms, x_rms;
+  for (int64_t m = 0; m < r.cfg.grad_accum; ++m) {
+    // 2) batch: the epoch's micro batches; its tail forms a short step
+    auto batch = next_batch(r, /*can_stop=*/m > 0, &st.data_time);
+    if (!batch) break;
+    for (const auto& c : batch->clip_ids) st.clips += (st.clips.empty() ? "" : ";") + c;
+    // 3) noise and timestep: streams keyed by the global micro-batch index (different on every rank, and the same
+    //    draws for any world size: rank r's j-th micro batch is global position j * world + r)
+    const uint64_t micro = static_cast<uint64_t>(r.micro_counter++) * ctx.world + ctx.rank;
+    const int64_t id = std::min<int64_t>(
+        999, static_cast<int64_t>(RngStream(r.cfg.seed, rng_purpose::kSftTimestep).uniform(micro, 0) * 1000));
+    auto x0 = batch->latents.to(ctx.device, ctx.dtype, /*non_blocking=*/true);
+    auto noise = ctx.noise(x0, r.cfg.seed, rng_purpose::kSftNoise, micro);
+    const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, ctx.dtype, r.cfg.first_frame_cond);
+    // 4) forward, loss, backward (scaled by 1/grad_accum as the seed's accelerate does, short steps included)
+    DenoiserAux aux;
+    auto pred = r.model->forward(
+        model_inputs(*r.model, ex.x_t, ex.t, batch->context, batch->context_ids, batch->ids), &aux);
+    auto mse = flow_mse(pred, ex.target, r.cfg.first_frame_cond);
+    auto loss = mse * ex.weight;
+    (loss / static_cast<double>(r.cfg.grad_accum)).backward();
+    r.sync->after_backward();
+    loss_sum = loss_sum + loss.detach();
+    mse_sum = mse_sum + mse.detach().to(torch::kFloat32);
+    sem_rms = aux.sem_rms, x_rms = aux.x_rms;
+    st.timestep = ex.timestep;
+    st.text_drop += batch->text_drop.mean().item<double>();  // host tensors: no device sync
+    st.cond_drop += batch->cond_drop.mean().item<double>();
+    st.mask_frac += batch->mask_frac.mean().item<double>();
+    ++st.micro;
+  }
+  // 5) the loss over all ranks (with the stop flags); clip, and skip the update on a non-finite loss or norm (on the
+  //    device), update
+  const auto reduced = ctx.all_reduce_step({loss_sum / static_cast<double>(st.micro)});
+  auto norm = r.sync->clip_grad_norm(r.cfg.grad_clip);
+  r.sync->step((~torch::isfinite(norm) | ~torch::isfinite(reduced[0])).to(torch::kFloat32));
+  // 6) metrics, in the step's one host sync (the loss is the mean over every rank's micro batches; the rest are
+  //    this rank's)
+  const auto h = ctx.to_host(reduced, {norm, mse_sum / static_cast<double>(st.micro), sem_rms, x_rms});
+  st.loss = h.mean[0], st.stop = h.stop;
+  st.grad_norm = h.local[0], st.mse = h.local[1], st.sem_rms = h.local[2], st.x_rms = h.local[3];
+  st.text_drop /= st.micro, st.cond_drop /= st.micro, st.mask_frac /= st.micro;
+  return st;
+}
+
+Metadata export_metadata(const SftRun& r, int64_t step) {
+  Metadata m;
+  m["format"] = "pt";
+  m["trainer"] = "vdt train sft";
+  m["stage"] = "sft_bidirectional";
+  m["vocab"] = r.cfg.vocab;
+  m["res"] = r.cfg.res;
+  m["step"] = std::to_string(step);
+  m["data_root"] = r.cfg.data_root;
+  m["sem_scale"] = std::to_string(r.sem.scale);
+  m["sem_hidden"] = std::to_string(r.sem.hidden);
+  m["model_config"] = r.model->config_json();
+  m["init_ckpt"] = r.init_ckpt;
+  m["resumed_from"] = r.resumed_from;
+  m["resumed_step"] = std::to_string(r.resumed_from.empty() ? 0 : r.start_step);
+  m["hyperparameters"] = r.cfg.to_json();
+  m["first_frame_cond"] = r.cfg.first_frame_cond ? "True" : "False";
+  m["seed"] = std::to_string(r.cfg.seed);
+  return m;
+}
+
+std::string do_export(SftRun& r, int64_t step) {
+  const std::string path = (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
+  if (r.ctx->rank == 0) {  // every rank holds the same weights
+    export_checkpoint(*r.model, path, export_metadata(r, step));
+    std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
+  }
+  r.ctx->comm.barrier();
+  return path;
+}
+
+std::string do_save_state(SftRun& r, int64_t step) {
+  const auto s = r.sync->state();
+  r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), s.weights, s.optimizer,
+                                    r.ctx->comm, s.meta);
+  if (r.ctx->rank != 0) return r.state_slot;
+  std::printf("[state] %s (step %lld, epoch %lld after %lld micro batches; %s/state points here)\n",
+              r.state_slot.c_str(), static_cast<long long>(step), static_cast<long long>(r.epoch),
+              static_cast<long long>(r.epoch_micro), r.cfg.output.c_str());
+  return r.state_slot;
+}
+
+void do_validation(SftRun& r, int64_t step) {
+  if (!r.val_ds) return;
+  ValConfig vc;
+  vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond, vc.first_frame_cond = r.cfg.first_frame_cond;
+  vc.seed = r.cfg.seed, vc.max_clips = r.cfg.val_n, vc.rank = r.ctx->rank, vc.world = r.ctx->world;
+  auto rows = run_validation(*r.model, *r.val_ds, vc);
+  if (r.ctx->world > 1) {  // sums over the ranks' clips, then means again
+    auto acc = torch::zeros({static_cast<int64_t>(rows.size()), 4}, torch::kFloat64);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double n = static_cast<double>(rows[i].n);
+      acc[i][0] = rows[i].mse * n, acc[i][1] = rows[i].mse_uncond * n, acc[i][2] = rows[i].mse_nulltext * n;
+      acc[i][3] = n;
+    }
+    auto dev = acc.to(r.ctx->device);
+    r.ctx->comm.all_reduce(dev)->wait();
+    acc = dev.cpu();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double n = std::max(acc[i][3].item<double>(), 1.0);
+      rows[i].mse = acc[i][0].item<double>() / n, rows[i].mse_uncond = acc[i][1].item<double>() / n;
+      rows[i].mse_nulltext = acc[i][2].item<double>() / n, rows[i].n = static_cast<int64_t>(acc[i][3].item<double>());
+      rows[i].gap_uncond = rows[i].mse_uncond - rows[i].mse, rows[i].gap_nulltext = rows[i].mse_nulltext - rows[i].mse;
+    }
+  }
+  if (r.ctx->rank == 0) r.log.validation(step, rows);
+}
+
+void log_step(SftRun& r, int64_t step, const StepStats& st, double step_time) {
+  if (r.ctx->rank != 0 || (step % r.cfg.log_every != 0 && step != r.cfg.max_steps)) {
+    r.log.time_only(step_time, st.data_time);
+    return;
+  }
+  r.log.step(step, r.cfg.max_steps,
+             {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.sync->lr(0)},
+              {"cond_lr", r.sync->lr(1)}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms}, {"x_rms", st.x_rms},
+              {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop}, {"mask_frac", st.mask_frac},
+              {"step_time", step_time}, {"data_time", st.data_time}, {"mem_gb", r.ctx->peak_memory_gb()},
+              {"epoch", static_cast<double>(r.epoch)}},
+             st.clips);
+}
+
+void open_log(SftRun& r) {
+  if (r.ctx->rank != 0) return;
+  const int64_t steps_per_epoch = (r.n_micro + r.cfg.grad_accum - 1) / r.cfg.grad_accum;
+  int64_t cond_params = 0, dit_params = 0;
+  for (const auto& kv : r.model->named_parameters()) (is_cond(kv.key()) ? cond_params : dit_params) += kv.value().numel();
+  auto facts = run_facts(r.cfg, *r.train_ds, r.val_ds.get(), *r.model, r.sem, r.n_micro, steps_per_epoch,
+                         r.ctx->device, cond_params, dit_params, r.ctx->world);
+  facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
+                     {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
+  facts["env"]["communicator"] = r.ctx->comm.describe();
+  facts["env"]["update_path"] = r.sync->describe();
+  r.log.open(r.cfg, facts, r.start_step);
+}
+
+SftSummary nothing_to_train(SftRun& r, SftSummary& sum) {
+  std::printf("[resume] the state is at step %lld >= --max_steps %lld: nothing to train\n",
+              static_cast<long long>(r.start_step), static_cast<long long>(r.cfg.max_steps));
+  const auto last = std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(r.start_step) + ".safetensors");
+  if (std::filesystem::exists(last)) sum.last_export = last.string();
+  return sum;
+}
+
+[[noreturn]] void fail_non_finite(const SftRun& r, int64_t step, double loss, const SftSummary& sum) {
+  r.ctx->fail_non_finite(step, loss,
+                         "The last export" + (sum.last_export.empty() ? std::string(" (none yet)") : " " + sum.last_export) +
+                             (r.state_slot.empty() ? "" : " and the state " + r.state_slot) + " are intact.",
+                         "lower --lr, check the data with `vdt data check`, or try --precision mixed");
+}
+
+// A stop signal after `step` (the state is saved by then when --save_state): without a state, export the weights.
+SftSummary stopped(SftRun& r, int64_t step, bool exported, SftSummary& sum) {
+  if (!r.cfg.save_state && !exported) sum.last_export = do_export(r, step);
+  if (r.ctx->rank == 0)
+    std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
+                static_cast<long long>(step), static_cast<long long>(r.cfg.max_steps),
+                r.cfg.save_state ? ("Continue with the same command plus --resume " + r.cfg.output +
+                                    " (or --resume auto)").c_str()
+                                 : "No state was saved (--no-save_state); the weights are in the export above.");
+  std::fflush(stdout);
+  sum.stopped = true;
+  return sum;
+}
+
+SftSummary finish(SftRun& r, SftSummary& sum) {
+  sum.peak_mem_gb = r.ctx->peak_memory_gb();
+  if (r.ctx->world > 1) {  // the ranks' weights must be identical: a checksum each prints (a host copy of every weight)
+    sum.weights_crc = RunContext::checksum(r.model->parameters());
+    std::printf("[done] rank %d of %d: weights CRC-32 %08x\n", r.ctx->rank, r.ctx->world,
+                static_cast<unsigned>(sum.weights_crc));
+  }
+  std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
+  if (r.ctx->rank == 0) r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
+  return sum;
+}
+
+}  // namespace
+
+SftSummary train_sft(const SftConfig& cfg) {
+  auto single = make_single_rank();
+  return train_sft(cfg, *single, 0);
+}
+
+SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index) {
+  cfg.validate();
+  SftRun r;
+  r.cfg = cfg;
+  r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
+                                       cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16);
+  std::filesystem::create_directories(cfg.output);
+  build_data(r);
+  build_model(r);
+  build_resume(r);
+  open_log(r);
+  SftSummary sum;
+  sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
+  for (const auto& p : r.model->parameters()) sum.params += p.numel();
+  if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
+  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0
+  StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
+  start_epoch(r, r.skip_micro);
+  // ------------------------------------------ TRAINING SECTION ------------------------------------------
+  for (int64_t step = r.start_step + 1;; ++step) {
+    const bool last_step = step == cfg.max_steps;
+    const auto t0 = std::chrono::steady_clock::now();
+    trace.before_step(step);
+    const StepStats st = train_step(r, step - 1);
+    trace.after_step(step);
+    const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(st.loss)) fail_non_finite(r, step, st.loss, sum);  // reduced over ranks: every rank stops here
+    sum.first_loss = step == r.start_step + 1 ? st.loss : sum.first_loss, sum.last_loss = st.loss, sum.steps = step;
+    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm), sum.step_times.push_back(step_time);
+    log_step(r, step, st, step_time);
+    if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) do_validation(r, step);
+    const bool save = (cfg.save_every > 0 && step % cfg.save_every == 0) || (last_step && cfg.final_export);
+    if (save) sum.last_export = do_export(r, step);
+    const bool stop = st.stop && !last_step;
+    if (cfg.save_state && (save || stop)) sum.state_dir = do_save_state(r, step);
+    if (stop) return stopped(r, step, save, sum);
+    if (last_step) break;
+  }
+  // ------------------------------------------------- END -------------------------------------------------
+  return finish(r, sum);
+}
+
+}  // namespace vdt

@@ -1,0 +1,38 @@
+// `vdt bench step` runs the trainers' own steps (tools/step_bench.h): both trainers on the tiny preset on the CPU, and
+// the model FLOPs of SPEC §9.
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/wan_dit.h"
+#include "test_util.h"
+#include "tools/step_bench.h"
+
+namespace vdt {
+namespace {
+
+// SPEC §9: 294 TFLOP per step at the TI2V-5B geometry (8190 tokens, 512 text tokens).
+TEST(StepBench, ModelFlopsMatchSpec) {
+  EXPECT_NEAR(wan_train_flops(preset_config("wan2.2-ti2v-5b"), 8190, 512) / 1e12, 294, 3);
+}
+
+TEST(StepBench, TimesBothTrainersOwnStepsOnCpu) {
+  for (const char* trainer : {"sft", "causal"}) {
+    SCOPED_TRACE(trainer);
+    test::TempDir dir;
+    StepBenchConfig cfg;
+    cfg.trainer = trainer, cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+    cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 2, cfg.warmup = 1;
+    cfg.work_dir = dir.file("bench");
+    auto single = make_single_rank();
+    const auto r = run_step_bench(cfg, *single);
+    ASSERT_EQ(r.step_s.size(), 3u);
+    EXPECT_TRUE(std::isfinite(r.last_loss));
+    EXPECT_GT(r.median_s, 0);
+    EXPECT_EQ(r.tokens, 6 * 2 * 3);
+    EXPECT_GT(r.tflop_per_step, 0);
+  }
+}
+
+}  // namespace
+}  // namespace vdt

@@ -1,0 +1,98 @@
+// Parity harness. The fixture's timestep_mode picks the timestep path: per_token_first_frame_zero feeds the model
+// per-frame timesteps [B, F] with frame 0 at 0 (the reference's per-token tensor, grouped), global feeds [B].
+#include "tools/parity.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "diffusion/flow_match.h"
+#include "model/wan_dit.h"
+#include "model/weights_io.h"
+
+namespace vdt {
+
+void ParityConfig::validate() const {
+  VDT_CHECK(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '", device, "'");
+  VDT_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype: expected float32 or bfloat16, got '", dtype, "'");
+  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
+}
+
+double ParityConfig::tolerance() const { return tol >= 0 ? tol : (dtype == "float32" ? 1e-4 : 3e-2); }
+
+bool ParityResult::pass() const {
+  for (const auto& r : rows)
+    if (!r.pass) return false;
+  return !rows.empty();
+}
+
+double rel_l2(const torch::Tensor& a, const torch::Tensor& ref) {
+  auto a64 = a.detach().to(torch::kCPU, torch::kFloat64), r64 = ref.detach().to(torch::kCPU, torch::kFloat64);
+  const double denom = r64.norm().item<double>();
+  const double num = (a64 - r64).norm().item<double>();
+  if (std::isnan(num)) return std::numeric_limits<double>::infinity();
+  return denom > 0 ? num / denom : num;
+}
+
+ParityResult run_parity(const ParityConfig& cfg) {
+  cfg.validate();
+  auto files = SafetensorsSet::open({cfg.fixture});
+  const auto& meta = files.metadata();
+  VDT_CHECK(meta.count("config"), cfg.fixture, ": fixture metadata lacks 'config' (the model config JSON)");
+  ModelConfig mc = ModelConfig::from_json(meta.at("config"), cfg.fixture);
+  ParityResult result;
+  result.timestep_mode = meta.count("timestep_mode") ? meta.at("timestep_mode") : "global";
+  VDT_CHECK(result.timestep_mode == "per_token_first_frame_zero" || result.timestep_mode == "global", cfg.fixture,
+            ": timestep_mode '", result.timestep_mode, "' is neither per_token_first_frame_zero nor global");
+  for (const char* k : {"fixture.x", "fixture.context", "fixture.timestep", "fixture.out"})
+    VDT_CHECK(files.contains(k), cfg.fixture, ": fixture tensor '", k, "' is missing");
+
+  const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  // float32 parity means float32 arithmetic: cuDNN convolutions default to TF32 on Hopper (~1e-3 relative error).
+  if (cfg.dtype == "float32") {
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  const auto dtype = cfg.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
+  WanDiT model(mc);
+  load_weights(*model, files);
+  model->to(device, dtype);
+
+  auto x = files.get("fixture.x").to(device, dtype);
+  auto ctx = files.get("fixture.context").to(device, dtype);
+  // The exact timestep: rounding it to the compute dtype is a training policy (make_sft_example), not the model's.
+  auto t = files.get("fixture.timestep").to(device, torch::kFloat32);  // [B]
+  const bool first_frame_zero = result.timestep_mode == "per_token_first_frame_zero";
+  if (first_frame_zero) {
+    const int64_t F = model->token_grid(x.sizes())[0];
+    t = t.unsqueeze(1).repeat({1, F});  // [B] -> [B, F']
+    t.select(1, 0).zero_();
+  }
+  auto out = model->forward({x, t, ctx});
+  auto add = [&](const std::string& name, const torch::Tensor& a, const torch::Tensor& ref) {
+    const double e = rel_l2(a, ref);
+    result.rows.push_back({name, e, e <= cfg.tolerance()});
+  };
+  add("fixture.out", out, files.get("fixture.out"));
+
+  if (files.contains("fixture.target") && files.contains("fixture.loss")) {
+    auto target = files.get("fixture.target").to(device, dtype);
+    auto loss = flow_mse(out, target, first_frame_zero);
+    add("fixture.loss", loss.reshape({1}), files.get("fixture.loss"));
+    loss.backward();
+    std::map<std::string, torch::Tensor> params;
+    for (auto& kv : model->named_parameters()) params[kv.key()] = kv.value();
+    const std::string prefix = "fixture.grad.";
+    for (const auto& k : files.keys()) {
+      if (k.rfind(prefix, 0) != 0) continue;
+      const std::string pname = k.substr(prefix.size());
+      VDT_CHECK(params.count(pname), cfg.fixture, ": '", k, "' names no model parameter");
+      auto g = params[pname].grad();
+      VDT_CHECK(g.defined(), "no gradient reached ", pname);
+      add(k, g, files.get(k));
+    }
+  }
+  return result;
+}
+
+}  // namespace vdt

@@ -1,0 +1,87 @@
+// Step benchmark through the real trainers. The synthetic root has warm-up + timed steps worth of clips (one window
+// per clip for the causal trainer: a span of 6 chunks of frames/6 latent frames), latents of the base's channels and
+// text rows of its width; the run writes its logs and its last export into the work directory.
+#include "tools/step_bench.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "model/denoiser_registry.h"
+#include "tools/synth.h"
+#include "train/causal/causal_trainer.h"
+#include "train/sft/sft_trainer.h"
+
+namespace vdt {
+namespace fs = std::filesystem;
+
+void StepBenchConfig::validate() const {
+  VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
+  VDT_CHECK(checkpointing == "block" || checkpointing == "none", "--checkpointing: expected block or none, got '",
+            checkpointing, "'");
+  VDT_CHECK(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '", device, "'");
+  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
+  VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
+  VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0, "--frames (> 1), --height, --width, --text-len must be positive");
+  VDT_CHECK(trainer != "causal" || frames % 6 == 0, "--frames ", frames, ": the causal trainer's span is 6 chunks; "
+            "expected a multiple of 6");
+  denoiser_family(model);
+}
+
+StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, int device_index) {
+  cfg.validate();
+  const bool temp = cfg.work_dir.empty();
+  const fs::path dir = temp ? fs::temp_directory_path() / ("vdt_bench_" + std::to_string(::getpid())) : fs::path(cfg.work_dir);
+  const auto probe = make_denoiser(cfg.model, {}, /*layers=*/1);  // widths only: one block, on the host
+  const int total = cfg.warmup + cfg.steps;
+  if (comm.rank() == 0) {
+    fs::remove_all(dir / "data");
+    fs::create_directories(dir);
+    SynthConfig sc;
+    sc.out = (dir / "data").string(), sc.latent_channels = probe->latent_channels(), sc.latent_frames = cfg.frames;
+    sc.latent_h = cfg.height, sc.latent_w = cfg.width, sc.text_dim = probe->text_dim(), sc.text_len = cfg.text_len;
+    sc.train_runs = 1, sc.train_clips_per_run = total * comm.world() + 1, sc.n_drop = 0;
+    sc.val_runs = 1, sc.val_clips_per_run = 1;
+    synth_root(sc);
+  }
+  comm.barrier();
+  StepBenchResult r;
+  r.tokens = cfg.frames * (cfg.height / 2) * (cfg.width / 2);
+  if (cfg.trainer == "sft") {
+    SftConfig c;
+    c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
+    c.model = cfg.model, c.device = cfg.device, c.precision = cfg.precision;
+    c.gradient_checkpointing = cfg.checkpointing == "block";
+    c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
+    c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
+    c.res = std::to_string(cfg.width * 16) + "x" + std::to_string(cfg.height * 16);
+    fs::remove_all(c.output);
+    const auto s = train_sft(c, comm, device_index);
+    r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
+    r.tflop_per_step = denoiser_train_flops(cfg.model, r.tokens, cfg.text_len) / 1e12;
+  } else {
+    CausalConfig c;
+    c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
+    c.model = cfg.model, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
+    c.act_offload = cfg.act_offload, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
+    fs::remove_all(c.out);
+    const auto s = train_causal(c, comm, device_index);
+    r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
+    // A frozen base: backward computes input gradients only (forward + 1x, not + 2x), bidirectional attention counted.
+    r.tflop_per_step = denoiser_train_flops(cfg.model, r.tokens, cfg.text_len) / 1e12 * 2.0 / 3.0;
+  }
+  VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ", total);
+  std::vector<double> timed(r.step_s.begin() + cfg.warmup, r.step_s.end());
+  std::sort(timed.begin(), timed.end());
+  r.median_s = timed[timed.size() / 2], r.min_s = timed.front(), r.max_s = timed.back();
+  r.last_loss = r.losses.back();
+  r.mfu = r.tflop_per_step / r.median_s / cfg.peak_tflops;
+  comm.barrier();
+  if (temp && comm.rank() == 0) fs::remove_all(dir);
+  return r;
+}
+
+}  // namespace vdt

@@ -1,0 +1,44 @@
+// `vdt bench step`: the trainers' own steps, timed. `vdt train sft` or `vdt train causal` runs warm-up + timed steps
+// on a synthetic data root at the chosen latent geometry (tools/synth.h) with random weights, so what is timed is
+// exactly what a user's step runs (its data loading overlaps in the loader). Reports the median of the timed steps,
+// peak device memory and MFU from the base's model FLOPs (SPEC §9). Several ranks (torchrun) run the trainer sharded,
+// as training does. Not here: validation or the SFT export (off; the causal run's small LoRA file is written after
+// the timed steps).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+
+namespace vdt {
+
+struct StepBenchConfig {
+  std::string trainer = "sft";             // sft | causal
+  std::string model = "wan2.2-ti2v-5b";
+  int64_t frames = 21, height = 30, width = 52, text_len = 512;  // latent geometry: 21x30x52 = 8190 tokens
+  int steps = 8, warmup = 3;
+  std::string checkpointing = "block";     // sft: block | none (the causal trainer always checkpoints blocks)
+  std::string precision = "bf16";          // sft: bf16 (weights and AdamW moments, as the peer) | mixed | fp32;
+                                           // causal: bf16 (frozen base) | fp32
+  std::string device = "cuda";
+  std::string attn = "prefix";             // causal: prefix | mask
+  std::string act_offload = "off";         // causal: on | off
+  int64_t lora_rank = 32;                  // causal
+  double peak_tflops = 790;                // dense bf16 rate used for MFU (SPEC §9)
+  std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
+  void validate() const;
+};
+
+struct StepBenchResult {
+  double median_s = 0, min_s = 0, max_s = 0;
+  double peak_gib = 0;      // peak allocated device memory (CUDA), peak RSS (CPU)
+  double tflop_per_step = 0, mfu = 0;
+  int64_t params = 0, tokens = 0;
+  double last_loss = 0;
+  std::vector<double> step_s, losses;  // every step, warm-up included
+};
+
+StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, int device_index = 0);
+
+}  // namespace vdt
