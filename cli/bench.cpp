@@ -30,7 +30,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--peak-tflops"), cfg->peak_tflops, "dense rate for MFU")->capture_default_str();
-  step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed)");
+  step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared storage)");
   step->callback([cfg, &exit_code] {
     const auto env = LaunchEnv::from_env();
     std::string device = cfg->device;

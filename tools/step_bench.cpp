@@ -33,7 +33,10 @@ void StepBenchConfig::validate() const {
 StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, int device_index) {
   cfg.validate();
   const bool temp = cfg.work_dir.empty();
-  const fs::path dir = temp ? fs::temp_directory_path() / ("vdt_bench_" + std::to_string(::getpid())) : fs::path(cfg.work_dir);
+  // One directory for every rank: rank 0 writes the root, the others read it. Ranks started by one torchrun agent
+  // share its pid; across nodes --work-dir must name shared storage.
+  const auto key = comm.world() > 1 ? ::getppid() : ::getpid();
+  const fs::path dir = temp ? fs::temp_directory_path() / ("vdt_bench_" + std::to_string(key)) : fs::path(cfg.work_dir);
   const auto probe = make_denoiser(cfg.model, {}, /*layers=*/1);  // widths only: one block, on the host
   const int total = cfg.warmup + cfg.steps;
   if (comm.rank() == 0) {

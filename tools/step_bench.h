@@ -27,6 +27,7 @@ struct StepBenchConfig {
   int64_t lora_rank = 32;                  // causal
   double peak_tflops = 790;                // dense bf16 rate used for MFU (SPEC §9)
   std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
+                                           // (several nodes: give one on storage every rank sees)
   void validate() const;
 };
 

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <mutex>
 
+#include "distributed/local_group.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 #include "tools/step_bench.h"
@@ -32,6 +34,26 @@ TEST(StepBench, TimesBothTrainersOwnStepsOnCpu) {
     EXPECT_EQ(r.tokens, 6 * 2 * 3);
     EXPECT_GT(r.tflop_per_step, 0);
   }
+}
+
+// Several ranks: rank 0 writes the synthetic root into the directory every rank reads (the default temp directory
+// is named the same on every rank), the trainer runs sharded (ZeRO-2), and every rank gets the timings.
+TEST(StepBench, SeveralRanksShareOneRootAndRunSharded) {
+  StepBenchConfig cfg;
+  cfg.trainer = "sft", cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32";
+  cfg.frames = 3, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 2, cfg.warmup = 1;
+  std::vector<StepBenchResult> out(2);
+  std::mutex mu;
+  run_local_ranks(2, [&](Communicator& comm) {
+    auto r = run_step_bench(cfg, comm);
+    std::lock_guard<std::mutex> lk(mu);
+    out[static_cast<size_t>(comm.rank())] = r;
+  });
+  for (const auto& r : out) {
+    EXPECT_EQ(r.step_s.size(), 3u);
+    EXPECT_TRUE(std::isfinite(r.last_loss));
+  }
+  EXPECT_EQ(out[0].losses, out[1].losses);  // the loss is reduced over the ranks
 }
 
 }  // namespace
