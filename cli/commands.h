@@ -15,6 +15,9 @@ namespace vdt::cli {
 // '-' after the leading dashes are kept as given.
 std::string spellings(const std::string& names);
 
+// "(default on)" / "(default off)": what --help shows beside a switch, which CLI11 would show as its {false} alias.
+inline std::string default_of(bool on) { return on ? "(default on)" : "(default off)"; }
+
 // This process's communicator: one rank, or NCCL on cuda:LOCAL_RANK when launched as several (--device auto -> cuda).
 std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device);
 

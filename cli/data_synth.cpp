@@ -27,7 +27,7 @@ void add_data_synth(CLI::App& data_cmd, int& exit_code) {
   sub->add_option(spellings("--val_runs"), cfg->val_runs, "val runs (disjoint from the train runs)")->capture_default_str();
   sub->add_option(spellings("--val_clips_per_run"), cfg->val_clips_per_run, "clips per val run")->capture_default_str();
   sub->add_option(spellings("--n_drop"), cfg->n_drop, "train clips marked drop:true")->capture_default_str();
-  sub->add_flag(spellings("--overwrite"), cfg->overwrite, "replace the synth entries of a non-empty OUT")->capture_default_str();
+  sub->add_flag(spellings("--overwrite"), cfg->overwrite, "replace the synth entries of a non-empty OUT")->option_text(default_of(cfg->overwrite));
   sub->callback([cfg, hw, &exit_code] {
     if (!hw->empty()) {
       cfg->latent_h = (*hw)[0];

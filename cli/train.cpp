@@ -53,9 +53,9 @@ void add_train(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--text_dropout"), c->text_dropout, "per sample: all cells -> null prompt")->capture_default_str();
   s->add_option(spellings("--cond_dropout"), c->cond_dropout, "per sample: all ids -> 255")->capture_default_str();
   s->add_option(spellings("--mask_p"), c->mask_p, "per sample: world-anchored UNKNOWN mask (when cond kept)")->capture_default_str();
-  s->add_flag(spellings("--include_dropped"), c->include_dropped, "keep drop:true rows in train (never in val)")->capture_default_str();
+  s->add_flag(spellings("--include_dropped"), c->include_dropped, "keep drop:true rows in train (never in val)")->option_text(default_of(c->include_dropped));
   s->add_flag(spellings("--first_frame_cond,!--no-first_frame_cond"), c->first_frame_cond,
-              "frame 0 clean with timestep 0, excluded from the loss (default on)")->capture_default_str();
+              "frame 0 clean with timestep 0, excluded from the loss (default on)")->option_text(default_of(c->first_frame_cond));
   s->add_option(spellings("--limit"), c->limit, "use only this many train clips (0 = all)")->capture_default_str();
   s->add_option(spellings("--num_workers"), c->num_workers, "loader threads")->capture_default_str();
   // model
@@ -65,7 +65,7 @@ void add_train(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   s->add_option(spellings("--device"), c->device, "auto, cpu or cuda")->capture_default_str();
   s->add_flag(spellings("--gradient_checkpointing,!--no-gradient_checkpointing"), c->gradient_checkpointing,
-              "per-block activation checkpointing (default on)")->capture_default_str();
+              "per-block activation checkpointing (default on)")->option_text(default_of(c->gradient_checkpointing));
   s->add_option(spellings("--sem_hidden"), c->sem_hidden, "gc_sem_cond width (0 = min(512, model dim))")->capture_default_str();
   // optimisation
   s->add_option(spellings("--lr"), c->lr, "learning rate of the DiT")->capture_default_str();
@@ -81,11 +81,11 @@ void add_train(CLI::App& app, int& exit_code) {
   // saving, validation, logging
   s->add_option(spellings("--save_every"), c->save_every, "export step-N.safetensors every N steps (and at the end)")
       ->capture_default_str();
-  s->add_flag(spellings("--save_state,!--no-save_state"), c->save_state, "also save the training state (default on)")->capture_default_str();
+  s->add_flag(spellings("--save_state,!--no-save_state"), c->save_state, "also save the training state (default on)")->option_text(default_of(c->save_state));
   s->add_option(spellings("--val_every"), c->val_every, "validate every N steps (0 = never)")->capture_default_str();
   s->add_option(spellings("--val_n"), c->val_n, "validation clips")->capture_default_str();
   s->add_option(spellings("--val_timesteps"), c->val_timesteps, "validation timesteps")->capture_default_str();
-  s->add_flag(spellings("--val_uncond,!--no-val_uncond"), c->val_uncond, "also run uncond and nulltext variants (default on)")->capture_default_str();
+  s->add_flag(spellings("--val_uncond,!--no-val_uncond"), c->val_uncond, "also run uncond and nulltext variants (default on)")->option_text(default_of(c->val_uncond));
   s->add_option(spellings("--log_every"), c->log_every, "log every N steps")->capture_default_str();
   s->add_option(spellings("--output"), c->output, "run directory")->required();
   s->add_option(spellings("--resume"), c->resume,
@@ -148,7 +148,7 @@ void add_train_causal(CLI::App& train, int& exit_code) {
   s->add_option(spellings("--lora-rank"), c->lora_rank, "LoRA rank")->capture_default_str();
   s->add_option(spellings("--lora-alpha"), c->lora_alpha, "LoRA alpha (scale = alpha / rank)")->capture_default_str();
   s->add_flag(spellings("--clean-first-frame"), c->clean_first_frame,
-              "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)")->capture_default_str();
+              "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)")->option_text(default_of(c->clean_first_frame));
   s->add_option(spellings("--device"), c->device, "auto, cpu or cuda")->capture_default_str();
   s->add_option(spellings("--precision"), c->precision, "bf16 (frozen bf16 base, float32 LoRA) or fp32")->capture_default_str();
   s->add_option(spellings("--val-every"), c->val_every, "mean loss over the val windows every N steps and before the first "

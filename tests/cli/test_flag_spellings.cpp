@@ -1,0 +1,31 @@
+// Every long flag takes both spellings (wrapper scripts of the gc25d seed use --data_root, of rtcwm --data-root), and
+// --help shows the real default of the switches that are on by default.
+#include "test_util.h"
+
+namespace vdt {
+namespace {
+
+TEST(Cli, EveryFlagTakesBothSpellings) {
+  for (const std::string args : {"train sft --data-root /nonexistent_root --output /tmp/vdt_never --max-steps 1",
+                                 "train causal --data_root /nonexistent_root --out /tmp/vdt_never --save_every 2 "
+                                 "--lora_rank 4"}) {
+    const auto r = test::run_vdt(args);
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(r.output.find("not expected"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("/nonexistent_root"), std::string::npos) << args << "\n" << r.output;  // got to the data
+  }
+}
+
+TEST(Cli, HelpShowsTheDefaultOfSwitchesThatAreOn) {
+  const auto r = test::run_vdt("train sft --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--first_frame_cond", "--gradient_checkpointing", "--save_state", "--val_uncond"}) {
+    const auto at = r.output.find(flag);
+    ASSERT_NE(at, std::string::npos) << flag;
+    const auto line = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(line.find("(default on)"), std::string::npos) << line;
+  }
+}
+
+}  // namespace
+}  // namespace vdt
