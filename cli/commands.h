@@ -7,6 +7,7 @@
 #include <string>
 
 #include "distributed/communicator.h"
+#include "train/loop/config_fields.h"
 
 namespace vdt::cli {
 
@@ -17,6 +18,32 @@ std::string spellings(const std::string& names);
 
 // "(default on)" / "(default off)": what --help shows beside a switch, which CLI11 would show as its {false} alias.
 inline std::string default_of(bool on) { return on ? "(default on)" : "(default off)"; }
+
+// Binds every declared field of a config as a flag (train/loop/config_fields.h): both spellings, required flags,
+// --no-<flag> for switches that are on by default, --help with the real default.
+template <class C>
+void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<ConfigField<C>>& fields) {
+  for (const auto& f : fields)
+    std::visit(
+        [&](auto m) {
+          auto& v = (*c).*m;
+          using V = std::decay_t<decltype(v)>;
+          CLI::Option* o = nullptr;
+          if constexpr (std::is_same_v<V, bool>) {
+            o = app->add_flag(spellings(f.negatable ? f.flag + ",!--no-" + f.flag.substr(2) : f.flag), v, f.help)
+                    ->option_text(default_of(v));
+          } else {
+            o = app->add_option(spellings(f.flag), v, f.help);
+            if constexpr (std::is_same_v<V, std::string>) {
+              if (!v.empty()) o->capture_default_str();
+            } else {
+              o->capture_default_str();
+            }
+          }
+          if (f.required) o->required();
+        },
+        f.member);
+}
 
 // This process's communicator: one rank, or NCCL on cuda:LOCAL_RANK when launched as several (--device auto -> cuda).
 std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device);

@@ -4,22 +4,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <type_traits>
 
 #include "core/error.h"
 
 namespace vdt {
-
-std::string py_float(double v) {
-  char buf[64];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
 
 void CausalConfig::validate() const {
   VDT_CHECK(!out.empty(), "--out is required (the run directory; a re-run with the same --out continues)");
@@ -51,24 +39,41 @@ void CausalConfig::validate() const {
             "off, got '", shard_base, "'");
 }
 
-std::string CausalConfig::to_json() const {
-  auto s = [](auto v) {
-    if constexpr (std::is_floating_point_v<decltype(v)>) {
-      return py_float(v);
-    } else {
-      return std::to_string(v);
-    }
+const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
+  using C = CausalConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors", &C::out, true},
+      {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
+      {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
+      {"--steps", "0 = epochs * samples / world", &C::steps},
+      {"--epochs", "epochs over the train windows (when --steps is 0)", &C::epochs},
+      {"--lr", "peak learning rate", &C::lr},
+      {"--lr-min", "cosine floor", &C::lr_min},
+      {"--warmup", "linear warmup steps", &C::warmup},
+      {"--save-every", "lora_stepNNNNN.safetensors every N steps (and at the end)", &C::save_every},
+      {"--val-clips", "clips held out for validation (val_samples.json)", &C::val_clips},
+      {"--max-samples", "smoke tests: cap the training set (0 = all)", &C::max_samples},
+      {"--seed", "seed of every random stream", &C::seed},
+      {"--picture1", "Picture 1 resolution: native or 2048 (MiniMax-H3 only)", &C::picture1},
+      {"--attn", "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex mean the same two", &C::attn},
+      {"--level-shift", "DF: flow shift of the per-chunk noise levels", &C::level_shift},
+      {"--act-offload", "on: checkpointed block inputs in pinned host memory", &C::act_offload},
+      {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
+      {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
+      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny", &C::model},
+      {"--weights", "base weights: a .safetensors file or a directory of shards; empty = random", &C::weights},
+      {"--device", "auto, cpu or cuda", &C::device},
+      {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
+      {"--chunk-frames", "latent frames per chunk (a span is 6 chunks)", &C::chunk_frames},
+      {"--lora-rank", "LoRA rank", &C::lora_rank},
+      {"--lora-alpha", "LoRA alpha (scale = alpha / rank)", &C::lora_alpha},
+      {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
+      {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
+      {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
   };
-  nlohmann::ordered_json j = {
-      {"out", out}, {"objective", objective}, {"init_lora", init_lora}, {"steps", s(steps)}, {"epochs", s(epochs)},
-      {"lr", s(lr)}, {"lr_min", s(lr_min)}, {"warmup", s(warmup)}, {"save_every", s(save_every)},
-      {"val_clips", s(val_clips)}, {"max_samples", s(max_samples)}, {"seed", s(seed)}, {"picture1", picture1},
-      {"attn", attn}, {"level_shift", s(level_shift)}, {"act_offload", act_offload}, {"data_root", data_root},
-      {"text_table", text_table}, {"model", model}, {"weights", weights}, {"device", device},
-      {"precision", precision}, {"chunk_frames", s(chunk_frames)}, {"lora_rank", s(lora_rank)},
-      {"lora_alpha", s(lora_alpha)}, {"clean_first_frame", clean_first_frame ? "True" : "False"},
-      {"shard_base", shard_base}, {"val_every", s(val_every)}};
-  return j.dump(1);
+  return f;
 }
+
+std::string CausalConfig::to_json() const { return fields_to_json(*this, fields(), JsonValues::python_strings).dump(1); }
 
 }  // namespace vdt

@@ -1,16 +1,17 @@
 // Configuration of `vdt train causal`: the seed rtcwm's flags with its names and defaults (SPEC §5), plus --model,
 // --weights, --chunk-frames, --lora-rank, --lora-alpha, and the data and device flags our trainer needs. A plain
-// struct with validate(); the CLI binds flags to these fields.
+// struct with validate(); every field is declared once in fields() (flag, help; the default is the initialiser here),
+// from which the CLI binds the flags and to_json writes args.json.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "train/loop/config_fields.h"
 
 namespace vdt {
 
 inline constexpr int64_t kSpanChunks = 6;  // the seed's SPAN_CHUNKS
-
-// Python's str() of a float ("3.0", "2e-05"), as the seed writes args.json and LoRA metadata.
-std::string py_float(double v);
 
 struct CausalConfig {
   // the seed's flags
@@ -33,6 +34,7 @@ struct CausalConfig {
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
   void validate() const;        // throws naming the flag, the value and what is expected
   std::string to_json() const;  // every field as a string, as the seed's args.json
+  static const std::vector<ConfigField<CausalConfig>>& fields();
 };
 
 }  // namespace vdt

@@ -267,6 +267,7 @@ void print_config(const CausalRun& r) {
               r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
               py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
               static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
+  std::printf("  flags %s\n", changed_fields(r.cfg, CausalConfig::fields()).c_str());
   std::fflush(stdout);
 }
 

@@ -126,6 +126,7 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
   std::printf("| outputs   %s  (save every %lld%s, val every %lld at t=%s)\n", out_.c_str(),
               static_cast<long long>(cfg.save_every), cfg.save_state ? " with state" : "",
               static_cast<long long>(cfg.val_every), cfg.val_timesteps.c_str());
+  std::printf("| flags     %s\n", changed_fields(cfg, SftConfig::fields()).c_str());
   if (resumed_step > 0) std::printf("| resume    from step %lld (%s)\n", static_cast<long long>(resumed_step),
                                     facts["resume"]["resumed_from"].get<std::string>().c_str());
   std::printf("+-------------------------------------------------------------------\n");

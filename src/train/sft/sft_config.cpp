@@ -46,19 +46,48 @@ void SftConfig::validate() const {
   val_timestep_list();
 }
 
-std::string SftConfig::to_json() const {
-  nlohmann::ordered_json j = {
-      {"data_root", data_root}, {"text_table", text_table}, {"vocab", vocab}, {"res", res},
-      {"text_dropout", text_dropout}, {"cond_dropout", cond_dropout}, {"mask_p", mask_p},
-      {"include_dropped", include_dropped}, {"first_frame_cond", first_frame_cond}, {"limit", limit},
-      {"num_workers", num_workers}, {"model", model}, {"model_dir", model_dir}, {"precision", precision},
-      {"device", device}, {"gradient_checkpointing", gradient_checkpointing}, {"sem_hidden", sem_hidden},
-      {"lr", lr}, {"cond_lr", cond_lr}, {"weight_decay", weight_decay}, {"grad_clip", grad_clip},
-      {"warmup_steps", warmup_steps}, {"max_steps", max_steps}, {"batch_size", batch_size},
-      {"grad_accum", grad_accum}, {"save_every", save_every}, {"save_state", save_state}, {"val_every", val_every},
-      {"val_n", val_n}, {"val_timesteps", val_timesteps}, {"val_uncond", val_uncond}, {"log_every", log_every},
-      {"output", output}, {"resume", resume}, {"seed", seed}};
-  return j.dump(2);
+const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
+  using C = SftConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"--data_root", "data root (docs/data_format.md)", &C::data_root, true},
+      {"--text_table", "text table (default <data_root>/text_table.safetensors)", &C::text_table},
+      {"--vocab", "condition vocabulary: parts (K=20) or ids (K=10)", &C::vocab},
+      {"--res", "resolution WxH; must equal dataset.json res (env GC_RES)", &C::res},
+      {"--text_dropout", "per sample: all cells -> null prompt", &C::text_dropout},
+      {"--cond_dropout", "per sample: all ids -> 255", &C::cond_dropout},
+      {"--mask_p", "per sample: world-anchored UNKNOWN mask (when cond kept)", &C::mask_p},
+      {"--include_dropped", "keep drop:true rows in train (never in val)", &C::include_dropped},
+      {"--first_frame_cond", "frame 0 clean with timestep 0, excluded from the loss (default on)", &C::first_frame_cond, false, true},
+      {"--limit", "use only this many train clips (0 = all)", &C::limit},
+      {"--num_workers", "loader threads", &C::num_workers},
+      {"--model", "model preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny", &C::model},
+      {"--model_dir", "directory of base weights (*.safetensors shards); empty = random init", &C::model_dir},
+      {"--precision", "mixed (bf16 compute, fp32 master), bf16 (pure bf16) or fp32", &C::precision},
+      {"--device", "auto, cpu or cuda", &C::device},
+      {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
+      {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim))", &C::sem_hidden},
+      {"--lr", "learning rate of the DiT", &C::lr},
+      {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},
+      {"--weight_decay", "AdamW weight decay (both groups)", &C::weight_decay},
+      {"--grad_clip", "global gradient-norm clip (logged grad_norm is pre-clip)", &C::grad_clip},
+      {"--warmup_steps", "linear warmup steps, then constant", &C::warmup_steps},
+      {"--max_steps", "optimizer steps", &C::max_steps},
+      {"--batch_size", "micro batch per process (one timestep per micro batch)", &C::batch_size},
+      {"--grad_accum", "micro batches per optimizer step", &C::grad_accum},
+      {"--save_every", "export step-N.safetensors every N steps (and at the end)", &C::save_every},
+      {"--save_state", "also save the training state (default on)", &C::save_state, false, true},
+      {"--val_every", "validate every N steps (0 = never)", &C::val_every},
+      {"--val_n", "validation clips", &C::val_n},
+      {"--val_timesteps", "validation timesteps", &C::val_timesteps},
+      {"--val_uncond", "also run uncond and nulltext variants (default on)", &C::val_uncond, false, true},
+      {"--log_every", "log every N steps", &C::log_every},
+      {"--output", "run directory", &C::output, true},
+      {"--resume", "X.safetensors: warm start (weights only, step 0); a run directory, state_A/B or state: continue exactly from its newest complete state; auto: the newest state in --output, or a fresh start", &C::resume},
+      {"--seed", "seed of every random stream", &C::seed},
+  };
+  return f;
 }
+
+std::string SftConfig::to_json() const { return fields_to_json(*this, fields(), JsonValues::typed).dump(2); }
 
 }  // namespace vdt

@@ -1,9 +1,12 @@
 // Configuration of `vdt train sft`: the seed gc25d's flags with its names and defaults (SPEC §4), plus --model,
-// --res and --precision. A plain struct with validate(); the CLI binds flags to these fields.
+// --res and --precision. A plain struct with validate(); every field is declared once in fields() (flag, help; the
+// default is the initialiser here), from which the CLI binds the flags and to_json writes the config.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "train/loop/config_fields.h"
 
 namespace vdt {
 
@@ -33,6 +36,7 @@ struct SftConfig {
   void validate() const;
   std::vector<double> val_timestep_list() const;
   std::string to_json() const;  // every field, for config.json and export metadata
+  static const std::vector<ConfigField<SftConfig>>& fields();
 };
 
 }  // namespace vdt

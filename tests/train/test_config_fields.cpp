@@ -1,0 +1,45 @@
+// Config declared once (train/loop/config_fields.h): every field of both trainer configs is listed once, the JSON has
+// exactly the listed keys, and the start-up line names what differs from the defaults.
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "test_util.h"
+#include "train/causal/causal_config.h"
+#include "train/sft/sft_config.h"
+
+namespace vdt {
+namespace {
+
+template <class C>
+void expect_declared_once(const std::vector<ConfigField<C>>& fields, const std::string& json) {
+  std::set<std::string> keys;
+  for (const auto& f : fields) EXPECT_TRUE(keys.insert(f.key()).second) << f.flag << " declared twice";
+  const auto j = nlohmann::json::parse(json);
+  EXPECT_EQ(j.size(), fields.size());
+  for (const auto& k : keys) EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(ConfigFields, EachFieldOnceInFlagsAndJson) {
+  expect_declared_once(SftConfig::fields(), SftConfig{}.to_json());
+  expect_declared_once(CausalConfig::fields(), CausalConfig{}.to_json());
+  // The seed rtcwm's args.json: every value a string, as Python's str() writes it.
+  const auto causal = nlohmann::json::parse(CausalConfig{}.to_json());
+  EXPECT_EQ(causal["level_shift"], "3.0");
+  EXPECT_EQ(causal["clean_first_frame"], "False");
+  EXPECT_EQ(causal["lr"], "2e-05");
+  // The SFT config.json: typed values.
+  const auto sft = nlohmann::json::parse(SftConfig{}.to_json());
+  EXPECT_TRUE(sft["first_frame_cond"].is_boolean());
+  EXPECT_DOUBLE_EQ(sft["lr"].get<double>(), 1e-5);
+}
+
+TEST(ConfigFields, StartupLineNamesWhatDiffersFromTheDefaults) {
+  SftConfig c;
+  EXPECT_EQ(changed_fields(c, SftConfig::fields()), "(all defaults)");
+  c.lr = 5e-4, c.gradient_checkpointing = false, c.model = "tiny";
+  EXPECT_EQ(changed_fields(c, SftConfig::fields()), "--model tiny --gradient_checkpointing False --lr 0.0005");
+}
+
+}  // namespace
+}  // namespace vdt
