@@ -187,17 +187,7 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
     }
     if (files.contains("fixture.loss")) rows.add("fixture.loss", loss.reshape({1}), need("fixture.loss"));
     loss.backward();
-    std::map<std::string, torch::Tensor> params;
-    for (auto& kv : model->named_parameters()) params[kv.key()] = kv.value();
-    const std::string prefix = "fixture.grad.";
-    for (const auto& k : files.keys()) {
-      if (k.rfind(prefix, 0) != 0) continue;
-      const std::string pname = k.substr(prefix.size());
-      VDT_CHECK(params.count(pname), cfg.fixture, ": '", k, "' names no model parameter");
-      const auto g = params[pname].grad();
-      VDT_CHECK(g.defined(), "no gradient reached ", pname);
-      rows.add(k, g, need(k));
-    }
+    for (const auto& [k, g] : fixture_gradients(files, *model, cfg.fixture)) rows.add(k, g, need(k));
   } else {
     result.notes.push_back("loss and gradients skipped: no fixture.pred_video / fixture.target_video");
   }

@@ -26,6 +26,24 @@ bool ParityResult::pass() const {
   return !rows.empty();
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> fixture_gradients(const SafetensorsSet& files,
+                                                                     const torch::nn::Module& model,
+                                                                     const std::string& fixture) {
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& kv : model.named_parameters()) params[kv.key()] = kv.value();
+  const std::string prefix = "fixture.grad.";
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& k : files.keys()) {
+    if (k.rfind(prefix, 0) != 0) continue;
+    const std::string pname = k.substr(prefix.size());
+    VDT_CHECK(params.count(pname), fixture, ": '", k, "' names no model parameter");
+    const auto g = params[pname].grad();
+    VDT_CHECK(g.defined(), fixture, ": no gradient reached ", pname);
+    out.emplace_back(k, g);
+  }
+  return out;
+}
+
 double rel_l2(const torch::Tensor& a, const torch::Tensor& ref) {
   auto a64 = a.detach().to(torch::kCPU, torch::kFloat64), r64 = ref.detach().to(torch::kCPU, torch::kFloat64);
   const double denom = r64.norm().item<double>();
@@ -80,15 +98,7 @@ ParityResult run_parity(const ParityConfig& cfg) {
     auto loss = flow_mse(out, target, first_frame_zero);
     add("fixture.loss", loss.reshape({1}), files.get("fixture.loss"));
     loss.backward();
-    std::map<std::string, torch::Tensor> params;
-    for (auto& kv : model->named_parameters()) params[kv.key()] = kv.value();
-    const std::string prefix = "fixture.grad.";
-    for (const auto& k : files.keys()) {
-      if (k.rfind(prefix, 0) != 0) continue;
-      const std::string pname = k.substr(prefix.size());
-      VDT_CHECK(params.count(pname), cfg.fixture, ": '", k, "' names no model parameter");
-      auto g = params[pname].grad();
-      VDT_CHECK(g.defined(), "no gradient reached ", pname);
+    for (const auto& [k, g] : fixture_gradients(files, *model, cfg.fixture)) {
       add(k, g, files.get(k));
     }
   }

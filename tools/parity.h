@@ -3,7 +3,10 @@
 // fixture.grad.* by relative L2 error. Used by `vdt parity` and the parity tests.
 // Not here: producing fixtures (that is the reference implementation's job).
 #pragma once
+#include <torch/nn/module.h>
 #include <torch/types.h>
+
+#include "core/safetensors.h"
 
 #include <string>
 #include <vector>
@@ -30,6 +33,12 @@ struct ParityResult {
   std::string timestep_mode;
   bool pass() const;
 };
+
+// After the fixture's loss backward: (fixture.grad.<param>, that parameter's gradient) for every stored gradient of
+// `fixture` (an open SafetensorsSet); an error names a stored gradient whose parameter is missing or got none.
+std::vector<std::pair<std::string, torch::Tensor>> fixture_gradients(const SafetensorsSet& files,
+                                                                     const torch::nn::Module& model,
+                                                                     const std::string& fixture);
 
 // Relative L2 error |a - b| / |b| in float64.
 double rel_l2(const torch::Tensor& a, const torch::Tensor& ref);

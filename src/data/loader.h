@@ -32,8 +32,6 @@ class Loader {
   std::optional<SftBatch> next();
   // Seconds the last next() call blocked waiting for a batch (data_time).
   double last_wait_seconds() const { return last_wait_; }
-  // Micro batches of the current epoch handed out so far, counting the skipped ones.
-  int64_t position() const { return cursor_; }
 
  private:
   struct Result {

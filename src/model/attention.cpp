@@ -51,15 +51,14 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
   norm_k = register_module("norm_k", RMSNorm(dim, eps));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, int64_t causal_chunk,
-                                         bool teacher_forcing) {
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern) {
   auto qh = apply_rope(norm_q(lora_or_linear(q, x)).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
   auto kh = apply_rope(norm_k(lora_or_linear(k, x)).unflatten(-1, {heads_, -1}), rope);
   auto vh = lora_or_linear(v, x).unflatten(-1, {heads_, -1});
-  auto a = causal_chunk > 0  // [B, N, L, Dh]
-               ? block_causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), causal_chunk,
+  auto a = pattern.causal()  // [B, N, L, Dh]
+               ? block_causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), pattern.chunk_tokens,
                                         kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel,
-                                        teacher_forcing)
+                                        pattern.teacher_forcing)
                : attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), kernel);
   return lora_or_linear(o, merge_heads(a));
 }

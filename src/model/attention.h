@@ -33,10 +33,9 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps);
-  // causal_chunk > 0: block-causal over chunks of that many tokens (queries of chunk i see chunks 0..i).
-  // teacher_forcing: x is [clean | noisy] halves (block_causal.h).
-  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, int64_t causal_chunk = 0,
-                        bool teacher_forcing = false);  // [B, L, D] -> [B, L, D]
+  // pattern: bidirectional, block-causal over chunks of tokens (queries of chunk i see chunks 0..i), or teacher
+  // forcing over [clean | noisy] halves (block_causal.h).
+  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern = {});  // [B, L, D] -> [B, L, D]
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;

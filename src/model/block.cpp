@@ -43,7 +43,7 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   auto mod = (modulation.to(in.e0.scalar_type()) + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D], float32
   auto x = in.x;
   // 1) self-attention with adaLN
-  x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope, in.causal_chunk, in.teacher_forcing), mod[2]);
+  x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope, in.pattern), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
   x = x + cross_attn(norm3(x), in.ctx, in.ctx_ids);
   // 3) FFN with adaLN

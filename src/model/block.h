@@ -17,8 +17,7 @@ struct BlockInputs {
   torch::Tensor e0;    // [B, G, 6, D] time projection per timestep group (float32)
   torch::Tensor ctx;   // [B, Lt, D] or [B, F, Lt, D] embedded text, or distinct rows [R, Lt, D] with ctx_ids
   RopeTable rope;      // [L, Dh/2] tables
-  int64_t causal_chunk = 0;  // tokens per block-causal chunk of self-attention; 0 = bidirectional
-  bool teacher_forcing = false;  // x is [clean | noisy] halves under the teacher-forcing mask (needs causal_chunk)
+  TokenPattern pattern;  // self-attention: bidirectional, block-causal chunks of tokens, or teacher forcing
   torch::Tensor ctx_ids;  // optional [B, F] int64: the row of ctx for each cell (per-cell text as distinct rows)
 };
 

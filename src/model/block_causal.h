@@ -16,6 +16,15 @@ enum class CausalKernel { prefix, mask, eager };
 // "prefix" | "mask" | "eager", and the seed's names "fa3" (= prefix) and "flex" (= mask); an error names the flag.
 CausalKernel causal_kernel_from_string(const std::string& s);
 
+// Self-attention's pattern in tokens, the one value blocks and attention take (the model derives it from
+// model/denoiser.h's AttentionPattern in latent frames): bidirectional (chunk_tokens 0), block-causal over chunks of
+// chunk_tokens, or teacher forcing ([clean | noisy] halves, teacher_forcing_mask).
+struct TokenPattern {
+  int64_t chunk_tokens = 0;
+  bool teacher_forcing = false;
+  bool causal() const { return chunk_tokens > 0; }
+};
+
 // Boolean [L, L] mask, true = may attend: query chunk i sees key chunks 0..i. L = n_chunks * chunk_tokens.
 torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device = torch::kCPU);
 

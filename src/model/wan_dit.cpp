@@ -199,14 +199,14 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
                 "needs a chunk size and two equal halves of whole chunks, got ", grid[0], " token frames");
     const auto half = rope_table(cfg_.head_dim(), {grid[0] / 2, grid[1], grid[2]}, x.device());  // [L/2, Dh/2]
     bin.rope = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};            // [L, Dh/2]
-    bin.teacher_forcing = true;
+    bin.pattern.teacher_forcing = true;
   } else {
     bin.rope = rope_table(cfg_.head_dim(), grid, x.device());
   }
   if (pattern.causal()) {
     TORCH_CHECK(grid[0] % pattern.chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",
                 pattern.chunk_frames);
-    bin.causal_chunk = pattern.chunk_frames * grid[1] * grid[2];  // tokens per chunk
+    bin.pattern.chunk_tokens = pattern.chunk_frames * grid[1] * grid[2];  // tokens per chunk
   }
   for (auto& m : *blocks) {
     auto& block = *m->as<WanBlockImpl>();
