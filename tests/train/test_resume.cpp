@@ -232,7 +232,7 @@ TEST(StateFaults, AFullDiskLeavesThePreviousStateIntact) {
   st.step = 1, st.geometry = {1, 1, 1, 1, 1, 0};
   NamedTensors w = {{"a", torch::ones({256, 1024})}}, o = {{"exp_avg.a", torch::zeros({256, 1024})}};
   auto single = make_single_rank();
-  save_trainer_state(run, "", st, w, o, *single);
+  save_trainer_state(run, "", st, {w, o, {}}, *single);
   // A write that fails: the file-size limit (EFBIG) stands in for a full disk (ENOSPC); both fail write(2).
   struct rlimit old;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -243,7 +243,7 @@ TEST(StateFaults, AFullDiskLeavesThePreviousStateIntact) {
   st.step = 2;
   std::string msg;
   try {
-    save_trainer_state(run, "", st, w, o, *single);
+    save_trainer_state(run, "", st, {w, o, {}}, *single);
   } catch (const Error& e) {
     msg = e.what();
   }
@@ -329,6 +329,32 @@ TEST_F(ResumeTest, KilledAtEveryPointOfASaveTheRunResumesFromAValidSlotAndEndsTh
     expect_same_tensors(state_file(dir_.file("ref"), "weights"), state_file(out, "weights"));
     fs::remove_all(out);
   }
+}
+
+}  // namespace
+}  // namespace vdt
+
+namespace vdt {
+namespace {
+
+// One checkpointer for both trainers: a slot says which trainer wrote it, and the other trainer refuses it by name.
+TEST(Checkpointer, ASlotOfTheOtherTrainerIsRefusedNamingBoth) {
+  test::TempDir d;
+  const auto run = d.path().string();
+  auto single = make_single_rank();
+  CheckpointParts parts;
+  parts.trainer = "vdt train causal", parts.step = 3, parts.replicated = true;
+  parts.update = {{{"blocks.0.q.lora_A.weight", torch::ones({2, 4})}}, {{"exp_avg.blocks.0.q.lora_A.weight", torch::zeros({2, 4})}}, {}};
+  parts.train_state = {{"samples_seen", 6}};
+  parts.config_json = R"({"out": "x"})";
+  const auto slot = save_checkpoint(run, "", parts, *single);
+  EXPECT_TRUE(fs::exists(slot + "/config.json"));
+  const auto ck = load_checkpoint(run, false, "vdt train causal");
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->train_state["step"], 3);
+  EXPECT_EQ(ck->train_state["samples_seen"], 6);
+  EXPECT_TRUE(torch::equal(ck->full("weight", "blocks.0.q.lora_A.weight"), torch::ones({2, 4})));
+  test::expect_error([&] { load_trainer_state(run, false); }, {"vdt train causal", "vdt train sft", "trainer_state.json"});
 }
 
 }  // namespace

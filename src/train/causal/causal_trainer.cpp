@@ -121,10 +121,8 @@ void build_resume(CausalRun& r) {
     VDT_CHECK(differs.empty(), st->dir, ": the state's base is not this run's --model ", r.cfg.model, ": ", differs,
               "\n---> HINT: re-run with the --model the LoRA was trained on, or use another --out");
     for (const auto& [name, p] : r.lora) {
-      VDT_CHECK(st->tensors->contains("lora." + name), st->dir, ": no factor 'lora.", name, "' (different --lora-rank or "
-                "model?)");
-      const auto& shape = st->tensors->entry("lora." + name).shape;
-      VDT_CHECK(shape == p.sizes().vec(), st->dir, ": factor ", name, " is ", shape, ", this run's is ", p.sizes(),
+      const auto t = st->full("weight", name);  // an error names the slot when the factor is missing
+      VDT_CHECK(t.sizes() == p.sizes(), st->dir, ": factor ", name, " is ", t.sizes(), ", this run's is ", p.sizes(),
                 " (--lora-rank ", r.cfg.lora_rank, ")");
     }
     r.sync->load([&](const std::string& kind, const std::string& name) { return st->full(kind, name); },
@@ -224,13 +222,11 @@ StepStats train_step(CausalRun& r, int64_t it) {
 
 std::string save(CausalRun& r, int64_t step) {
   const std::string path = lora_step_path(r.cfg.out, step);
-  if (r.ctx->rank == 0) {
-    const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
-    r.state_slot = save_lora_step(r.cfg, path, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
-                                  r.lora, r.sync->state());
-    std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
-  }
-  r.ctx->comm.barrier();
+  if (r.ctx->rank == 0) write_lora_file(r.cfg, path, step, r.lora);
+  const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
+  r.state_slot = save_causal_state(r.cfg, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
+                                   r.sync->state(), r.ctx->comm);
+  if (r.ctx->rank == 0) std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
   return path;
 }
 

@@ -1,8 +1,8 @@
 // The causal trainer's files in --out (SPEC §5): `lora_stepNNNNN.safetensors` — the LoRA factors in bf16 with
 // metadata base, step, objective, span_chunks, level_shift (plus rank and alpha, so `vdt ckpt merge-lora` and
-// read_lora take it alone), what the seed writes and its Python code loads — and, beyond the seed, a crash-safe
-// state slot (core/state_slots.h: state_A / state_B) with the float32 factors, the AdamW moments and the sample
-// position, so a re-run continues exactly. The seed resumes from the newest lora_step file with fresh moments; we do
+// read_lora take it alone), what the seed writes and its Python code loads — and, beyond the seed, its parts of a
+// checkpoint (train/checkpoint/checkpointer.h, the same slots as the SFT trainer's) with the float32 factors, the
+// AdamW moments and the sample position, so a re-run continues exactly. The seed resumes from the newest lora_step file with fresh moments; we do
 // too when no slot matches that step.
 #pragma once
 #include <torch/types.h>
@@ -14,6 +14,7 @@
 
 #include "core/safetensors.h"
 #include "distributed/grad_sync.h"
+#include "train/checkpoint/checkpointer.h"
 #include "train/causal/causal_config.h"
 
 namespace vdt {
@@ -29,21 +30,21 @@ struct CausalPosition {
   std::string model_config;  // the base's architecture (Denoiser::config_json), checked on an exact resume
 };
 
-// Writes the slot (never over `keep`); returns the slot directory. `lora` in float32 as trained, `optimizer` as
-// AdamW::state() names it. Only rank 0 calls this (the LoRA and its moments are replicated).
-std::string save_causal_state(const std::string& out, const std::string& keep, const CausalPosition& pos,
-                              const NamedTensors& lora, const NamedTensors& optimizer, const std::string& config_json);
+// The seed's LoRA file: `path` in bf16 with the seed's metadata (base, step, objective, span_chunks, level_shift) plus
+// rank, alpha, chunk_frames, seed, val_clips, clean_first_frame. Rank 0 writes it.
+void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora);
 
-// One save of the causal trainer (rank 0): the LoRA file `path` in bf16 with the seed's metadata, then the state slot
-// (never over `keep`) with the float32 factors and the update path's optimizer state. Returns the slot directory.
-std::string save_lora_step(const CausalConfig& cfg, const std::string& path, const std::string& keep,
-                           const CausalPosition& pos, const NamedTensors& lora, const SyncState& update);
+// The exact-resume state of a step through the checkpointer (train/checkpoint/checkpointer.h): the float32 factors
+// and AdamW moments (the update path's state, replicated: one shard), the position as trainer_state.json, the flags
+// as config.json. Never over `keep`; every rank calls it. Returns the slot directory.
+std::string save_causal_state(const CausalConfig& cfg, const std::string& keep, const CausalPosition& pos,
+                              const SyncState& update, Communicator& comm);
 
 struct CausalState {
   CausalPosition pos;
   std::string dir;
-  std::shared_ptr<SafetensorsFile> tensors;  // "lora.<name>", "optim.<key>"
-  // The slot as the update path loads it: weight -> "lora.<name>", exp_avg / exp_avg_sq -> "optim.<kind>.<name>".
+  LoadedCheckpoint checkpoint;
+  // The slot as the update path loads it (LoadedCheckpoint::full).
   torch::Tensor full(const std::string& kind, const std::string& name) const;
   int64_t optimizer_steps() const;  // AdamW's step count (the fused kernel's per-factor count)
 };

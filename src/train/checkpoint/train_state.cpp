@@ -14,26 +14,6 @@ namespace fs = std::filesystem;
 namespace vdt {
 namespace {
 
-constexpr const char* kStateFile = "trainer_state.json";
-
-std::string shard_name(const std::string& stem, int rank, int world) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s-%05d-of-%05d.safetensors", stem.c_str(), rank, world);
-  return buf;
-}
-
-std::vector<std::shared_ptr<SafetensorsFile>> open_shards(const std::string& slot, const std::string& stem) {
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(slot))
-    if (e.path().filename().string().rfind(stem + "-", 0) == 0 && e.path().extension() == ".safetensors")
-      files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  VDT_CHECK(!files.empty(), slot, ": no ", stem, "-*.safetensors in the state slot");
-  std::vector<std::shared_ptr<SafetensorsFile>> out;
-  for (const auto& f : files) out.push_back(SafetensorsFile::open(f));
-  return out;
-}
-
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& where) {
   VDT_CHECK(j.contains(key), where, ": field '", key, "' is missing");
@@ -87,109 +67,16 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
 }
 
 std::string save_trainer_state(const std::string& run_dir, const std::string& keep_slot, const TrainerState& st,
-                               const NamedTensors& weights, const NamedTensors& optimizer, Communicator& comm,
-                               const Metadata& shard_meta) {
-  const int rank = comm.rank(), world = comm.world();
-  std::string slot_dir;
-  try {
-    std::unique_ptr<SlotWriter> w;
-    if (rank == 0) w = std::make_unique<SlotWriter>(run_dir, keep_slot);
-    // Every rank writes into the slot rank 0 chose (0 = state_A, 1 = state_B).
-    auto which = torch::full({1}, w && fs::path(w->dir()).filename() == "state_B" ? 1 : 0, torch::kInt32);
-    if (world > 1) {
-      auto dev = weights.empty() ? which : which.to(weights.front().second.device());
-      comm.broadcast(dev, 0)->wait();
-      which = dev.cpu();
-    }
-    slot_dir = (fs::path(run_dir) / (which.item<int>() == 1 ? "state_B" : "state_A")).string();
-    Metadata meta = shard_meta;
-    meta["step"] = std::to_string(st.step);
-    meta["trainer"] = "vdt train sft";
-    save_safetensors((fs::path(slot_dir) / shard_name("weights", rank, world)).string(), weights, meta);
-    save_safetensors((fs::path(slot_dir) / shard_name("optimizer", rank, world)).string(), optimizer, meta);
-    comm.barrier();
-    if (w) {
-      w->write_text(kStateFile, st.to_json().dump(2) + "\n");
-      w->commit({{"step", st.step}, {"world", world}});
-    }
-    comm.barrier();
-  } catch (const Error& e) {
-    const std::string keep = fs::path(run_dir) / "state";
-    VDT_FAIL("saving the training state at step ", st.step, " into ", slot_dir.empty() ? run_dir : slot_dir,
-             " failed:\n  ", e.what(), "\nThe previous state (", keep, ") is intact; the partial slot was removed.\n",
-             "---> HINT: free disk space under ", run_dir, ", then resume with --resume ", run_dir);
-  }
-  return slot_dir;
-}
-
-torch::Tensor LoadedState::full(const std::string& kind, const std::string& name) const {
-  const auto& files = kind == "weight" ? weight_files : optimizer_files;
-  const auto& meta = weight_files.front()->metadata();
-  const auto it = meta.find("zero2_layout");
-  if (it == meta.end()) {  // per-parameter tensors (possibly split over files by name)
-    const std::string key = kind == "weight" ? name : kind + "." + name;
-    for (const auto& f : files)
-      if (f->contains(key)) return f->get(key);
-    VDT_FAIL(slot, ": the state has no '", key, "'");
-  }
-  const auto layout = nlohmann::json::parse(it->second);
-  const auto& buckets = layout.at("buckets");
-  for (size_t k = 0; k < buckets.size(); ++k)
-    for (const auto& p : buckets[k].at("params")) {
-      if (p.at(0).get<std::string>() != name) continue;
-      const std::string key = (kind == "weight" ? "master" : kind) + ".bucket" + std::to_string(k);
-      auto hit = bucket_cache_.find(key);
-      if (hit == bucket_cache_.end()) {
-        if (bucket_cache_.size() > 6) bucket_cache_.clear();  // parameters are asked for bucket by bucket
-        std::vector<torch::Tensor> slices;
-        for (const auto& f : files) {
-          VDT_CHECK(f->contains(key), f->path(), ": the state shard has no '", key, "'");
-          slices.push_back(f->get(key));
-        }
-        hit = bucket_cache_.emplace(key, torch::cat(slices)).first;
-      }
-      const auto& whole = hit->second;
-      return whole.narrow(0, p.at(1).get<int64_t>(), p.at(2).get<int64_t>());
-    }
-  VDT_FAIL(slot, ": parameter '", name, "' is in no bucket of the state's ZeRO-2 layout");
-}
-
-int64_t LoadedState::optimizer_steps() const {
-  for (const auto& f : optimizer_files)
-    for (const auto& k : f->keys())
-      if (k.rfind("step.", 0) == 0) return static_cast<int64_t>(f->get(k).item<double>());
-  VDT_FAIL(slot, ": the optimizer state has no step count");
+                               const SyncState& update, Communicator& comm, const std::string& config_json) {
+  return save_checkpoint(run_dir, keep_slot, {"vdt train sft", st.step, st.to_json(), update, config_json}, comm);
 }
 
 std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none) {
-  std::error_code ec;
-  VDT_CHECK(fs::exists(path, ec) || allow_none, "--resume ", path, ": no such file or directory");
-  std::vector<std::string> notes;
-  const auto slot = fs::exists(path, ec) ? find_slot(path, &notes) : std::nullopt;
-  for (const auto& n : notes) std::printf("[resume] %s\n", n.c_str());
-  if (!slot) {
-    if (allow_none) return std::nullopt;
-    std::string why;
-    for (const auto& n : notes) why += "\n  " + n;
-    VDT_FAIL("--resume ", path, ": no complete state slot (state_A/ or state_B/ with a valid slot.json)",
-             why.empty() ? std::string(" was found") : ":" + why,
-             "\n---> HINT: pass a run directory written with --save_state, or a step-N.safetensors export to warm "
-             "start");
-  }
-  const std::string file = (fs::path(slot->dir) / kStateFile).string();
-  std::ifstream f(file);
-  VDT_CHECK(f.good(), file, ": cannot read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    VDT_FAIL(file, ": malformed JSON (", e.what(), ")");
-  }
+  auto ck = load_checkpoint(path, allow_none, "vdt train sft");
+  if (!ck) return std::nullopt;
   LoadedState out;
-  out.slot = slot->dir;
-  out.st = TrainerState::from_json(j, file);
-  out.weight_files = open_shards(slot->dir, "weights");
-  out.optimizer_files = open_shards(slot->dir, "optimizer");
+  static_cast<LoadedCheckpoint&>(out) = std::move(*ck);
+  out.st = TrainerState::from_json(out.train_state, out.slot + "/trainer_state.json");
   return out;
 }
 

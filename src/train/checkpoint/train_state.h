@@ -1,12 +1,7 @@
-// The SFT trainer's resumable state (SPEC §4 state and resume): what a state slot holds and where a resumed run picks
-// up its data. A slot (core/state_slots.h) holds
-//   trainer_state.json                      step, data position, geometry, vocab, res, init_ckpt, model, precision,
-//                                           model_config
-//   weights-RRRRR-of-WWWWW.safetensors      the optimizer-side weights by checkpoint name (fp32 masters when mixed)
-//   optimizer-RRRRR-of-WWWWW.safetensors    AdamW exp_avg.<name>, exp_avg_sq.<name>, step.<name>
-// Files are keyed by parameter name, so a state written by W ranks loads with any world size (all shards are read
-// as one set). The random streams are counter-based (core/rng.h): the data position and the micro-batch counter
-// are all of their state. Not here: the loop that uses it (sft_trainer.cpp).
+// The SFT trainer's train state (SPEC §4 state and resume): its part of a checkpoint (train/checkpoint/checkpointer.h,
+// trainer_state.json: step, data position, geometry, vocab, res, init_ckpt, model, precision, model_config) and where
+// a resumed run picks up its data. The random streams are counter-based (core/rng.h): the data position and the
+// micro-batch counter are all of their state. Not here: the slot files (the checkpointer), the loop (sft_trainer).
 #pragma once
 #include <torch/types.h>
 
@@ -20,6 +15,7 @@
 
 #include "core/safetensors.h"
 #include "distributed/communicator.h"
+#include "train/checkpoint/checkpointer.h"
 
 namespace vdt {
 
@@ -50,34 +46,19 @@ struct TrainerState {
 };
 
 
-// Writes a new slot under run_dir (never over `keep_slot`, the slot last written or resumed from) and commits it;
-// returns its directory. Every rank writes its own weights/optimizer shard (with `shard_meta` in the metadata); rank 0
-// chooses the slot, writes trainer_state.json and commits once every rank's files are written. On failure (full
-// disk, ...) throws with the file and errno, saying the previous state is intact, after removing what it wrote.
+// The SFT trainer's parts of a checkpoint (train/checkpoint/checkpointer.h): its TrainerState as trainer_state.json
+// beside the update path's weights and optimizer state and the run's flags. Every rank calls it.
 std::string save_trainer_state(const std::string& run_dir, const std::string& keep_slot, const TrainerState& st,
-                               const NamedTensors& weights, const NamedTensors& optimizer, Communicator& comm,
-                               const Metadata& shard_meta = {});
+                               const SyncState& update, Communicator& comm, const std::string& config_json = {});
 
-// A loaded slot. Its tensors are read through full(), whatever the layout that wrote them: one rank's
-// per-parameter tensors (weight `<name>`, `exp_avg.<name>`, `exp_avg_sq.<name>`, `step.<name>`) or the ZeRO-2 bucket
-// slices of W ranks (`master.bucketK`, `exp_avg.bucketK`, ... with the layout in the metadata), so a state loads
-// with any world size.
-struct LoadedState {
-  std::string slot;
+// A loaded SFT slot: the checkpoint plus its TrainerState.
+struct LoadedState : LoadedCheckpoint {
   TrainerState st;
-  std::vector<std::shared_ptr<SafetensorsFile>> weight_files, optimizer_files;
-  // The full tensor of `kind` ("weight", "exp_avg" or "exp_avg_sq") of parameter `name` (flattened for bucket
-  // layouts); an error naming the slot when absent.
-  torch::Tensor full(const std::string& kind, const std::string& name) const;
-  int64_t optimizer_steps() const;
-
- private:
-  mutable std::map<std::string, torch::Tensor> bucket_cache_;
 };
 
-// The state behind --resume PATH (a run directory, a slot, or the `state` link; see find_slot). Prints a note for
-// every unusable slot it skipped. Without any complete slot: nullopt when allow_none (--resume auto on a fresh run
-// directory), else an error listing why each slot is unusable.
+// The state behind --resume PATH (a run directory, a slot, or the `state` link). Prints a note for every unusable
+// slot it skipped. Without any complete slot: nullopt when allow_none (--resume auto on a fresh run directory), else
+// an error listing why each slot is unusable.
 std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none);
 
 // Where a resumed run starts reading: the seed's resume_position. Unchanged geometry -> the next micro batch of the

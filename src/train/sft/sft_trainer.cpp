@@ -298,9 +298,8 @@ std::string do_export(SftRun& r, int64_t step) {
 }
 
 std::string do_save_state(SftRun& r, int64_t step) {
-  const auto s = r.sync->state();
-  r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), s.weights, s.optimizer,
-                                    r.ctx->comm, s.meta);
+  r.state_slot = save_trainer_state(r.cfg.output, r.state_slot, current_state(r, step), r.sync->state(), r.ctx->comm,
+                                    r.cfg.to_json());
   if (r.ctx->rank != 0) return r.state_slot;
   std::printf("[state] %s (step %lld, epoch %lld after %lld micro batches; %s/state points here)\n",
               r.state_slot.c_str(), static_cast<long long>(step), static_cast<long long>(r.epoch),
