@@ -20,7 +20,8 @@ void add_ckpt(CLI::App& app, int& exit_code) {
     std::printf("%lld tensors, %lld parameters, %.3f GB\n", static_cast<long long>(s.tensors),
                 static_cast<long long>(s.parameters), static_cast<double>(s.bytes) / 1e9);
     for (const auto& [dt, n] : s.dtypes) std::printf("  %-8s %lld tensors\n", dt.c_str(), static_cast<long long>(n));
-    std::printf("preset: %s\n", s.preset.empty() ? "(not a Wan DiT)" : s.preset.c_str());
+    std::printf("preset: %s%s\n", s.preset.empty() ? "(not a Wan or MiniMax-H3 DiT)" : s.preset.c_str(),
+                s.family.empty() ? "" : (" (" + s.family + ")").c_str());
     if (s.sem_cond_keys) std::printf("gc_sem_cond: %lld keys\n", static_cast<long long>(s.sem_cond_keys));
     if (s.lora_modules) std::printf("LoRA: %lld modules\n", static_cast<long long>(s.lora_modules));
     for (const auto& [k, v] : s.metadata)

@@ -2,10 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/h3/h3_config.h"
+#include "model/h3/h3_weights.h"
 #include "model/lora.h"
 #include "model/wan_dit.h"
 #include "model/weights_io.h"
@@ -26,9 +29,13 @@ CkptSummary inspect_ckpt(const SafetensorsSet& files) {
     if (k.rfind("gc_sem_cond.", 0) == 0) ++s.sem_cond_keys;
   }
   try {
-    s.preset = detect_config(files).preset;
+    s.preset = detect_config(files).preset, s.family = "wan";
   } catch (const Error&) {
-    s.preset = "";
+    try {
+      s.preset = detect_h3_config(files).preset, s.family = "minimax-h3";
+    } catch (const Error&) {
+      s.preset = "", s.family = "";
+    }
   }
   return s;
 }
@@ -37,10 +44,25 @@ std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::stri
   std::vector<std::string> problems;
   const auto summary = inspect_ckpt(files);
   const bool is_lora = summary.lora_modules > 0;
-  if (!is_lora) {
+  const bool h3 = preset.empty() ? summary.family == "minimax-h3"
+                                 : std::find(h3_preset_names().begin(), h3_preset_names().end(), preset) !=
+                                       h3_preset_names().end();
+  if (!is_lora && h3) {  // shapes are known without building the model: the list of h3_checkpoint_shapes
+    const auto want = h3_checkpoint_shapes(preset.empty() ? detect_h3_config(files) : h3_preset(preset));
+    const std::string name = preset.empty() ? summary.preset : preset;
+    for (const auto& [k, shape] : want) {
+      const std::string stored = files.contains(k) ? k : "model." + k;
+      if (!files.contains(stored)) problems.push_back(k + ": missing (preset " + name + ")");
+      else if (files.entry(stored).shape != shape) problems.push_back(k + ": shape mismatch for preset " + name);
+    }
+    for (const auto& k : files.keys()) {
+      const std::string n = k.rfind("model.", 0) == 0 ? k.substr(6) : k;
+      if (!want.count(n) && k.rfind("fixture.", 0) != 0) problems.push_back(k + ": unexpected for preset " + name);
+    }
+  } else if (!is_lora) {
     std::string name = preset.empty() ? summary.preset : preset;
     if (name.empty()) {
-      problems.push_back("the keys are not a Wan DiT of any preset (" + std::to_string(summary.tensors) +
+      problems.push_back("the keys are not a Wan DiT or a MiniMax-H3 DiT of any preset (" + std::to_string(summary.tensors) +
                          " tensors); name one with --model to see which keys differ");
     } else {
       // The key set depends on the layer count and the architecture, not the widths: build the key structure at

@@ -14,14 +14,15 @@ namespace vdt {
 struct CkptSummary {
   int64_t tensors = 0, parameters = 0, bytes = 0;
   std::map<std::string, int64_t> dtypes;  // dtype -> tensor count
-  std::string preset;                     // detected Wan preset, "" when the keys are not a Wan DiT
+  std::string preset;                     // detected preset ("custom": a known family at other widths), "" if none
+  std::string family;                     // "wan", "minimax-h3", or "" when the keys are neither
   int64_t lora_modules = 0, sem_cond_keys = 0;
   Metadata metadata;
 };
 CkptSummary inspect_ckpt(const SafetensorsSet& files);
 
-// Every problem, one line each, naming the key: missing or unexpected keys for a Wan DiT (against `preset`, or the
-// detected one when empty), non-finite values, incomplete LoRA pairs. Empty: healthy.
+// Every problem, one line each, naming the key: missing or unexpected keys for a Wan DiT or a MiniMax-H3 DiT (against
+// `preset`, or the detected one when empty; H3 shapes too), non-finite values, incomplete LoRA pairs. Empty: healthy.
 std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::string& preset = "");
 
 struct CkptDiffRow {
