@@ -44,9 +44,9 @@ std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::stri
   std::vector<std::string> problems;
   const auto summary = inspect_ckpt(files);
   const bool is_lora = summary.lora_modules > 0;
+  const auto h3_presets = h3_preset_names();
   const bool h3 = preset.empty() ? summary.family == "minimax-h3"
-                                 : std::find(h3_preset_names().begin(), h3_preset_names().end(), preset) !=
-                                       h3_preset_names().end();
+                                 : std::find(h3_presets.begin(), h3_presets.end(), preset) != h3_presets.end();
   if (!is_lora && h3) {  // shapes are known without building the model: the list of h3_checkpoint_shapes
     const auto want = h3_checkpoint_shapes(preset.empty() ? detect_h3_config(files) : h3_preset(preset));
     const std::string name = preset.empty() ? summary.preset : preset;
