@@ -41,5 +41,24 @@ TEST(ConfigFields, StartupLineNamesWhatDiffersFromTheDefaults) {
   EXPECT_EQ(changed_fields(c, SftConfig::fields()), "--model tiny --gradient_checkpointing False --lr 0.0005");
 }
 
+// Enum-like flags become enums once validated; an unknown value names the flag.
+TEST(ConfigFields, EnumLikeFlagsAreEnums) {
+  SftConfig s;
+  EXPECT_EQ(s.precision_mode(), Precision::mixed);
+  s.precision = "half";
+  test::expect_error([&] { s.precision_mode(); }, {"--precision", "half"});
+  CausalConfig c;
+  c.attn = "fa3", c.objective = "tf", c.shard_base = "off", c.act_offload = "on";
+  EXPECT_EQ(c.attn_kernel(), CausalKernel::prefix);  // the seed's names
+  c.attn = "flex";
+  EXPECT_EQ(c.attn_kernel(), CausalKernel::mask);
+  EXPECT_EQ(c.objective_mode(), CausalConfig::Objective::tf);
+  EXPECT_EQ(c.shard_mode(), CausalConfig::ShardBase::off);
+  EXPECT_TRUE(c.act_offload_on());
+  EXPECT_EQ(c.precision_mode(), Precision::bf16);
+  c.precision = "mixed";  // SFT only
+  test::expect_error([&] { c.precision_mode(); }, {"--precision", "mixed"});
+}
+
 }  // namespace
 }  // namespace vdt

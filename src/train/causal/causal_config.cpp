@@ -12,8 +12,7 @@ namespace vdt {
 void CausalConfig::validate() const {
   VDT_CHECK(!out.empty(), "--out is required (the run directory; a re-run with the same --out continues)");
   VDT_CHECK(!data_root.empty(), "--data-root is required (a data root, docs/data_format.md)");
-  VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
-            "forcing), got '", objective, "'");
+  objective_mode();
   VDT_CHECK(steps >= 0, "--steps ", steps, ": expected >= 0 (0 = epochs * samples / world)");
   VDT_CHECK(steps > 0 || epochs > 0, "--epochs ", epochs, ": expected > 0 when --steps is 0");
   VDT_CHECK(lr > 0, "--lr ", lr, ": expected > 0");
@@ -23,20 +22,46 @@ void CausalConfig::validate() const {
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
   VDT_CHECK(picture1 == "native", "--picture1 2048 applies to the MiniMax-H3 base (its Picture 1 image), which vdt does "
             "not train yet; the Wan bases take --picture1 native");
-  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
-            "call per chunk; the seed's fa3) or mask (one masked call; the seed's flex), got '", attn, "'");
-  VDT_CHECK(act_offload == "on" || act_offload == "off", "--act-offload: expected on or off, got '", act_offload, "'");
+  attn_kernel();
+  act_offload_on();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '",
             device, "'");
-  VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision: expected bf16 (frozen bf16 base, fp32 LoRA) or "
-            "fp32, got '", precision, "'");
+  precision_mode();
   VDT_CHECK(chunk_frames >= 1, "--chunk-frames ", chunk_frames, ": expected >= 1");
   VDT_CHECK(lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1");
   VDT_CHECK(lora_alpha > 0, "--lora-alpha ", lora_alpha, ": expected > 0");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
+  shard_mode();
+}
+
+CausalConfig::Objective CausalConfig::objective_mode() const {
+  VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
+            "forcing), got '", objective, "'");
+  return objective == "tf" ? Objective::tf : Objective::df;
+}
+
+CausalKernel CausalConfig::attn_kernel() const {
+  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
+            "call per chunk; the seed's fa3) or mask (one masked call; the seed's flex), got '", attn, "'");
+  return causal_kernel_from_string(attn);
+}
+
+bool CausalConfig::act_offload_on() const {
+  VDT_CHECK(act_offload == "on" || act_offload == "off", "--act-offload: expected on or off, got '", act_offload, "'");
+  return act_offload == "on";
+}
+
+CausalConfig::ShardBase CausalConfig::shard_mode() const {
   VDT_CHECK(shard_base == "auto" || shard_base == "on" || shard_base == "off", "--shard-base: expected auto, on or "
             "off, got '", shard_base, "'");
+  return shard_base == "on" ? ShardBase::on : shard_base == "off" ? ShardBase::off : ShardBase::automatic;
+}
+
+Precision CausalConfig::precision_mode() const {
+  VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision: expected bf16 (frozen bf16 base, fp32 LoRA) or "
+            "fp32, got '", precision, "'");
+  return precision == "fp32" ? Precision::fp32 : Precision::bf16;
 }
 
 const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/block_causal.h"
 #include "train/loop/config_fields.h"
 
 namespace vdt {
@@ -32,6 +33,14 @@ struct CausalConfig {
                           // and before the first, into val_log.jsonl; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
+  // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
+  enum class Objective { df, tf };
+  enum class ShardBase { automatic, on, off };
+  Objective objective_mode() const;
+  CausalKernel attn_kernel() const;  // prefix (the seed's fa3) or mask (flex)
+  bool act_offload_on() const;
+  ShardBase shard_mode() const;
+  Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected
   std::string to_json() const;  // every field as a string, as the seed's args.json
   static const std::vector<ConfigField<CausalConfig>>& fields();

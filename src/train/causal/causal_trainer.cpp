@@ -74,10 +74,10 @@ void build_model(CausalRun& r) {
   for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
   torch::NoGradGuard ng;
   for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the seed)
-  r.model->set_causal_kernel(causal_kernel_from_string(r.cfg.attn));
+  r.model->set_causal_kernel(r.cfg.attn_kernel());
   CheckpointOptions co;
-  co.offload_inputs = r.cfg.act_offload == "on";
-  if (r.ctx->world > 1 && r.cfg.shard_base != "off") {
+  co.offload_inputs = r.cfg.act_offload_on();
+  if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
     r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.ctx->comm);
     auto* shards = r.shards.get();
     co.before = [shards](torch::nn::Module& b) { shards->gather(b); };
@@ -151,7 +151,7 @@ torch::Tensor window_loss(CausalRun& r, const CausalSample& s, uint32_t level_pu
   for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(RngStream(r.cfg.seed, level_purpose).uniform(key, 0, c));
   auto x0 = s.latents.unsqueeze(0).to(r.ctx->device, r.ctx->dtype);  // [1, C, span, H, W]
   auto noise = r.ctx->noise(x0, r.cfg.seed, noise_purpose, key);
-  const bool tf = r.cfg.objective == "tf";
+  const bool tf = r.cfg.objective_mode() == CausalConfig::Objective::tf;
   const auto ex = tf ? make_tf_example(x0, noise, u, r.forcing, r.grid, r.grid_weights)
                      : make_df_example(x0, noise, u, r.forcing, r.grid, r.grid_weights);
   torch::Tensor context, context_ids;
@@ -325,7 +325,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   CausalRun r;
   r.cfg = cfg;
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
-                                       cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16);
+                                       cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
   build_data(r);
   build_model(r);
   build_update(r);

@@ -29,6 +29,9 @@ struct ConfigField {
   }
 };
 
+// --precision of either trainer: mixed (bf16 compute, fp32 masters; SFT only), bf16, fp32.
+enum class Precision { mixed, bf16, fp32 };
+
 // How values are written: as JSON values (numbers, bools) or as the seed rtcwm's args.json writes them, every value
 // a string (Python's str(): "3.0", "2e-05", "True").
 enum class JsonValues { typed, python_strings };

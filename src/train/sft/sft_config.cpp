@@ -24,14 +24,21 @@ std::vector<double> SftConfig::val_timestep_list() const {
   return out;
 }
 
+Precision SftConfig::precision_mode() const {
+  if (precision == "mixed") return Precision::mixed;
+  if (precision == "bf16") return Precision::bf16;
+  VDT_CHECK(precision == "fp32", "--precision: expected mixed (bf16 compute, fp32 master weights), bf16 (pure bf16) or "
+            "fp32, got '", precision, "'");
+  return Precision::fp32;
+}
+
 void SftConfig::validate() const {
   VDT_CHECK(!data_root.empty(), "--data_root is required (a data root as in docs/data_format.md)");
   VDT_CHECK(!output.empty(), "--output is required (the run directory)");
   VDT_CHECK(vocab == "parts" || vocab == "ids", "--vocab: expected parts or ids, got '", vocab, "'");
   for (auto [name, p] : {std::pair{"--text_dropout", text_dropout}, {"--cond_dropout", cond_dropout}, {"--mask_p", mask_p}})
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
-  VDT_CHECK(precision == "mixed" || precision == "bf16" || precision == "fp32", "--precision: expected mixed (bf16 compute, "
-            "fp32 master weights), bf16 (pure bf16) or fp32, got '", precision, "'");
+  precision_mode();
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '", device, "'");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");

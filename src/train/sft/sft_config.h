@@ -35,6 +35,8 @@ struct SftConfig {
   // Throws naming the flag, the value and the fix.
   void validate() const;
   std::vector<double> val_timestep_list() const;
+  // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
+  Precision precision_mode() const;
   std::string to_json() const;  // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };

@@ -99,7 +99,8 @@ bool is_warm_start(const std::string& resume) {
 void build_model(SftRun& r) {
   const auto base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{}
                                                   : weight_files(r.cfg.model_dir, "--model_dir");
-  const auto master_dtype = r.cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  const auto precision = r.cfg.precision_mode();
+  const auto master_dtype = precision == Precision::bf16 ? torch::kBFloat16 : torch::kFloat32;
   r.model = make_denoiser(r.cfg.model, torch::TensorOptions().device(r.ctx->device).dtype(master_dtype));
   check_data_matches(*r.model, r.train_ds->info().latent_channels, r.train_ds->info().text_dim,
                      r.cfg.data_root + "/dataset.json", "--model " + r.cfg.model);
@@ -127,8 +128,8 @@ void build_model(SftRun& r) {
   GradSyncOptions o;
   o.groups = {{"dit", [](const std::string& n) { return !is_cond(n); }, r.cfg.lr, r.cfg.weight_decay},
               {"gc_sem_cond", is_cond, r.cfg.cond_lr, r.cfg.weight_decay}};
-  if (r.cfg.precision != "bf16") o.adamw.state_dtype = torch::kFloat32;
-  o.fp32_masters = r.cfg.precision == "mixed";
+  if (precision != Precision::bf16) o.adamw.state_dtype = torch::kFloat32;
+  o.fp32_masters = precision == Precision::mixed;
   o.shard_optimizer = true;  // with several ranks
   r.sync = make_grad_sync(named_parameters(*r.model), o, r.ctx->comm);
   if (o.fp32_masters) r.model->to(r.ctx->dtype);
@@ -414,7 +415,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   SftRun r;
   r.cfg = cfg;
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
-                                       cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16);
+                                       cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
   std::filesystem::create_directories(cfg.output);
   build_data(r);
   build_model(r);
