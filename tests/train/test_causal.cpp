@@ -178,6 +178,24 @@ TEST_F(CausalTest, ResumeFromTheStateSlotIsExact) {
   for (const auto& k : a->keys()) EXPECT_TRUE(torch::equal(a->get(k), b->get(k))) << k;
 }
 
+// The SFT trainer's --resume on the causal trainer: another run's state continues exactly into a fresh --out, and a
+// --out that already holds a run is refused (re-running without --resume continues that one).
+TEST_F(CausalTest, ResumeFromAnotherRunsStateIntoAFreshOut) {
+  auto full = config("resume_full", 12);
+  const auto ref = train_causal(full);
+  auto first = config("resume_first", 12);
+  first.steps = 12;
+  copy_before_last_save(full.out, first.out, 12);  // a run whose newest state is step 8
+  auto next = config("resume_next", 12);
+  next.resume = first.out;
+  const auto resumed = train_causal(next);
+  EXPECT_EQ(resumed.start_step, 8);
+  EXPECT_NE(resumed.resume_how.find("exact"), std::string::npos) << resumed.resume_how;
+  expect_same_lora(ref.lora, resumed.lora);
+  auto again = next;
+  test::expect_error([&] { train_causal(again); }, {"--resume", "already holds", "without --resume"});
+}
+
 TEST_F(CausalTest, WithoutAStateSlotResumesFromTheNewestLoraWithFreshMoments) {
   auto c = config("seedlike", 8);
   train_causal(c);

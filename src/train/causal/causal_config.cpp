@@ -70,6 +70,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors", &C::out, true},
       {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
       {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
+      {"--resume", "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
+                   "seed's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run directory, "
+                   "state_A/B or state of another run: continue exactly from its state, writing into --out", &C::resume},
       {"--steps", "0 = epochs * samples / world", &C::steps},
       {"--epochs", "epochs over the train windows (when --steps is 0)", &C::epochs},
       {"--lr", "peak learning rate", &C::lr},

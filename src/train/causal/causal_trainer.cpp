@@ -99,13 +99,51 @@ void build_update(CausalRun& r) {
   r.sync->attach(r.lora);
 }
 
-// Continue from the newest lora_step file in --out (the seed's rule), exactly when the state slot has that step.
+// Exactly from a state: the float32 factors, the AdamW moments and the sample position.
+void resume_exactly(CausalRun& r, const CausalState& st) {
+  const std::string differs = st.pos.model_config.empty() ? "" : r.model->architecture_difference(st.pos.model_config);
+  VDT_CHECK(differs.empty(), st.dir, ": the state's base is not this run's --model ", r.cfg.model, ": ", differs,
+            "\n---> HINT: re-run with the --model the LoRA was trained on, or use another --out");
+  for (const auto& [name, p] : r.lora) {
+    const auto t = st.full("weight", name);  // an error names the slot when the factor is missing
+    VDT_CHECK(t.sizes() == p.sizes(), st.dir, ": factor ", name, " is ", t.sizes(), ", this run's is ", p.sizes(),
+              " (--lora-rank ", r.cfg.lora_rank, ")");
+  }
+  r.sync->load([&](const std::string& kind, const std::string& name) { return st.full(kind, name); },
+               st.optimizer_steps(), st.dir);
+  r.start_step = st.pos.step;
+  r.samples_base = st.pos.samples_seen;
+  r.resume_how = "exact resume after step " + std::to_string(st.pos.step) + " from " + st.dir + " (float32 LoRA, "
+                 "AdamW moments, sample position " + std::to_string(st.pos.samples_seen) + ")";
+  if (st.pos.world != r.ctx->world)
+    r.resume_how += "; world size " + std::to_string(st.pos.world) + " -> " + std::to_string(r.ctx->world) +
+                    ": the same global sample stream continues";
+}
+
+bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
+
+// --resume auto: continue from the newest lora_step file in --out (the seed's rule), exactly when the state slot has
+// that step. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from another run's state.
 void build_resume(CausalRun& r) {
   const auto [step, path] = newest_lora_step(r.cfg.out);
+  const std::string& resume = r.cfg.resume;
+  const bool from_state = resume != "auto" && !is_lora_file(resume);
+  VDT_CHECK(step == 0 || !from_state, "--resume ", resume, ": --out ", r.cfg.out, " already holds ", path,
+            "\n---> HINT: re-run without --resume to continue that run, or give a fresh --out");
+  if (from_state) {
+    std::vector<std::string> notes;
+    auto st = find_causal_state(resume, -1, &notes);
+    VDT_CHECK(st.has_value(), "--resume ", resume, ": no complete causal state slot",
+              notes.empty() ? std::string() : " (" + notes.back() + ")");
+    VDT_CHECK(st->pos.step <= r.total_steps, "--resume ", resume, ": its step ", st->pos.step, " is past this run's ",
+              r.total_steps, " steps");
+    return resume_exactly(r, *st);
+  }
   if (step == 0) {
-    if (!r.cfg.init_lora.empty()) {
-      load_lora(*r.model, read_lora(r.cfg.init_lora), "--init-lora " + r.cfg.init_lora);
-      r.resume_how = "fresh run from --init-lora " + r.cfg.init_lora;
+    const std::string init = is_lora_file(resume) ? resume : r.cfg.init_lora;
+    if (!init.empty()) {
+      load_lora(*r.model, read_lora(init), init);
+      r.resume_how = "fresh run from the LoRA " + init;
     } else {
       r.resume_how = "fresh run, new LoRA (B = 0)";
     }
@@ -113,34 +151,18 @@ void build_resume(CausalRun& r) {
   }
   VDT_CHECK(step <= r.total_steps, r.cfg.out, " already holds ", path, " (step ", step, ") past this run's ",
             r.total_steps, " steps; use another --out or more --steps/--epochs");
-  r.start_step = step;
   std::vector<std::string> notes;
-  auto st = find_causal_state(r.cfg.out, step, &notes);
-  if (st) {
-    const std::string differs = st->pos.model_config.empty() ? "" : r.model->architecture_difference(st->pos.model_config);
-    VDT_CHECK(differs.empty(), st->dir, ": the state's base is not this run's --model ", r.cfg.model, ": ", differs,
-              "\n---> HINT: re-run with the --model the LoRA was trained on, or use another --out");
-    for (const auto& [name, p] : r.lora) {
-      const auto t = st->full("weight", name);  // an error names the slot when the factor is missing
-      VDT_CHECK(t.sizes() == p.sizes(), st->dir, ": factor ", name, " is ", t.sizes(), ", this run's is ", p.sizes(),
-                " (--lora-rank ", r.cfg.lora_rank, ")");
-    }
-    r.sync->load([&](const std::string& kind, const std::string& name) { return st->full(kind, name); },
-                 st->optimizer_steps(), st->dir);
-    r.samples_base = st->pos.samples_seen;
+  if (auto st = find_causal_state(r.cfg.out, step, &notes)) {
+    resume_exactly(r, *st);
     r.state_slot = st->dir;
-    r.resume_how = "exact resume after step " + std::to_string(step) + " from " + st->dir + " (float32 LoRA, AdamW "
-                   "moments, sample position " + std::to_string(st->pos.samples_seen) + ")";
-    if (st->pos.world != r.ctx->world)
-      r.resume_how += "; world size " + std::to_string(st->pos.world) + " -> " + std::to_string(r.ctx->world) +
-                      ": the same global sample stream continues";
-  } else {
-    load_lora(*r.model, read_lora(path), path);
-    r.samples_base = step * r.ctx->world;
-    r.resume_how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
-                   (notes.empty() ? std::string("none written") : notes.back()) +
-                   "; optimizer moments start afresh, as the seed)";
+    return;
   }
+  r.start_step = step;
+  load_lora(*r.model, read_lora(path), path);
+  r.samples_base = step * r.ctx->world;
+  r.resume_how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
+                 (notes.empty() ? std::string("none written") : notes.back()) +
+                 "; optimizer moments start afresh, as the seed)";
 }
 
 // The objective's loss on one window, with per-chunk levels and noise from the streams (level_purpose, key) and

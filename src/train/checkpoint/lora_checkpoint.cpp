@@ -65,7 +65,7 @@ std::optional<CausalState> find_causal_state(const std::string& out, int64_t ste
   if (!ck) return std::nullopt;
   const auto& j = ck->train_state;
   const int64_t at = j.value("step", int64_t{-1});
-  if (at != step) {
+  if (step >= 0 && at != step) {
     notes->push_back(ck->slot + " holds step " + std::to_string(at) + ", not the newest LoRA's step " +
                      std::to_string(step));
     return std::nullopt;

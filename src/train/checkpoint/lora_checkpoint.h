@@ -48,7 +48,8 @@ struct CausalState {
   torch::Tensor full(const std::string& kind, const std::string& name) const;
   int64_t optimizer_steps() const;  // AdamW's step count (the fused kernel's per-factor count)
 };
-// The newest complete slot in `out` whose step is `step`; nullopt (with a line in `notes` saying why) otherwise.
+// The newest complete slot behind `out` (a run directory, a slot or the `state` link) whose step is `step` (any
+// step when < 0); nullopt (with a line in `notes` saying why) otherwise.
 std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes);
 
 }  // namespace vdt
