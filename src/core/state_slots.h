@@ -4,7 +4,7 @@
 // and only then does the link move. A kill at any point leaves the other slot loadable; a write error (full disk)
 // leaves the previous slot and the link untouched. Readers check every file's size and CRC-32 against slot.json,
 // so a partial or corrupt slot is detected and the other one is used, with a note saying why.
-// Not here: what goes into a slot (train/train_state.h).
+// Not here: what goes into a slot (train/checkpoint/checkpointer.h).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>

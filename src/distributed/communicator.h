@@ -2,7 +2,7 @@
 // (identity), in-process ranks on threads (CPU tests, local_group.h) and NCCL through c10d's ProcessGroupNCCL with a
 // TCPStore rendezvous from torchrun's or Slurm's environment (nccl_group.h). Every collective is asynchronous: it
 // returns a Work whose wait() makes the result usable (on a GPU: orders the current stream after it).
-// Not here: what is communicated (train/zero2.h).
+// Not here: what is communicated (distributed/grad_sync.h, zero2.h).
 #pragma once
 #include <torch/types.h>
 
