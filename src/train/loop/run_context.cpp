@@ -65,13 +65,6 @@ StepScalars RunContext::to_host(const torch::Tensor& reduced, const std::vector<
   return s;
 }
 
-bool RunContext::any_rank(bool v) {
-  if (world == 1) return v;
-  auto t = torch::full({1}, v ? 1.0f : 0.0f, torch::TensorOptions().device(device));
-  comm.all_reduce(t, ReduceOp::Max)->wait();
-  return t.item<float>() > 0;
-}
-
 torch::Tensor RunContext::noise(const torch::Tensor& like, uint64_t seed, uint32_t purpose, uint64_t key) const {
   auto gen = make_generator(like.device(), RngStream(seed, purpose).u64(key, 0));
   return torch::randn(like.sizes(), gen, like.options().dtype(torch::kFloat32)).to(like.scalar_type());

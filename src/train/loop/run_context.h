@@ -35,8 +35,6 @@ class RunContext {
   torch::Tensor all_reduce_step(const std::vector<torch::Tensor>& values);
   // The one host sync of a step: `reduced` (from all_reduce_step) as means over the ranks, plus this rank's `local`.
   StepScalars to_host(const torch::Tensor& reduced, const std::vector<torch::Tensor>& local = {}) const;
-  // True on every rank when `v` is true on any (a collective: every rank must call it).
-  bool any_rank(bool v);
   // Standard-normal noise like `like` (drawn in float32, then cast), from the stream (seed, purpose) at `key`:
   // the same on any device count, rank or resume.
   torch::Tensor noise(const torch::Tensor& like, uint64_t seed, uint32_t purpose, uint64_t key) const;
