@@ -16,8 +16,15 @@ namespace vdt::cli {
 // '-' after the leading dashes are kept as given.
 std::string spellings(const std::string& names);
 
-// "(default on)" / "(default off)": what --help shows beside a switch, which CLI11 would show as its {false} alias.
+// "(default on)" / "(default off)": what --help shows beside a switch.
 inline std::string default_of(bool on) { return on ? "(default on)" : "(default off)"; }
+
+// --help names each flag once per meaning: "--first_frame_cond, --no-first_frame_cond" instead of CLI11's five
+// spellings with their "{false}" value tags (the app's footer says that '-' and '_' are interchangeable).
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override;
+};
 
 // Binds every declared field of a config as a flag (train/loop/config_fields.h): both spellings, required flags,
 // --no-<flag> for switches that are on by default, --help with the real default.

@@ -6,8 +6,10 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"vdt: training for conditioned video diffusion transformers (Wan DiT) on LibTorch"};
+  CLI::App app{"vdt: training for conditioned video diffusion transformers (Wan, MiniMax-H3) on LibTorch"};
   app.require_subcommand(1);
+  app.formatter(std::make_shared<vdt::cli::HelpFormatter>());
+  app.footer("Every long flag takes '-' or '_' between its words (--data-root = --data_root).");
   app.set_version_flag("--version", std::string("vdt ") + VDT_GIT);
   int exit_code = 0;
   vdt::cli::add_parity(app, exit_code);

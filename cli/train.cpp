@@ -34,6 +34,22 @@ std::string spellings(const std::string& names) {
   return joined;
 }
 
+std::string HelpFormatter::make_option_name(const CLI::Option* opt, bool is_positional) const {
+  if (is_positional) return CLI::Formatter::make_option_name(opt, is_positional);
+  std::vector<std::string> names, seen;
+  for (const auto& s : opt->get_snames()) names.push_back("-" + s);
+  for (auto l : opt->get_lnames()) {
+    std::string key = l;
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    names.push_back("--" + l);
+  }
+  std::string joined;
+  for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
+  return joined;
+}
+
 std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device) {
   if (env.world > 1 && device == "auto") device = "cuda";
   return make_communicator(env, device == "cpu" ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, env.local_rank));

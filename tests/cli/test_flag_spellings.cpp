@@ -24,6 +24,8 @@ TEST(Cli, HelpShowsTheDefaultOfSwitchesThatAreOn) {
     ASSERT_NE(at, std::string::npos) << flag;
     const auto line = r.output.substr(at, r.output.find('\n', at) - at);
     EXPECT_NE(line.find("(default on)"), std::string::npos) << line;
+    EXPECT_EQ(line.find("{false}"), std::string::npos) << line;
+    EXPECT_NE(line.find(std::string("--no-") + (flag + 2)), std::string::npos) << line;
   }
 }
 
