@@ -63,15 +63,6 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
   return lora_or_linear(o, merge_heads(a));
 }
 
-CrossAttentionImpl::CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps) : heads_(num_heads) {
-  q = register_module("q", torch::nn::Linear(dim, dim));
-  k = register_module("k", torch::nn::Linear(dim, dim));
-  v = register_module("v", torch::nn::Linear(dim, dim));
-  o = register_module("o", torch::nn::Linear(dim, dim));
-  norm_q = register_module("norm_q", RMSNorm(dim, eps));
-  norm_k = register_module("norm_k", RMSNorm(dim, eps));
-}
-
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx_in,
                                           const torch::Tensor& ctx_ids) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);

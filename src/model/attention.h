@@ -41,24 +41,20 @@ class SelfAttentionImpl : public torch::nn::Module {
   AttentionKernel kernel = AttentionKernel::sdpa;
   CausalKernel causal_kernel = CausalKernel::prefix;
 
- private:
+ protected:
   int64_t heads_;
 };
 TORCH_MODULE(SelfAttention);
 
-class CrossAttentionImpl : public torch::nn::Module {
+// Text cross-attention is self-attention's module (the same q, k, v, o, norm_q, norm_k under the same names, as
+// Wan's WanCrossAttention(WanSelfAttention)) with keys and values from the text and no RoPE.
+class CrossAttentionImpl : public SelfAttentionImpl {
  public:
-  CrossAttentionImpl(int64_t dim, int64_t num_heads, double eps);
+  using SelfAttentionImpl::SelfAttentionImpl;
   // x [B, L, D], ctx [B, Lt, D] (one text for all tokens) or [B, F, Lt, D] (per-cell text: the tokens of latent
   // frame f, L/F of them in order, attend only to ctx[:, f]) -> [B, L, D]. Per-cell text may also come as distinct
   // rows ctx [R, Lt, D] with ctx_ids [B, F] (row of each cell): k and v are then projected once per row, not per cell.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ctx, const torch::Tensor& ctx_ids = {});
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
-  RMSNorm norm_q{nullptr}, norm_k{nullptr};
-  AttentionKernel kernel = AttentionKernel::sdpa;
-
- private:
-  int64_t heads_;
 };
 TORCH_MODULE(CrossAttention);
 
