@@ -36,7 +36,7 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   const int64_t chunk_frames = std::stoll(get("chunk_frames", "3"));
   const uint64_t run_seed = std::stoull(get("seed", "0"));
   const std::string weights = !o.weights.empty() ? o.weights : get("weights", "");
-  auto model = build_causal_base(get("base", "wan2.2-ti2v-5b"), weights, run_seed, device,
+  auto model = build_causal_base(get("model", get("base", "wan2.2-ti2v-5b")), weights, run_seed, device,
                                  device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   LoraConfig lc;
   lc.rank = lora.rank, lc.alpha = lora.alpha;

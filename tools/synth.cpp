@@ -209,7 +209,25 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 // The entries a synth root consists of: what --overwrite removes.
 const std::vector<std::string> kRootEntries = {"dataset.json", "index", "latents", "cond", "meta",
-                                               "text_table.safetensors", "vae.safetensors"};
+                                               "text_table.safetensors", "vae.safetensors",
+                                               "audio_silence.safetensors"};
+
+// H3: the clip's one prompt, led by Picture 1's label and vision tokens (h3_spec §1.11).
+const char* kVisionToken = "<|image_pad|>";
+std::string h3_prompt(const std::string& first_cell) {
+  std::string p = "<Picture 1>:";
+  for (int i = 0; i < 4; ++i) p += std::string(" ") + kVisionToken;
+  return p + " " + first_cell;
+}
+
+// The silent audio latent [2, Da, 8]: one fixed vector per root seed for both channels, the first two steps pulled
+// towards zero (an encoder's zero padding at the start).
+torch::Tensor synth_silence(int64_t channels, uint64_t seed) {
+  auto c = synth::normal_draws(RngStream(seed, rng_purpose::kSynthSilence), 0, 0, {channels}) * 0.5;  // [Da]
+  auto s = c.view({1, channels, 1}).expand({2, channels, 8}).clone();
+  s.narrow(2, 0, 1).mul_(0.5), s.narrow(2, 1, 1).mul_(0.8);
+  return s.to(torch::kBFloat16);
+}
 
 void prepare_out_dir(const SynthConfig& cfg) {
   const fs::path root(cfg.out);
@@ -251,6 +269,10 @@ void SynthConfig::validate() const {
   in_range("--val_runs", val_runs, 0, 499);
   in_range("--val_clips_per_run", val_clips_per_run, 1, 99);
   in_range("--n_drop", n_drop, 0, train_runs * train_clips_per_run - 1);
+  VDT_CHECK(model == "wan" || model == "h3", "data synth: --model ", model, ": expected wan or h3");
+  in_range("--audio_channels", audio_channels, 1, 1024);
+  VDT_CHECK(model != "h3" || (latent_h % 2 == 0 && latent_w % 2 == 0), "data synth: --model h3 needs an even latent ",
+            "height and width (H3 patchifies 2x2), got ", latent_h, "x", latent_w);
 }
 
 namespace synth {
@@ -311,10 +333,23 @@ SynthReport synth_root(const SynthConfig& cfg) {
   // 3. Per clip: latents, ids, camera; the index rows.
   std::set<std::string> prompts = {""};
   std::string index;
+  const bool h3 = cfg.model == "h3";
   for (size_t i = 0; i < clips.size(); ++i) {
     const auto& clip = clips[i];
-    save_safetensors(root + "/latents/" + clip.id + ".safetensors",
-                     {{"latents", vae.encode(rgb[i]).to(torch::kBFloat16)}});  // [C, F, H, W]
+    const auto latents = vae.encode(rgb[i]).to(torch::kBFloat16);  // [C, F, H, W]
+    if (h3) {  // the video stream, Picture 1 (its first frame) native and at twice the size; one prompt
+      const auto pic = latents.narrow(1, 0, 1).contiguous();  // [C, 1, H, W]
+      const auto pic2 = torch::upsample_nearest2d(pic.to(torch::kFloat32), {2 * cfg.latent_h, 2 * cfg.latent_w})
+                            .to(torch::kBFloat16);               // [C, 1, 2H, 2W]
+      save_safetensors(root + "/latents/" + clip.id + ".safetensors",
+                       {{"latents", latents}, {"picture1", pic}, {"picture1_2048", pic2}});
+      const std::string prompt = h3_prompt(clip_cells(cfg, clip)[0]);
+      prompts.insert(prompt);
+      index += json{{"clip_id", clip.id}, {"split", clip.run->val ? "val" : "train"}, {"run", clip.run->name},
+                    {"drop", clip.drop}, {"cells", {prompt}}}.dump() + "\n";
+      continue;
+    }
+    save_safetensors(root + "/latents/" + clip.id + ".safetensors", {{"latents", latents}});
     save_safetensors(root + "/cond/" + clip.id + ".safetensors", {{"ids", ids[i]}});  // [F, Hs, Ws]
     json w2i = json::array();
     for (int64_t f = 0; f < cfg.latent_frames; ++f) {
@@ -339,25 +374,39 @@ SynthReport synth_root(const SynthConfig& cfg) {
     emb[n] = e.rows;
     lengths[n] = e.length;
   }
-  save_safetensors(root + "/text_table.safetensors", {{"embeddings", emb.to(torch::kBFloat16)}, {"lengths", lengths}},
+  std::vector<std::pair<std::string, torch::Tensor>> tensors = {{"embeddings", emb.to(torch::kBFloat16)},
+                                                                {"lengths", lengths}};
+  if (h3) {  // token tags: the vision tokens of "<Picture 1>:" take the video AdaLN (0), the rest are text (1)
+    auto tags = torch::ones({static_cast<int64_t>(table.size()), cfg.text_len}, torch::kUInt8);
+    for (size_t n = 0; n < table.size(); ++n) {
+      const auto tokens = split(table[n], ' ');
+      for (size_t l = 0; l < tokens.size() && static_cast<int64_t>(l) < cfg.text_len; ++l)
+        if (tokens[l] == kVisionToken) tags[static_cast<int64_t>(n)][static_cast<int64_t>(l)] = 0;
+    }
+    tensors.emplace_back("tags", tags);
+    save_safetensors(root + "/audio_silence.safetensors", {{"silence", synth_silence(cfg.audio_channels, cfg.seed)}});
+  }
+  save_safetensors(root + "/text_table.safetensors", tensors,
                    {{"prompts", json(table).dump()}, {"encoder", "vdt-synth-hashed-tokens/1"}});
 
   // 5. The index, then dataset.json last.
   write_file_atomic(root + "/index/clips.jsonl", index);
   SynthReport rep;
   rep.res = std::to_string(cfg.latent_w * 16) + "x" + std::to_string(cfg.latent_h * 16);
-  const json dataset = {{"format", "vdt-latents/1"},
-                        {"res", rep.res},
-                        {"latent_channels", cfg.latent_channels},
-                        {"latent_frames", cfg.latent_frames},
-                        {"latent_hw", {cfg.latent_h, cfg.latent_w}},
-                        {"cells", cfg.latent_frames},
-                        {"sem_scale", cfg.sem_scale},
-                        {"vocab", "parts"},
-                        {"collapse_parts", synth::collapse_parts()},
-                        {"text_dim", cfg.text_dim},
-                        {"text_len", cfg.text_len},
-                        {"null_prompt", ""}};
+  json dataset = {{"format", "vdt-latents/1"},
+                  {"res", rep.res},
+                  {"latent_channels", cfg.latent_channels},
+                  {"latent_frames", cfg.latent_frames},
+                  {"latent_hw", {cfg.latent_h, cfg.latent_w}},
+                  {"cells", h3 ? 1 : cfg.latent_frames},
+                  {"text_dim", cfg.text_dim},
+                  {"text_len", cfg.text_len},
+                  {"null_prompt", ""}};
+  if (h3) {
+    dataset["model_family"] = "h3", dataset["audio_channels"] = cfg.audio_channels;
+  } else {
+    dataset["sem_scale"] = cfg.sem_scale, dataset["vocab"] = "parts", dataset["collapse_parts"] = synth::collapse_parts();
+  }
   write_file_atomic(root + "/dataset.json", dataset.dump(2) + "\n");
 
   rep.n_train = n_train;

@@ -1,6 +1,9 @@
 // `vdt data synth`: writes a small, learnable data root (SPEC §3 format): parts moving on a plane seen by a slowly
 // panning camera, id maps rendered per latent frame, latents from the fixed random linear SynthVae, one prompt per
-// latent frame naming each part's motion, and a hashed-token text table. Deterministic in the seed.
+// latent frame naming each part's motion, and a hashed-token text table. Deterministic in the seed. With model "h3"
+// an H3 root (data/h3_root.h): one prompt per clip led by "<Picture 1>:" and its vision tokens (tag 0 in the table),
+// each clip's Picture 1 (its first latent frame; the 2048 one twice the size), a plausible silent audio latent
+// (one fixed vector repeated, the first steps perturbed as an encoder's zero padding would), no id maps.
 // Not here: reading or checking roots (src/data/), real VAEs or text encoders.
 #pragma once
 #include <torch/types.h>
@@ -15,6 +18,8 @@ namespace vdt {
 
 struct SynthConfig {
   std::string out;                 // root directory to create
+  std::string model = "wan";       // wan | h3 (the root's model family)
+  int64_t audio_channels = 32;     // h3: audio latent width Da
   int64_t latent_channels = 16;    // C (the `tiny` preset's in_dim)
   int64_t latent_frames = 5;       // F, also the number of prompt cells
   int64_t latent_h = 8, latent_w = 8;

@@ -28,6 +28,12 @@ inline constexpr uint32_t kCausalLevels = 0x63617573u;    // "caus"
 inline constexpr uint32_t kCausalNoise = 0x636e6f69u;     // "cnoi"
 inline constexpr uint32_t kCausalValLevels = 0x6376616cu; // "cval"
 inline constexpr uint32_t kCausalValNoise = 0x6376616du;  // "cvam" (was "cval" + 1)
+// train causal on a base with side streams / conditioning latents (H3): the audio stream's noise and Picture 1's
+// conditioning noise, train (key: global sample index) and validation (key: window index)
+inline constexpr uint32_t kCausalSideNoise = 0x63736964u;     // "csid"
+inline constexpr uint32_t kCausalValSideNoise = 0x63767364u;  // "cvsd"
+inline constexpr uint32_t kCausalCondNoise = 0x63636e64u;     // "ccnd"
+inline constexpr uint32_t kCausalValCondNoise = 0x6376636eu;  // "cvcn"
 // model/: the random head of a random frozen base (tests, benchmarks)
 inline constexpr uint32_t kRandomBaseHead = 0x72686561u;  // "rhea"
 // tools/synth: the synthetic root (runs, clips, flagged rows, token vectors, the linear VAE)
@@ -36,15 +42,18 @@ inline constexpr uint32_t kSynthRun = 0x5E7A0010u;
 inline constexpr uint32_t kSynthClip = 0x5E7A0011u;
 inline constexpr uint32_t kSynthDrop = 0x5E7A0012u;
 inline constexpr uint32_t kSynthToken = 0x5E7A0013u;
+inline constexpr uint32_t kSynthSilence = 0x5E7A0014u;
 
 // Every purpose above, by name (the distinctness test walks it).
-inline constexpr std::array<std::pair<const char*, uint32_t>, 21> kAll = {{
+inline constexpr std::array<std::pair<const char*, uint32_t>, 26> kAll = {{
     {"kTextDropout", kTextDropout}, {"kCondDropout", kCondDropout}, {"kMask", kMask},
     {"kPermutation", kPermutation}, {"kWindowStart", kWindowStart}, {"kValClips", kValClips},
     {"kSftTimestep", kSftTimestep}, {"kSftNoise", kSftNoise}, {"kValNoise", kValNoise}, {"kSample", kSample},
     {"kCausalSample", kCausalSample}, {"kCausalLevels", kCausalLevels}, {"kCausalNoise", kCausalNoise},
     {"kCausalValLevels", kCausalValLevels}, {"kCausalValNoise", kCausalValNoise}, {"kRandomBaseHead", kRandomBaseHead},
     {"kSynthVae", kSynthVae}, {"kSynthRun", kSynthRun}, {"kSynthClip", kSynthClip}, {"kSynthDrop", kSynthDrop},
-    {"kSynthToken", kSynthToken}}};
+    {"kSynthToken", kSynthToken}, {"kSynthSilence", kSynthSilence}, {"kCausalSideNoise", kCausalSideNoise},
+    {"kCausalValSideNoise", kCausalValSideNoise}, {"kCausalCondNoise", kCausalCondNoise},
+    {"kCausalValCondNoise", kCausalValCondNoise}}};
 
 }  // namespace vdt::rng_purpose

@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "data/clip_io.h"
+#include "data/h3_root.h"
 #include "data/sampler.h"
 
 namespace vdt {
@@ -18,6 +19,8 @@ void CausalDataConfig::validate() const {
   VDT_CHECK(span_frames >= 1, "span of ", span_frames, " latent frames: expected >= 1 (--chunk-frames)");
   VDT_CHECK(val_clips >= 0, "--val-clips ", val_clips, ": expected >= 0");
   VDT_CHECK(max_samples >= 0, "--max-samples ", max_samples, ": expected >= 0 (0 = all)");
+  VDT_CHECK(start_align >= 1 && audio_steps >= 0, "causal data: start_align ", start_align, " and audio_steps ",
+            audio_steps, " must be >= 1 and >= 0");
 }
 
 CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(DataRoot::open(cfg.root)) {
@@ -28,6 +31,9 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
   table_ = TextTable::open(cfg.text_table.empty() ? root_.default_text_table() : cfg.text_table);
   VDT_CHECK(table_->text_dim() == info.text_dim, table_->path(), ": text_dim ", table_->text_dim(),
             " does not match dataset.json text_dim ", info.text_dim);
+  const bool h3 = info.model_family == "h3";
+  if (h3) silence_ = read_silence(silence_path(cfg.root), info, std::max<int64_t>(cfg.audio_steps, 1));  // checked now
+  if (h3 && cfg.audio_steps == 0) silence_ = torch::Tensor();
   // Usable clips in clips.jsonl order: flagged ones and streams shorter than a span are counted and left out.
   for (const auto& row : root_.rows()) {
     if (row.drop) {
@@ -38,6 +44,10 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
     if (frames < cfg.span_frames) {
       ++n_short_;
       continue;
+    }
+    if (h3) {  // every usable clip has the chosen Picture 1 (checked now, not at its first window)
+      const auto [hp, wp] = check_picture1_header(root_.latent_path(row.clip_id), info, picture1_key(cfg.picture1));
+      if (clips_.empty()) picture1_rows_ = (hp / 2) * (wp / 2);
     }
     CausalClip c{row.clip_id, frames, {}};
     std::vector<int64_t> cell_rows;
@@ -56,22 +66,34 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
   std::vector<bool> is_val(static_cast<size_t>(n), false);
   for (int64_t i = 0; i < cfg.val_clips; ++i) is_val[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
   for (int64_t c = 0; c < n; ++c)
-    for (int64_t j = 0; j < clips_[static_cast<size_t>(c)].frames / cfg.span_frames; ++j)
+    for (int64_t j = 0; (clips_[static_cast<size_t>(c)].frames - cfg.span_frames) / stride() >= j; ++j)
       (is_val[static_cast<size_t>(c)] ? val_ : train_).push_back({c, j});
   if (cfg.max_samples > 0 && static_cast<int64_t>(train_.size()) > cfg.max_samples)
     train_.resize(static_cast<size_t>(cfg.max_samples));
 }
 
+void CausalDataset::set_audio_steps(int64_t steps) {
+  VDT_CHECK(root_.info().model_family == "h3", cfg_.root, ": only h3 roots carry an audio stream");
+  cfg_.audio_steps = steps;
+  silence_ = read_silence(silence_path(cfg_.root), root_.info(), steps);
+}
+
+int64_t CausalDataset::stride() const {
+  return (cfg_.span_frames + cfg_.start_align - 1) / cfg_.start_align * cfg_.start_align;
+}
+
 int64_t CausalDataset::train_start(int64_t index, int64_t epoch) const {
   const auto& w = train_.at(static_cast<size_t>(index));
   const int64_t frames = clips_[static_cast<size_t>(w.clip)].frames, span = cfg_.span_frames;
-  const int64_t slack = frames - (frames / span) * span;  // 0 .. span-1 frames no slot covers
+  const int64_t slots = (frames - span) / stride() + 1;
+  const int64_t slack = (frames - (slots - 1) * stride() - span) / cfg_.start_align;  // offsets no slot start covers
   const double u = RngStream(cfg_.seed, rng_purpose::kWindowStart).uniform(static_cast<uint64_t>(epoch),
                                                                      static_cast<uint32_t>(index));
-  return w.slot * span + std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
+  return w.slot * stride() +
+         cfg_.start_align * std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
 }
 
-int64_t CausalDataset::val_start(int64_t index) const { return val_.at(static_cast<size_t>(index)).slot * cfg_.span_frames; }
+int64_t CausalDataset::val_start(int64_t index) const { return val_.at(static_cast<size_t>(index)).slot * stride(); }
 
 CausalSample CausalDataset::load(const WindowRef& w, int64_t start) const {
   const auto& c = clips_.at(static_cast<size_t>(w.clip));
@@ -79,10 +101,15 @@ CausalSample CausalDataset::load(const WindowRef& w, int64_t start) const {
   s.clip_id = c.clip_id, s.start = start;
   s.latents = read_latents(root_.latent_path(c.clip_id), root_.info(), cfg_.span_frames, start);  // [C, span, H, W]
   s.text_rows.assign(c.frame_rows.begin() + start, c.frame_rows.begin() + start + cfg_.span_frames);
+  if (root_.info().model_family == "h3") {
+    s.cond["picture1"] = read_picture1(root_.latent_path(c.clip_id), root_.info(), picture1_key(cfg_.picture1));
+    if (silence_.defined()) s.streams["audio"] = silence_;
+  }
   return s;
 }
 
-void CausalDataset::text_of(const std::vector<int64_t>& rows, torch::Tensor* context, torch::Tensor* context_ids) const {
+void CausalDataset::text_of(const std::vector<int64_t>& rows, torch::Tensor* context, torch::Tensor* context_ids,
+                            torch::Tensor* tags) const {
   std::vector<int64_t> distinct;
   std::map<int64_t, int64_t> at;
   std::vector<int64_t> ids;
@@ -93,6 +120,7 @@ void CausalDataset::text_of(const std::vector<int64_t>& rows, torch::Tensor* con
   }
   *context = table_->rows(distinct);                     // [R, Lt, text_dim]
   *context_ids = torch::tensor(ids).unsqueeze(0);         // [1, span]
+  if (tags) *tags = table_->tags(distinct);               // [R, Lt] or undefined
 }
 
 }  // namespace vdt

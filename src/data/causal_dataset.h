@@ -5,11 +5,13 @@
 // Train/val split by clip (`--val-clips` clips, chosen by the seed; the clips.jsonl split column is not used, as in
 // the seed), flagged (drop:true) clips left out and counted, streams shorter than one span left out and counted.
 // Validation windows start at their slot (no draw). Text: each latent frame takes its cell's prompt (frames past
-// the last cell take the last cell's).
+// the last cell take the last cell's). H3 roots (data/h3_root.h) also give each window its clip's Picture 1 and the
+// silent audio stream, and start windows on VAE-clip boundaries (start_align 5) so the rotary frame times hold.
 // Not here: ordering over samples (data/sampler.h), noise, devices.
 #pragma once
 #include <torch/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ struct CausalDataConfig {
   int64_t span_frames = 18;      // chunks x chunk_frames
   int64_t val_clips = 12, max_samples = 0;  // max_samples: cap the training set (0 = all)
   uint64_t seed = 0;
+  std::string picture1 = "native";  // h3 roots: which Picture 1 latent a window carries (--picture1 native | 2048)
+  int64_t audio_steps = 0;          // h3 roots: audio steps per window (the base's side-stream clock); 0 = none yet
+  int64_t start_align = 1;          // windows start at multiples of this (slots every round_up(span, align) frames)
   void validate() const;  // names the flag at fault
 };
 
@@ -46,6 +51,8 @@ struct CausalSample {
   int64_t start = 0;
   torch::Tensor latents;            // [C, span, H, W] bf16
   std::vector<int64_t> text_rows;   // [span] text-table row per latent frame
+  std::map<std::string, torch::Tensor> cond;     // h3: "picture1" [C, 1, Hp, Wp] bf16
+  std::map<std::string, torch::Tensor> streams;  // h3: "audio" [2, Da, audio_steps] bf16, clean (the silence)
 };
 
 class CausalDataset {
@@ -58,6 +65,7 @@ class CausalDataset {
   const std::vector<CausalClip>& clips() const { return clips_; }
   int64_t n_flagged() const { return n_flagged_; }  // drop:true clips left out
   int64_t n_short() const { return n_short_; }      // streams shorter than one span, left out
+  int64_t picture1_rows() const { return picture1_rows_; }  // h3: DiT rows of the first clip's Picture 1
   const DatasetInfo& info() const { return root_.info(); }
   std::shared_ptr<TextTable> text_table() const { return table_; }
   const CausalDataConfig& config() const { return cfg_; }
@@ -66,10 +74,14 @@ class CausalDataset {
   int64_t train_start(int64_t index, int64_t epoch) const;
   // Validation windows start at their slot.
   int64_t val_start(int64_t index) const;
+  // h3 roots: the silent audio stream each window carries, fitted to `steps` (the base's clock for the span).
+  void set_audio_steps(int64_t steps);
   // Reads a window (thread-safe).
   CausalSample load(const WindowRef& w, int64_t start) const;
-  // The text rows [R, Lt, text_dim] and the row index per frame [span] for a sample's text_rows.
-  void text_of(const std::vector<int64_t>& rows, torch::Tensor* context, torch::Tensor* context_ids) const;
+  // The text rows [R, Lt, text_dim] and the row index per frame [span] for a sample's text_rows; with `tags`, the
+  // token tags [R, Lt] when the table has them (H3), else undefined.
+  void text_of(const std::vector<int64_t>& rows, torch::Tensor* context, torch::Tensor* context_ids,
+               torch::Tensor* tags = nullptr) const;
 
  private:
   CausalDataConfig cfg_;
@@ -77,7 +89,9 @@ class CausalDataset {
   std::shared_ptr<TextTable> table_;
   std::vector<CausalClip> clips_;
   std::vector<WindowRef> train_, val_;
-  int64_t n_flagged_ = 0, n_short_ = 0;
+  int64_t n_flagged_ = 0, n_short_ = 0, picture1_rows_ = 0;
+  torch::Tensor silence_;  // h3: [2, Da, audio_steps]
+  int64_t stride() const;  // frames between window slots
 };
 
 }  // namespace vdt

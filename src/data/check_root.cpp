@@ -6,7 +6,9 @@
 
 #include "core/error.h"
 #include "data/clip_io.h"
+#include "core/safetensors.h"
 #include "data/data_root.h"
+#include "data/h3_root.h"
 #include "data/text_table.h"
 
 namespace vdt {
@@ -75,6 +77,7 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
                          std::to_string(r.line) + ")");
   }
 
+  if (info.model_family == "h3") attempt([&] { read_silence(silence_path(root), info, 1); });
   // Every clip's files (each clip once, even if listed in both splits).
   const int64_t num_parts = vocab_size(info.vocab);
   std::set<std::string> seen;
@@ -87,6 +90,12 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
     const std::string meta = root + "/meta/" + r.clip_id + ".json";
     int64_t f_lat = -1, f_ids = -1;
     attempt([&] { f_lat = read_latents(lat, info).size(1); });
+    if (info.model_family == "h3") {  // no id maps: the Picture 1 latents instead (the 2048 one when present)
+      attempt([&] { read_picture1(lat, info, "picture1"); });
+      if (std::filesystem::exists(lat) && SafetensorsFile::open(lat)->contains("picture1_2048"))
+        attempt([&] { read_picture1(lat, info, "picture1_2048"); });
+      continue;
+    }
     attempt([&] { f_ids = read_ids(cond, info, num_parts).size(0); });
     if (f_lat >= 0 && f_ids >= 0 && f_lat != f_ids)
       problems.push_back(cond + ": ids have " + std::to_string(f_ids) + " frames but latents have " +

@@ -127,8 +127,18 @@ DatasetInfo parse_dataset_json(const std::string& path) {
   d.latent_h = j["latent_hw"][0].get<int64_t>();
   d.latent_w = j["latent_hw"][1].get<int64_t>();
   d.cells = get_int(j, path, "cells", 1);
-  d.sem_scale = get_int(j, path, "sem_scale", 1);
-  d.vocab = get_str(j, path, "vocab");
+  if (j.contains("model_family")) d.model_family = get_str(j, path, "model_family");
+  VDT_CHECK(d.model_family == "wan" || d.model_family == "h3", path, ": key 'model_family' is '", d.model_family,
+            "', expected \"wan\" or \"h3\"");
+  if (d.model_family == "h3") {  // no semantic maps; one prompt per clip; the audio stream's width
+    VDT_CHECK(d.cells == 1, path, ": an h3 root has one prompt per clip: key 'cells' must be 1, found ", d.cells);
+    d.audio_channels = get_int(j, path, "audio_channels", 1);
+    d.sem_scale = j.contains("sem_scale") ? get_int(j, path, "sem_scale", 1) : 1;
+    d.vocab = j.contains("vocab") ? get_str(j, path, "vocab") : "ids";
+  } else {
+    d.sem_scale = get_int(j, path, "sem_scale", 1);
+    d.vocab = get_str(j, path, "vocab");
+  }
   VDT_CHECK(d.vocab == "parts" || d.vocab == "ids", path, ": key 'vocab' is '", d.vocab,
             "', expected \"parts\" or \"ids\"");
   if (j.contains("collapse_parts") || d.vocab == "parts") {

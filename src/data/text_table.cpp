@@ -29,6 +29,14 @@ std::shared_ptr<TextTable> TextTable::open(const std::string& path) {
   t->text_len_ = emb.shape[1];
   t->text_dim_ = emb.shape[2];
   t->embeddings_ = f.get("embeddings");
+  if (f.contains("tags")) {
+    const auto& tg = f.entry("tags");
+    VDT_CHECK(tg.dtype == "U8" && tg.shape.size() == 2 && tg.shape[0] == n && tg.shape[1] == t->text_len_, path,
+              ": tensor 'tags' must be [N=", n, ", Lt=", t->text_len_, "] uint8 (1 text, 0 vision token), found ",
+              tg.dtype, " of ", tg.shape.size(), " dims");
+    t->tags_ = f.get("tags");
+    VDT_CHECK(t->tags_.le(1).all().item<bool>(), path, ": tensor 'tags' holds values other than 0 and 1");
+  }
   auto lengths = f.get("lengths").contiguous();
   t->lengths_.assign(lengths.data_ptr<int32_t>(), lengths.data_ptr<int32_t>() + n);
   for (int64_t i = 0; i < n; ++i)
@@ -74,6 +82,12 @@ torch::Tensor TextTable::rows(const std::vector<int64_t>& idx) const {
   for (const int64_t r : idx) VDT_CHECK(r >= 0 && r < size(), path_, ": row ", r, " out of range [0, ", size(), ")");
   auto index = torch::tensor(idx, torch::kLong);
   return embeddings_.index_select(0, index);  // [R, Lt, text_dim], a fresh copy
+}
+
+torch::Tensor TextTable::tags(const std::vector<int64_t>& idx) const {
+  if (!tags_.defined()) return {};
+  for (const int64_t r : idx) VDT_CHECK(r >= 0 && r < size(), path_, ": row ", r, " out of range [0, ", size(), ")");
+  return tags_.index_select(0, torch::tensor(idx, torch::kLong)).to(torch::kLong);  // [R, Lt]
 }
 
 }  // namespace vdt

@@ -1,6 +1,6 @@
 // The precomputed text table: T5 (UMT5-XXL) outputs of every distinct prompt of a root, one row per prompt, looked up
 // by the prompt's text. File: "embeddings" [N, Lt, text_dim] bf16 (padded with zero rows), "lengths" [N] int32,
-// metadata "prompts" = JSON list of N strings. The file stays memory-mapped; rows() copies the rows it is asked for.
+// metadata "prompts" = JSON list of N strings; optional "tags" [N, Lt] uint8 (H3: 0 marks vision tokens). The file stays memory-mapped; rows() copies the rows it is asked for.
 // Not here: running a text encoder.
 #pragma once
 #include <torch/types.h>
@@ -29,6 +29,9 @@ class TextTable {
   torch::Tensor rows(const std::vector<int64_t>& idx) const;
   // Number of real (non-padding) tokens of a row.
   int64_t length(int64_t row) const;
+  // H3 token tags [R, Lt] int64 for rows `idx` (1 text, 0 a vision token of the prompt, e.g. Picture 1's), from the
+  // optional tensor "tags" [N, Lt] uint8; undefined when the table has none (every token is text).
+  torch::Tensor tags(const std::vector<int64_t>& idx) const;
   const std::vector<std::string>& prompts() const { return prompts_; }
   const std::string& path() const { return path_; }
 
@@ -37,6 +40,7 @@ class TextTable {
   std::string path_;
   std::shared_ptr<SafetensorsFile> file_;  // keeps the mapping behind embeddings_ alive
   torch::Tensor embeddings_;              // [N, Lt, text_dim] bf16, view over the mapped file
+  torch::Tensor tags_;                    // optional [N, Lt] uint8
   std::vector<int32_t> lengths_;
   std::vector<std::string> prompts_;
   std::unordered_map<std::string, int64_t> index_;

@@ -64,4 +64,41 @@ torch::Tensor df_loss(const torch::Tensor& pred_all, const DfExample& ex, const 
   return total / static_cast<double>(cfg.chunks);
 }
 
+DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, const DfExample& ex,
+                        const std::vector<int64_t>& bounds) {
+  const int64_t A = x0.size(-1), B = x0.size(0);
+  VDT_CHECK(bounds.size() == ex.sigmas.size() + 1 && bounds.front() == 0 && bounds.back() == A, "diffusion forcing: a ",
+            "side stream of ", A, " steps does not split into the span's ", ex.sigmas.size(), " chunks");
+  std::vector<float> sigma(static_cast<size_t>(A));
+  for (size_t c = 0; c + 1 < bounds.size(); ++c)
+    for (int64_t j = bounds[c]; j < bounds[c + 1]; ++j) sigma[static_cast<size_t>(j)] = static_cast<float>(ex.sigmas[c]);
+  auto sig = torch::tensor(sigma).to(x0.device());  // [A], broadcast over [B, ..., A]
+  DfStream s;
+  s.bounds = bounds;
+  const auto x0f = x0.to(torch::kFloat32), nf = noise.to(torch::kFloat32);
+  s.x_t = add_noise(x0f, nf, sig).to(x0.scalar_type());
+  s.target = velocity_target(x0f, nf).to(x0.scalar_type());
+  s.t = (sig * 1000.0).unsqueeze(0).expand({B, A}).contiguous();  // [B, A]
+  if (ex.teacher_forcing) {
+    s.x_t = torch::cat({x0.to(s.x_t.scalar_type()), s.x_t}, -1);  // [B, ..., 2A]
+    s.t = torch::cat({torch::zeros_like(s.t), s.t}, 1);           // [B, 2A]
+  }
+  return s;
+}
+
+torch::Tensor df_stream_loss(const torch::Tensor& pred_all, const DfStream& s, const DfExample& ex) {
+  const int64_t A = s.target.size(-1);
+  VDT_CHECK(pred_all.size(-1) == (ex.teacher_forcing ? 2 * A : A), "df_stream_loss: prediction of ",
+            pred_all.size(-1), " steps for a stream of ", A);
+  const auto pred = ex.teacher_forcing ? pred_all.narrow(-1, A, A) : pred_all;
+  auto total = torch::zeros({}, pred.options().dtype(torch::kFloat32));
+  for (size_t c = 0; c + 1 < s.bounds.size(); ++c) {
+    const int64_t begin = s.bounds[c], n = s.bounds[c + 1] - begin;
+    if (n == 0) continue;
+    auto d = pred.narrow(-1, begin, n).to(torch::kFloat32) - s.target.narrow(-1, begin, n).to(torch::kFloat32);
+    total = total + d.pow(2).mean() * ex.weights[c];
+  }
+  return total / static_cast<double>(s.bounds.size() - 1);
+}
+
 }  // namespace vdt

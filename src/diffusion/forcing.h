@@ -41,6 +41,20 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
 DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
 
+// A side stream denoised beside the video (H3's audio, steps on the last axis), noised with the video's chunk levels:
+// chunk c owns steps [bounds[c], bounds[c + 1]) (Denoiser::side_stream_chunks).
+struct DfStream {
+  torch::Tensor x_t;             // [B, ..., A]; teacher forcing: [clean | noisy] along the steps, 2A
+  torch::Tensor t;               // [B, A] per-step timesteps (0..1000); teacher forcing [B, 2A], clean half 0
+  torch::Tensor target;          // [B, ..., A] velocity target
+  std::vector<int64_t> bounds;   // chunks + 1
+};
+DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, const DfExample& ex,
+                        const std::vector<int64_t>& bounds);
+// mean over chunks of weight_c * mean((pred - target)^2 over chunk c's steps), in float32: added to df_loss, this is
+// DiffSynth's H3 loss w·MSE(video) + w·MSE(audio), per chunk.
+torch::Tensor df_stream_loss(const torch::Tensor& pred, const DfStream& s, const DfExample& ex);
+
 // mean over chunks of weight_c * mean((pred - target)^2 over chunk c's frames) in float32; a clean first frame is
 // left out of chunk 0.
 // `pred` is the model output for ex.x_t (its noisy half is scored under teacher forcing).

@@ -38,12 +38,16 @@ struct DenoiserInputs {
   torch::Tensor context_ids;  // optional [B, F'] row of `context` for each cell (latent frame)
   torch::Tensor sem_ids;      // [B, F, Hs, Ws] uint8 part ids, required once a semantic-map adapter is installed
   AttentionPattern attention;
-  std::map<std::string, torch::Tensor> extra;  // family-specific conditioning (documented by each family)
+  // Family-specific inputs, documented by each family: conditioning (H3: "picture1", "text_tags") and side streams
+  // (side_streams(): the noisy stream under its name, [B, ..., A] with steps last, and its timesteps [B, A] under
+  // name + ".t"; under teacher forcing both hold [clean | noisy] along the steps, as x does along the frames).
+  std::map<std::string, torch::Tensor> extra;
 };
 
 // Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
 struct DenoiserAux {
   torch::Tensor sem_rms, x_rms;  // 0-dim float32, detached
+  std::map<std::string, torch::Tensor> streams;  // prediction of noise − x0 for each side stream given, its shape
 };
 
 // One block call packaged for a runner from outside: the block, its differentiable inputs (inputs[0] is the
@@ -86,6 +90,14 @@ class Denoiser : public torch::nn::Module {
     throw std::runtime_error("the " + family() + " base has no semantic-map adapter (gc_sem_cond)");
   }
   virtual bool has_sem_cond() const { return false; }
+  // Streams the family denoises beside the video latents, steps on their last axis (H3: "audio" [B, 2, 32, A]); the
+  // trainers noise and score them per chunk as they do the video. Empty for families without one.
+  virtual std::vector<std::string> side_streams() const { return {}; }
+  // For a span of `frames` latent frames cut into chunks of `chunk_frames`: the first step of each chunk in `stream`
+  // and the span's length in steps (chunks + 1 values, from 0).
+  virtual std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames, int64_t chunk_frames) const {
+    throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
+  }
   // Model FLOPs of one training step (forward + backward = 3x forward) at `tokens` latent tokens and `text_len`.
   virtual double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const = 0;
 };

@@ -2,15 +2,22 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/h3/h3_dit.h"
 #include "model/wan_dit.h"
 
 namespace vdt {
 
-std::vector<std::string> denoiser_presets() { return preset_names(); }
+std::vector<std::string> denoiser_presets() {
+  auto all = preset_names();
+  for (const auto& p : h3_preset_names()) all.push_back(p);
+  return all;
+}
 
 std::string denoiser_family(const std::string& preset) {
   for (const auto& p : preset_names())
     if (p == preset) return "wan";
+  for (const auto& p : h3_preset_names())
+    if (p == preset) return "h3";
   std::string known;
   for (const auto& p : denoiser_presets()) known += (known.empty() ? "" : ", ") + p;
   VDT_FAIL("unknown model preset '", preset, "' (known: ", known, ")");
@@ -19,6 +26,7 @@ std::string denoiser_family(const std::string& preset) {
 double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch) {
   const std::string family = denoiser_family(preset);
   if (family == "wan") return wan_train_flops(preset_config(preset), tokens, text_len, batch);
+  if (family == "h3") return h3_train_flops(h3_preset(preset), tokens, text_len, batch);
   VDT_FAIL("model family '", family, "' of preset '", preset, "' has no FLOP count");
 }
 
@@ -28,6 +36,13 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
     ModelConfig mc = preset_config(preset);
     if (layers > 0) mc.num_layers = layers;
     return WanDiT(mc, options).ptr();
+  }
+  if (family == "h3") {  // in `options`' dtype with the release's fp32 islands (h3_spec §1.10)
+    H3Config hc = h3_preset(preset);
+    if (layers > 0) hc.num_layers = layers;
+    H3BuildOptions bo;
+    bo.device = options.device(), bo.dtype = options.dtype().toScalarType(), bo.fp32_islands = true;
+    return H3DiT(hc, bo).ptr();
   }
   VDT_FAIL("model family '", family, "' of preset '", preset, "' has no constructor");
 }

@@ -3,6 +3,7 @@
 // angles = float32(pos) * inv_freq, then cos/sin cast to the activations' dtype.
 #include "model/h3/h3_attention.h"
 
+#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
 #include "model/lora.h"
@@ -33,20 +34,64 @@ torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope) {
   return torch::cat({x_rot * cos + rotated * sin, x_pass}, -1);
 }
 
+H3AttentionLayout H3AttentionLayout::segments(const std::vector<int64_t>& bounds, int64_t S) {
+  TORCH_CHECK(bounds.size() >= 2 && bounds.front() == 0 && bounds.back() == S, "h3 attention: segment bounds ",
+              "must run from 0 to S = ", S);
+  H3AttentionLayout l;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    TORCH_CHECK(bounds[i + 1] >= bounds[i], "h3 attention: segment bounds must not decrease, got ", bounds[i],
+                " then ", bounds[i + 1]);
+    if (bounds[i + 1] > bounds[i]) l.blocks.push_back({bounds[i], bounds[i + 1], {{bounds[i], bounds[i + 1]}}});
+  }
+  return l;
+}
+
+bool H3AttentionLayout::segments_only() const {
+  for (const auto& b : blocks)
+    if (b.keys.size() != 1 || b.keys[0].first != b.begin || b.keys[0].second != b.end) return false;
+  return true;
+}
+
+torch::Tensor H3AttentionLayout::dense_mask(int64_t S, torch::Device device) const {
+  auto m = torch::zeros({S, S}, torch::kBool);
+  for (const auto& b : blocks)
+    for (const auto& [k0, k1] : b.keys) m.slice(0, b.begin, b.end).slice(1, k0, k1).fill_(true);
+  return m.to(device);
+}
+
+torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const H3AttentionLayout& layout, AttentionKernel kernel) {
+  const int64_t S = q.size(0);
+  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };  // [L, N, Dh] -> [1, N, L, Dh]
+  if (layout.mask.defined() && kernel == AttentionKernel::sdpa) {
+    TORCH_CHECK(layout.mask.dim() == 2 && layout.mask.size(0) == S && layout.mask.size(1) == S, "h3 attention: mask ",
+                layout.mask.sizes(), " for ", S, " rows");
+    auto out = at::scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), layout.mask);
+    return out.squeeze(0).transpose(0, 1);  // [1, N, S, Dh] -> [S, N, Dh]
+  }
+  std::vector<torch::Tensor> parts;
+  int64_t next = 0;
+  for (const auto& b : layout.blocks) {
+    TORCH_CHECK(b.begin == next && b.end > b.begin && !b.keys.empty(), "h3 attention: query blocks must cover rows 0..",
+                S, " in order without gaps (block ", b.begin, "..", b.end, " after row ", next, ")");
+    next = b.end;
+    auto keys = [&](const torch::Tensor& t) {
+      if (b.keys.size() == 1) return t.narrow(0, b.keys[0].first, b.keys[0].second - b.keys[0].first);
+      std::vector<torch::Tensor> ranges;
+      for (const auto& [k0, k1] : b.keys) ranges.push_back(t.narrow(0, k0, k1 - k0));
+      return torch::cat(ranges, 0);
+    };
+    auto out = attention(heads_first(q.narrow(0, b.begin, b.end - b.begin)), heads_first(keys(k)), heads_first(keys(v)),
+                         kernel);                // [1, N, len, Dh]
+    parts.push_back(out.squeeze(0).transpose(0, 1));  // -> [len, N, Dh]
+  }
+  TORCH_CHECK(next == S, "h3 attention: query blocks end at row ", next, ", expected S = ", S);
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+}
+
 torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const std::vector<int64_t>& bounds, AttentionKernel kernel) {
-  TORCH_CHECK(bounds.size() >= 2 && bounds.front() == 0 && bounds.back() == q.size(0), "h3 attention: segment bounds ",
-              "must run from 0 to S = ", q.size(0));
-  std::vector<torch::Tensor> parts;
-  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-    const int64_t start = bounds[i], len = bounds[i + 1] - bounds[i];
-    TORCH_CHECK(len >= 0, "h3 attention: segment bounds must not decrease, got ", bounds[i], " then ", bounds[i + 1]);
-    if (len == 0) continue;
-    auto seg = [&](const torch::Tensor& t) { return t.narrow(0, start, len).transpose(0, 1).unsqueeze(0); };
-    auto out = attention(seg(q), seg(k), seg(v), kernel);  // [len, N, Dh] -> [1, N, len, Dh]
-    parts.push_back(out.squeeze(0).transpose(0, 1));     // -> [len, N, Dh]
-  }
-  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+  return layout_attention(q, k, v, H3AttentionLayout::segments(bounds, q.size(0)), kernel);
 }
 
 H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps)
@@ -58,7 +103,7 @@ H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, d
 }
 
 torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,
-                                       const std::vector<int64_t>& bounds) {
+                                       const H3AttentionLayout& layout) {
   const int64_t S = x.size(0);
   // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
@@ -69,7 +114,7 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
     q = h3_apply_rope(q, *rope);
     k = h3_apply_rope(k, *rope);
   }
-  auto out = segment_attention(q, k, v, bounds, kernel);      // [S, N, Dh]
+  auto out = layout_attention(q, k, v, layout, kernel);       // [S, N, Dh]
   return lora_or_linear(out_proj, out.reshape({S, heads_ * head_dim_}));  // [S, N, Dh] -> [S, N*Dh] -> [S, D]
 }
 

@@ -1,7 +1,8 @@
 // H3 attention (h3_spec §1.3 step 4, §1.7) under its checkpoint names: fused `qkv_proj` with rows per head
 // [q | k | v], per-head RMSNorm `q_norm`/`k_norm` before RoPE, partial rotate-half RoPE over the first 6*rope_len
 // head channels, attention over packed segments (cu_seqlens: no row sees another segment), `out_proj`.
-// Also the 3-axis RoPE table from float positions. Not here: masks beyond segments (causal chunks come later).
+// Also the 3-axis RoPE table from float positions and which rows see which: packed segments, or block-causal chunks
+// (h3_causal.h builds those) run as one kernel call per query block (prefix) or one masked call (mask).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
@@ -22,16 +23,35 @@ H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len);
 // x [S, N, Dh] -> [S, N, Dh]: channels [0, 6R) rotated as rotate-half (d pairs with d + 3R), the rest unchanged.
 torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope);
 
-// Attention within segments: q/k/v [S, N, Dh], segment bounds {0, b1, ..., S} -> [S, N, Dh]. Empty segments are
-// skipped. One kernel call per segment (the reference's varlen loop), sdpa or the eager softmax.
+// Which rows see which: query blocks (in row order, covering [0, S)), each with the key ranges its rows attend to.
+// Packed segments are blocks that see themselves; a block-causal chunk sees the prefix and the chunks before it.
+struct H3QueryBlock {
+  int64_t begin = 0, end = 0;                          // query rows [begin, end)
+  std::vector<std::pair<int64_t, int64_t>> keys;       // key ranges [first, second), ascending, disjoint
+};
+struct H3AttentionLayout {
+  std::vector<H3QueryBlock> blocks;
+  torch::Tensor mask;  // optional [S, S] bool (true = attend), the same rule for one masked kernel call (mask())
+  // Each segment {0, b1, ..., S} attends to itself only (empty segments skipped); throws unless bounds run 0..S.
+  static H3AttentionLayout segments(const std::vector<int64_t>& bounds, int64_t S);
+  bool segments_only() const;  // every block sees exactly itself
+  // The rule as a dense mask [S, S] on `device`.
+  torch::Tensor dense_mask(int64_t S, torch::Device device) const;
+};
+
+// Attention under a layout: q/k/v [S, N, Dh] -> [S, N, Dh]. With layout.mask defined and the sdpa kernel, one call
+// with the mask; otherwise one call per query block on its keys (a view when they are one range), sdpa or eager.
+torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const H3AttentionLayout& layout, AttentionKernel kernel);
+// Attention within segments {0, b1, ..., S} (the reference's varlen loop): layout_attention over segments().
 torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const std::vector<int64_t>& bounds, AttentionKernel kernel);
 
 class H3AttentionImpl : public torch::nn::Module {
  public:
   H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps);
-  // x [S, D], rope table or nullptr (token refiner), segment bounds -> [S, D]
-  torch::Tensor forward(const torch::Tensor& x, const H3RopeTable* rope, const std::vector<int64_t>& bounds);
+  // x [S, D], rope table or nullptr (token refiner), which rows see which -> [S, D]
+  torch::Tensor forward(const torch::Tensor& x, const H3RopeTable* rope, const H3AttentionLayout& layout);
   torch::nn::Linear qkv_proj{nullptr}, out_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;

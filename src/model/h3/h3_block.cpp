@@ -47,8 +47,8 @@ H3RefinerBlockImpl::H3RefinerBlockImpl(int64_t dim, int64_t heads, int64_t head_
   mlp = register_module("mlp", H3Mlp(dim, ffn));
 }
 
-torch::Tensor H3RefinerBlockImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& bounds) {
-  auto h = x + attn(norm1(x), nullptr, bounds);  // [Lt, D]
+torch::Tensor H3RefinerBlockImpl::forward(const torch::Tensor& x, const H3AttentionLayout& attend) {
+  auto h = x + attn(norm1(x), nullptr, attend);  // [Lt, D]
   return h + mlp(norm2(h));
 }
 
@@ -66,7 +66,7 @@ torch::Tensor H3BlockImpl::forward(const H3BlockInputs& in) {
               "x [S, D] and ada_rows [S], got ", in.x.sizes(), " and ", in.ada_rows.sizes());
   auto mod = adaln_proj(in.t_emb);  // 6 x [3M, D]
   const auto& rows = in.ada_rows;
-  auto h = attn(h3_modulate(norm1(in.x), mod[0], mod[1], rows), &in.rope, in.bounds);
+  auto h = attn(h3_modulate(norm1(in.x), mod[0], mod[1], rows), &in.rope, in.attend);
   auto x = h3_gate(in.x, mod[2], h, rows);
   h = mlp(h3_modulate(norm2(x), mod[3], mod[4], rows));
   return h3_gate(x, mod[5], h, rows);

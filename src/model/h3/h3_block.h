@@ -35,7 +35,7 @@ TORCH_MODULE(H3AdaLN);
 class H3RefinerBlockImpl : public torch::nn::Module {
  public:
   H3RefinerBlockImpl(int64_t dim, int64_t heads, int64_t head_dim, int64_t ffn, double eps, double qk_eps);
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& bounds);  // [Lt, D] -> [Lt, D]
+  torch::Tensor forward(const torch::Tensor& x, const H3AttentionLayout& attend);  // [Lt, D] -> [Lt, D]
   RMSNorm norm1{nullptr}, norm2{nullptr};
   H3Attention attn{nullptr};
   H3Mlp mlp{nullptr};
@@ -47,7 +47,7 @@ struct H3BlockInputs {
   torch::Tensor t_emb;      // [M, time_dim] time MLP output (no SiLU yet)
   torch::Tensor ada_rows;   // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
   H3RopeTable rope;         // [S, 6R]
-  std::vector<int64_t> bounds;  // attention segments {0, ..., S}
+  H3AttentionLayout attend;  // which rows see which (packed segments, or block-causal chunks)
 };
 
 class H3BlockImpl : public torch::nn::Module {

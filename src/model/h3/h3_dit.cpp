@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/h3/h3_causal.h"
 
 namespace vdt {
 namespace {
@@ -69,7 +70,8 @@ H3TokenRefinerImpl::H3TokenRefinerImpl(const H3Config& c) {
 
 torch::Tensor H3TokenRefinerImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& bounds) {
   auto h = x;
-  for (auto& b : *blocks) h = b->as<H3RefinerBlockImpl>()->forward(h, bounds);
+  const auto attend = H3AttentionLayout::segments(bounds, x.size(0));
+  for (auto& b : *blocks) h = b->as<H3RefinerBlockImpl>()->forward(h, attend);
   return final_norm(h);
 }
 
@@ -119,6 +121,55 @@ H3DiTImpl::H3DiTImpl(const H3Config& cfg, const H3BuildOptions& opts) : cfg_(cfg
 
 void H3DiTImpl::set_precision(torch::ScalarType dtype, bool fp32_islands) {
   place(*this, "", condition_proj->weight.device(), dtype, fp32_islands);
+}
+
+void H3DiTImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard ng;
+  auto gen = at::globalContext().defaultGenerator(device()).clone();
+  gen.set_current_seed(seed);
+  const auto params = named_parameters();
+  for (const auto& kv : params) {
+    const std::string& name = kv.key();
+    auto p = kv.value();
+    if (p.dim() == 1 && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {  // RMSNorm
+      p.fill_(1.0);
+      continue;
+    }
+    const auto w = params[name.substr(0, name.rfind('.')) + ".weight"];
+    const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));  // fan_in of the Linear
+    p.uniform_(-bound, bound, gen);
+  }
+  rope->inv_freq.copy_(torch::pow(10000.0, torch::arange(cfg_.rope_len, torch::kFloat32) /
+                                              static_cast<double>(cfg_.rope_len)).reciprocal());
+}
+
+std::vector<torch::nn::Module*> H3DiTImpl::block_modules() {
+  std::vector<torch::nn::Module*> out;
+  for (auto& b : *blocks) out.push_back(b.get());
+  return out;
+}
+
+std::string H3DiTImpl::architecture_difference(const std::string& config_json) const {
+  const auto other = H3Config::from_json(config_json, "the saved architecture");
+  return cfg_.same_architecture(other) ? "" : "saved " + other.to_json() + ", this model " + cfg_.to_json();
+}
+
+std::vector<int64_t> H3DiTImpl::side_stream_chunks(const std::string& stream, int64_t frames,
+                                                   int64_t chunk_frames) const {
+  VDT_CHECK(stream == "audio", "the h3 base has no side stream '", stream, "' (it has: audio)");
+  return h3_audio_chunk_bounds(frames, chunk_frames);
+}
+
+double H3DiTImpl::train_flops(int64_t rows, int64_t text_len, int64_t batch) const {
+  return h3_train_flops(cfg_, rows, text_len, batch);
+}
+
+double h3_train_flops(const H3Config& c, int64_t rows, int64_t text_len, int64_t batch) {
+  const double D = c.hidden, I = c.inner(), F = c.ffn;
+  const double weights = D * 3 * I + I * D + D * 2 * F + F * D;  // qkv, out, fc1, fc2 of one block
+  auto stack = [&](double S, int64_t layers) { return layers * (2 * S * weights + 4 * S * S * I); };
+  const double S = static_cast<double>(rows + text_len);
+  return 3.0 * batch * (stack(S, c.num_layers) + stack(static_cast<double>(text_len), c.refiner_layers));
 }
 
 void H3DiTImpl::set_attention_kernel(AttentionKernel k) {
@@ -174,13 +225,23 @@ H3Outputs H3DiTImpl::forward(const H3Inputs& in) {
   bin.t_emb = t_emb;
   bin.ada_rows = inverse * 3 + idx(in.token_tags).clamp_min(0);
   bin.rope = h3_rope_table(in.position_ids[0].to(device), c.rope_len);  // float64 -> float32 angles
-  bin.bounds = bounds;
+  bin.attend = in.attend.blocks.empty() ? H3AttentionLayout::segments(bounds, S) : in.attend;
+  if (causal_kernel_ == CausalKernel::mask && !bin.attend.segments_only() && !bin.attend.mask.defined())
+    bin.attend.mask = bin.attend.dense_mask(S, device);  // one masked call per block instead of one per chunk
 
-  // 3) blocks
+  // 3) blocks; a runner from outside (checkpointing, sharding) gets x and t_emb as the differentiable inputs
   bin.x = h;
   for (auto& m : *blocks) {
     auto& block = *m->as<H3BlockImpl>();
-    bin.x = block_runner_ ? block_runner_(block, bin) : block.forward(bin);
+    if (!block_runner_) {
+      bin.x = block.forward(bin);
+      continue;
+    }
+    bin.x = block_runner_({block, {bin.x, bin.t_emb}, [&block, rest = bin](const std::vector<torch::Tensor>& v) {
+                             H3BlockInputs b = rest;
+                             b.x = v[0], b.t_emb = v[1];
+                             return block.forward(b);
+                           }});
   }
 
   // 4) heads on every row, then the video rows (out_pos) and audio rows

@@ -3,7 +3,10 @@
 // `token_refiner`, `blocks` (H3Block) and `final_layer`. forward takes one packed sequence (h3_packer builds it)
 // and returns the raw head outputs at the video and audio rows (≈ x0 − ε: negate for the flow-matching target).
 // Precision: built in float32, or in bf16 with the release checkpoint's fp32 islands (§1.10).
-// Not here: packing, patchify, losses, checkpointing or sharding (a block runner wraps blocks from outside).
+// It is also a Denoiser (model/denoiser.h): forward(DenoiserInputs) packs a trainer's latents, text, Picture 1 and
+// the audio side stream (bidirectional, or block-causal chunks through h3_causal.h) and returns the unpacked
+// predictions of noise − x0 (h3_denoise.cpp).
+// Not here: losses, checkpointing or sharding (a block runner wraps blocks from outside).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -11,6 +14,7 @@
 
 #include <functional>
 
+#include "model/denoiser.h"
 #include "model/h3/h3_block.h"
 #include "model/h3/h3_config.h"
 
@@ -31,6 +35,7 @@ struct H3Inputs {
   torch::Tensor cu_seqlens;         // [K+1] main attention segments {0, ..., S} (padding is its own segment)
   torch::Tensor refiner_cu_seqlens; // [K'+1] token-refiner segments over the Lt text rows {0, ..., Lt}
   torch::Tensor out_pos;            // optional [Nv'] rows whose video head is returned (default img_pos)
+  H3AttentionLayout attend;         // optional: which rows see which (block-causal chunks); empty = cu_seqlens segments
 };
 
 struct H3Outputs {
@@ -85,13 +90,21 @@ struct H3BuildOptions {
   bool fp32_islands = true;  // patch projections, time MLP, output heads, rope.inv_freq stay float32 (§1.10)
 };
 
-using H3BlockRunner = std::function<torch::Tensor(H3BlockImpl&, const H3BlockInputs&)>;
-
-class H3DiTImpl : public torch::nn::Module {
+class H3DiTImpl : public Denoiser {
  public:
   // Builds block by block on opts.device in opts.dtype, so the 33B model never sits whole in host memory.
   explicit H3DiTImpl(const H3Config& cfg, const H3BuildOptions& opts = {});
+  // The reference's forward on one packed sequence.
   H3Outputs forward(const H3Inputs& in);
+  // The seam (h3_denoise.cpp). x [B, C, F, H, W] target video, t per sample or per latent frame (0..1000; model
+  // time 1 − t/1000), context [B, Lt, text_dim] (or rows with context_ids naming one row per sample), and in extra:
+  // "text_tags" [B, Lt] (0 = vision token of the prompt: video AdaLN; default all text), "picture1" [B, C, 1, Hp, Wp]
+  // clean Picture 1 latent (a Ref2VA image reference on its own grid, rows 0.999·clean + 0.001·"picture1.noise", at
+  // model time max(t_text, 0.999)), "audio" [B, 2, Da, A] with "audio.t" [B, A] (the side stream; none: no audio
+  // rows). Block-causal patterns: chunks of attention.chunk_frames latents with their audio steps
+  // (h3_audio_chunk_bounds), text and Picture 1 the prefix at model time 0.999 (h3_spec §4.2 a). Returns the video
+  // prediction [B, C, F, H, W]; aux->streams["audio"] the audio one.
+  torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux = nullptr) override;
 
   // Casts to `dtype`, keeping the fp32 islands in float32 when asked (the release checkpoint's mixed dtypes, so
   // loading and exporting preserve them). to_release_precision() = set_precision(bf16, true).
@@ -100,11 +113,32 @@ class H3DiTImpl : public torch::nn::Module {
   // True for checkpoint names that the release keeps in float32.
   static bool is_fp32_island(const std::string& name);
   // The dtype of the residual stream (that of the blocks).
-  torch::ScalarType compute_dtype() const { return condition_proj->weight.scalar_type(); }
+  torch::ScalarType compute_dtype() const override { return condition_proj->weight.scalar_type(); }
 
   void set_attention_kernel(AttentionKernel k);  // every block and the refiner
-  void set_block_runner(H3BlockRunner runner) { block_runner_ = std::move(runner); }
+  void set_block_runner(BlockRunner runner) override { block_runner_ = std::move(runner); }
+  // prefix: one kernel call per query block (default); mask: one masked call over all rows.
+  void set_causal_kernel(CausalKernel k) override { causal_kernel_ = k; }
   const H3Config& config() const { return cfg_; }
+
+  // PyTorch's default Linear init (U(±1/sqrt(fan_in)) for weight and bias) from `seed`, norms at 1: H3's pre-training
+  // init is not public (h3_spec §5); this is the random base of tests and benchmarks.
+  void init_weights(uint64_t seed) override;
+  std::vector<torch::nn::Module*> block_modules() override;
+  std::vector<std::string> lora_targets() const override { return {"qkv_proj", "out_proj", "fc1", "fc2"}; }
+  std::string family() const override { return "h3"; }
+  std::string preset() const override { return cfg_.preset; }
+  std::string config_json() const override { return cfg_.to_json(); }
+  std::string architecture_difference(const std::string& config_json) const override;
+  int64_t latent_channels() const override { return cfg_.latent_channels; }
+  int64_t text_dim() const override { return cfg_.text_dim; }
+  int64_t width() const override { return cfg_.hidden; }
+  torch::Device device() const override { return condition_proj->weight.device(); }
+  std::vector<std::string> side_streams() const override { return {"audio"}; }
+  std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames,
+                                          int64_t chunk_frames) const override;
+  // Bidirectional count over S = tokens + text_len rows (h3_train_flops).
+  double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const override;
 
   torch::nn::Linear video_patch_proj{nullptr}, audio_patch_proj{nullptr}, condition_proj{nullptr};
   H3TimeEmbedder time_embedder{nullptr};
@@ -115,9 +149,15 @@ class H3DiTImpl : public torch::nn::Module {
 
  private:
   H3Config cfg_;
-  H3BlockRunner block_runner_;
+  BlockRunner block_runner_;
+  CausalKernel causal_kernel_ = CausalKernel::prefix;
 };
 TORCH_MODULE(H3DiT);
+
+// Model FLOPs of one training step (forward + backward = 3x forward, recomputation not counted) of an H3 DiT on one
+// packed sequence of `rows` media rows (video, audio, Picture 1) and `text_len` text rows, attention bidirectional:
+// per block 2·S·(qkv + out + fc1 + fc2 weights) + 4·S²·N·Dh, plus the token refiner on the text rows.
+double h3_train_flops(const H3Config& cfg, int64_t rows, int64_t text_len, int64_t batch = 1);
 
 // The host copy of a cu_seqlens tensor, checked to run from 0 to `total` without decreasing.
 std::vector<int64_t> h3_segment_bounds(const torch::Tensor& cu_seqlens, int64_t total, const char* what);

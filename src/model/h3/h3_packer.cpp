@@ -18,10 +18,6 @@ namespace {
 constexpr double kInterp = 32.0;  // a square canvas spans [0, 32) on each spatial axis
 
 // First pixel frame covered by latent k: frames per latent (1, 4, 4, 4, 4) per 17-frame VAE clip.
-int64_t first_frame(int64_t k) {
-  const int64_t c = k / 5, m = k % 5;
-  return 17 * c + (m == 0 ? 0 : 4 * m - 3);
-}
 
 // origin + offset, both given in thirds of a rotary unit.
 double at_thirds(int64_t origin3, int64_t offset3) {
@@ -75,6 +71,11 @@ struct RowWriter {
 torch::Tensor i64(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).reshape({-1}); }
 
 }  // namespace
+
+int64_t h3_first_pixel_frame(int64_t k) {
+  const int64_t c = k / 5, m = k % 5;
+  return 17 * c + (m == 0 ? 0 : 4 * m - 3);
+}
 
 torch::Tensor h3_patchify_video(const torch::Tensor& latent) {
   TORCH_CHECK(latent.dim() == 5 && latent.size(0) == 1 && latent.size(3) % 2 == 0 && latent.size(4) % 2 == 0,
@@ -156,7 +157,7 @@ H3Layout build_h3_layout(const H3LayoutSpec& spec) {
   const Grid target = spatial_grid(spec.latent_h, spec.latent_w);
   int64_t cursor3 = 3 * L;  // the media clock starts at t = L
   // FL2VA keyframes: the first at the target's first latent, the last at its last pixel frame, (5/3)·(F − 1).
-  for (int64_t k : spec.keyframes) out.frame(at_thirds(cursor3, k == 0 ? 0 : 5 * (first_frame(T) - 1)), target);
+  for (int64_t k : spec.keyframes) out.frame(at_thirds(cursor3, k == 0 ? 0 : 5 * (h3_first_pixel_frame(T) - 1)), target);
   // Ref2VA blocks, each on its own spatial grid: an image takes one unit; a video packs its soundtrack first and
   // takes the longer of the two spans; an audio reference (on the target's columns) takes its steps.
   int64_t ref_audio_rows = 0;
@@ -174,15 +175,15 @@ H3Layout build_h3_layout(const H3LayoutSpec& spec) {
     } else {
       out.audio_rows(cursor3, r.audio_t, ch, g);
       ref_audio_rows += r.audio_t * ch;
-      for (int64_t k = 0; k < r.latent_t; ++k) out.frame(at_thirds(cursor3, 5 * first_frame(k)), g);
-      cursor3 += std::max(3 * r.audio_t, 5 * first_frame(r.latent_t));
+      for (int64_t k = 0; k < r.latent_t; ++k) out.frame(at_thirds(cursor3, 5 * h3_first_pixel_frame(k)), g);
+      cursor3 += std::max(3 * r.audio_t, 5 * h3_first_pixel_frame(r.latent_t));
     }
   }
   lay.cond_rows = static_cast<int64_t>(out.img.size());
   lay.ref_audio_rows = ref_audio_rows;
   // Target audio, then target video, at the final cursor.
   out.audio_rows(cursor3, A, ch, target);
-  for (int64_t k = 0; k < T; ++k) out.frame(at_thirds(cursor3, 5 * first_frame(k)), target);
+  for (int64_t k = 0; k < T; ++k) out.frame(at_thirds(cursor3, 5 * h3_first_pixel_frame(k)), target);
   TORCH_INTERNAL_ASSERT(out.row == used, "h3 layout: wrote ", out.row, " rows, expected ", used);
 
   lay.seq_len = S;

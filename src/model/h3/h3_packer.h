@@ -14,6 +14,8 @@
 
 namespace vdt {
 
+// The first pixel frame of latent k of a stream: clips of 17 frames -> 5 latents covering 1, 4, 4, 4, 4 frames.
+int64_t h3_first_pixel_frame(int64_t k);
 // Video latent [1, C, T, H, W] -> rows [T*(H/2)*(W/2), C*4]: rows (t, h/2, w/2) frame-major, features c*4+ph*2+pw.
 torch::Tensor h3_patchify_video(const torch::Tensor& latent);
 // rows [T*(H/2)*(W/2), C*4] -> [1, C, T, H, W] (the inverse of h3_patchify_video).

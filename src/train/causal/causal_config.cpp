@@ -28,7 +28,7 @@ void CausalConfig::validate() const {
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '",
             device, "'");
   precision_mode();
-  VDT_CHECK(chunk_frames >= 1, "--chunk-frames ", chunk_frames, ": expected >= 1");
+  VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
   VDT_CHECK(lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1");
   VDT_CHECK(lora_alpha > 0, "--lora-alpha ", lora_alpha, ": expected > 0");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
@@ -88,11 +88,11 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--act-offload", "on: checkpointed block inputs in pinned host memory", &C::act_offload},
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
-      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny", &C::model},
-      {"--weights", "base weights: a .safetensors file or a directory of shards; empty = random", &C::weights},
+      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},
+      {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); empty = random", &C::weights},
       {"--device", "auto, cpu or cuda", &C::device},
       {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
-      {"--chunk-frames", "latent frames per chunk (a span is 6 chunks)", &C::chunk_frames},
+      {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
       {"--lora-rank", "LoRA rank", &C::lora_rank},
       {"--lora-alpha", "LoRA alpha (scale = alpha / rank)", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},

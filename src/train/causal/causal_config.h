@@ -26,7 +26,7 @@ struct CausalConfig {
   double level_shift = 3.0;
   // ours
   std::string data_root, text_table, model = "wan2.2-ti2v-5b", weights, device = "auto", precision = "bf16";
-  int64_t chunk_frames = 3, lora_rank = 32;
+  int64_t chunk_frames = 0, lora_rank = 32;  // chunk_frames 0: the base's natural chunk (set by the trainer)
   double lora_alpha = 32;
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
@@ -34,6 +34,8 @@ struct CausalConfig {
                           // and before the first, into val_log.jsonl; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
+  // The natural chunk of a base family: one VAE clip for H3 (5 latents, h3_spec §4.1), 3 latent frames for Wan.
+  static int64_t natural_chunk_frames(const std::string& family) { return family == "h3" ? 5 : 3; }
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   enum class Objective { df, tf };
   enum class ShardBase { automatic, on, off };

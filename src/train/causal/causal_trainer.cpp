@@ -56,9 +56,13 @@ struct CausalRun {
 };
 
 void build_data(CausalRun& r) {
+  const std::string family = denoiser_family(r.cfg.model);
+  if (r.cfg.chunk_frames == 0) r.cfg.chunk_frames = CausalConfig::natural_chunk_frames(family);
   CausalDataConfig dc;
   dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.span_frames = r.cfg.span_frames();
   dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.seed;
+  dc.picture1 = r.cfg.picture1;
+  dc.start_align = family == "h3" ? 5 : 1;  // H3 windows start on VAE clips: the rotary frame times hold
   r.ds = std::make_unique<CausalDataset>(dc);
   const auto n = static_cast<double>(r.ds->train().size());
   r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
@@ -68,6 +72,12 @@ void build_model(CausalRun& r) {
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
+  VDT_CHECK(r.ds->info().model_family == r.model->family(), r.cfg.data_root, "/dataset.json: a ",
+            r.ds->info().model_family, " root (model_family) for the ", r.model->family(), " base --model ", r.cfg.model,
+            "\n---> HINT: `vdt data synth --model ", r.model->family(), "` writes a root for this base");
+  for (const auto& name : r.model->side_streams())  // H3's audio: the root's silent stream on the span's clock
+    if (name == "audio" && r.ds->info().model_family == "h3")
+      r.ds->set_audio_steps(r.model->side_stream_chunks(name, r.cfg.span_frames(), r.cfg.chunk_frames).back());
   LoraConfig lc;
   lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
   r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
@@ -165,23 +175,54 @@ void build_resume(CausalRun& r) {
                  "; optimizer moments start afresh, as the seed)";
 }
 
-// The objective's loss on one window, with per-chunk levels and noise from the streams (level_purpose, key) and
-// (noise_purpose, key).
-torch::Tensor window_loss(CausalRun& r, const CausalSample& s, uint32_t level_purpose, uint32_t noise_purpose,
-                          uint64_t key) {
+// The random streams of a window: per-chunk levels, the video noise, a side stream's noise and the conditioning
+// latents' noise (train: keyed by the global sample index; validation: by the window index).
+struct WindowStreams {
+  uint32_t levels, noise, side, cond;
+};
+constexpr WindowStreams kTrainStreams{rng_purpose::kCausalLevels, rng_purpose::kCausalNoise,
+                                      rng_purpose::kCausalSideNoise, rng_purpose::kCausalCondNoise};
+constexpr WindowStreams kValStreams{rng_purpose::kCausalValLevels, rng_purpose::kCausalValNoise,
+                                    rng_purpose::kCausalValSideNoise, rng_purpose::kCausalValCondNoise};
+
+// The objective's loss on one window: the video span and each side stream of the base (H3's audio) noised with the
+// chunks' levels, the family's conditioning (Picture 1, token tags) passed through; the loss sums the video term
+// and each side stream's, each the chunk-weighted MSE (DiffSynth's H3 loss w·MSE(video) + w·MSE(audio), per chunk).
+torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStreams& streams, uint64_t key) {
   std::vector<double> u;
-  for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(RngStream(r.cfg.seed, level_purpose).uniform(key, 0, c));
-  auto x0 = s.latents.unsqueeze(0).to(r.ctx->device, r.ctx->dtype);  // [1, C, span, H, W]
-  auto noise = r.ctx->noise(x0, r.cfg.seed, noise_purpose, key);
+  for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(RngStream(r.cfg.seed, streams.levels).uniform(key, 0, c));
+  const auto dev = r.ctx->device;
+  const auto dtype = r.ctx->dtype;
+  auto x0 = s.latents.unsqueeze(0).to(dev, dtype);  // [1, C, span, H, W]
+  auto noise = r.ctx->noise(x0, r.cfg.seed, streams.noise, key);
   const bool tf = r.cfg.objective_mode() == CausalConfig::Objective::tf;
   const auto ex = tf ? make_tf_example(x0, noise, u, r.forcing, r.grid, r.grid_weights)
                      : make_df_example(x0, noise, u, r.forcing, r.grid, r.grid_weights);
-  torch::Tensor context, context_ids;
-  r.ds->text_of(s.text_rows, &context, &context_ids);                  // [R, Lt, text_dim], [1, span]
-  if (tf) context_ids = torch::cat({context_ids, context_ids}, 1);  // [1, 2 span]: the clean copy's cells too
-  const auto in = model_inputs(*r.model, ex.x_t, ex.t, context, context_ids, {},
-                               AttentionPattern::forcing(r.cfg.chunk_frames, tf));
-  return df_loss(r.model->forward(in), ex, r.forcing);
+  torch::Tensor context, context_ids, tags;
+  r.ds->text_of(s.text_rows, &context, &context_ids, &tags);          // [R, Lt, text_dim], [1, span], [R, Lt]
+  auto in = model_inputs(*r.model, ex.x_t, ex.t, context, tf ? torch::cat({context_ids, context_ids}, 1) : context_ids,
+                         {}, AttentionPattern::forcing(r.cfg.chunk_frames, tf));  // tf: the clean copy's cells too
+  if (tags.defined()) in.extra["text_tags"] = tags.index_select(0, context_ids[0].narrow(0, 0, 1)).to(dev);  // [1, Lt]
+  for (const auto& [name, latent] : s.cond) {  // clean conditioning latents, with their own noise
+    in.extra[name] = latent.unsqueeze(0).to(dev, dtype);
+    in.extra[name + ".noise"] = r.ctx->noise(in.extra[name], r.cfg.seed, streams.cond, key);
+  }
+  std::map<std::string, DfStream> side;
+  for (const auto& name : r.model->side_streams()) {
+    auto it = s.streams.find(name);
+    if (it == s.streams.end()) continue;  // the root has none: the base runs without it
+    const auto bounds = r.model->side_stream_chunks(name, r.cfg.span_frames(), r.cfg.chunk_frames);
+    VDT_CHECK(it->second.size(-1) == bounds.back(), "causal window: the ", name, " stream has ", it->second.size(-1),
+              " steps, the span needs ", bounds.back());
+    const auto a0 = it->second.unsqueeze(0).to(dev, dtype);  // [1, ..., A]
+    side[name] = make_df_stream(a0, r.ctx->noise(a0, r.cfg.seed, streams.side, key), ex, bounds);
+    in.extra[name] = side[name].x_t, in.extra[name + ".t"] = side[name].t;
+  }
+  if (side.empty()) return df_loss(r.model->forward(in), ex, r.forcing);
+  DenoiserAux aux;
+  auto loss = df_loss(r.model->forward(in, &aux), ex, r.forcing);
+  for (const auto& [name, st] : side) loss = loss + df_stream_loss(aux.streams.at(name), st, ex);
+  return loss;
 }
 
 // Mean loss over every val window (rank r takes windows r, r + world, ...), fixed levels and noise per window.
@@ -191,8 +232,7 @@ double validate(CausalRun& r) {
   auto sum = torch::zeros({1}, torch::TensorOptions().device(r.ctx->device).dtype(torch::kFloat32));
   for (int64_t i = r.ctx->rank; i < n; i += r.ctx->world) {
     const auto s = r.ds->load(r.ds->val()[static_cast<size_t>(i)], r.ds->val_start(i));
-    sum += window_loss(r, s, rng_purpose::kCausalValLevels, rng_purpose::kCausalValNoise, static_cast<uint64_t>(i))
-               .to(torch::kFloat32);
+    sum += window_loss(r, s, kValStreams, static_cast<uint64_t>(i)).to(torch::kFloat32);
   }
   r.ctx->comm.all_reduce(sum)->wait();
   return n > 0 ? sum.item<double>() / static_cast<double>(n) : 0.0;
@@ -226,7 +266,7 @@ StepStats train_step(CausalRun& r, int64_t it) {
   st.clip = s.clip_id + "@" + std::to_string(s.start);
   st.data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // 2) forward and loss with levels and noise keyed by g; backward (LoRA gradients all-reduced as they complete)
-  auto loss = window_loss(r, s, rng_purpose::kCausalLevels, rng_purpose::kCausalNoise, static_cast<uint64_t>(g));
+  auto loss = window_loss(r, s, kTrainStreams, static_cast<uint64_t>(g));
   loss.backward();
   r.sync->after_backward();
   // 3) the loss and the stop flag over the ranks; clip, schedule, update; a non-finite loss or norm skips the update
@@ -285,6 +325,18 @@ void print_config(const CausalRun& r) {
               r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
               py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
               static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
+  if (r.ds->info().model_family == "h3") {  // the packed sequence of one window (h3_spec §4: prefix, then chunks)
+    const auto& in = r.ds->info();
+    const int64_t copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
+    const int64_t text = in.text_len, pic = r.ds->picture1_rows(), video = copies * r.cfg.span_frames() *
+                         (in.latent_h / 2) * (in.latent_w / 2), audio = copies * 2 * r.ds->config().audio_steps;
+    const int64_t rows = text + pic + video + audio;
+    std::printf("  rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld (%lld with "
+                "padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: h3_spec 4.2a)\n",
+                static_cast<long long>(text), r.cfg.picture1.c_str(), static_cast<long long>(pic),
+                static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
+                static_cast<long long>((rows + 63) / 64 * 64));
+  }
   std::printf("  flags %s\n", changed_fields(r.cfg, CausalConfig::fields()).c_str());
   std::fflush(stdout);
 }

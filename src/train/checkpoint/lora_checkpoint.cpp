@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/state_slots.h"
+#include "model/denoiser_registry.h"
 
 namespace vdt {
 namespace fs = std::filesystem;
@@ -36,8 +37,12 @@ std::pair<int64_t, std::string> newest_lora_step(const std::string& out) {
 void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora) {
   NamedTensors bf16;
   for (const auto& [n, p] : lora) bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
+  // An H3 base is the seed's "cwm"; "model" names the preset either way. H3 text handling: h3_spec §4.2 (a).
+  const bool h3 = denoiser_family(cfg.model) == "h3";
+  const std::string text = h3 ? "prefix: text cached with Picture 1 (h3_spec 4.2a)" : "cross-attention per frame";
   save_safetensors(path, bf16,
-                   {{"format", "pt"}, {"base", cfg.model}, {"weights", cfg.weights}, {"step", std::to_string(step)},
+                   {{"format", "pt"}, {"base", h3 ? "cwm" : cfg.model}, {"model", cfg.model}, {"text_handling", text},
+                    {"weights", cfg.weights}, {"step", std::to_string(step)},
                     {"objective", cfg.objective}, {"span_chunks", std::to_string(kSpanChunks)},
                     {"level_shift", py_float(cfg.level_shift)}, {"chunk_frames", std::to_string(cfg.chunk_frames)},
                     {"rank", std::to_string(cfg.lora_rank)}, {"alpha", py_float(cfg.lora_alpha)},

@@ -97,9 +97,9 @@ TEST(H3DiT, BlockRunnerWrapsEveryBlock) {
   torch::NoGradGuard ng;
   const auto base = f.model->forward(f.in);
   int calls = 0;
-  f.model->set_block_runner([&](H3BlockImpl& b, const H3BlockInputs& in) {
+  f.model->set_block_runner([&](const BlockCall& call) {
     ++calls;
-    return b.forward(in);
+    return call.run(call.inputs);
   });
   const auto wrapped = f.model->forward(f.in);
   EXPECT_EQ(calls, f.model->config().num_layers);

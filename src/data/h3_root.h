@@ -1,0 +1,31 @@
+// What an H3 data root (dataset.json "model_family": "h3", docs/data_format.md) adds to the Wan layout: per clip the
+// Picture 1 latent beside the video stream (latents/<clip>.safetensors "picture1" [C, 1, Hp, Wp] at native
+// resolution, "picture1_2048" at 2048 on the long edge when present) and one shared silent audio latent
+// (audio_silence.safetensors "silence": a [Da] row or a [2, Da, A0] stream), fitted to a window's audio steps.
+// Not here: the video stream itself (clip_io.h), chunking or noise.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+#include "data/data_root.h"
+
+namespace vdt {
+
+// The latent key of a --picture1 choice: native -> "picture1", 2048 -> "picture1_2048"; anything else throws.
+std::string picture1_key(const std::string& choice);
+// <root>/audio_silence.safetensors
+std::string silence_path(const std::string& root);
+
+// Header-only check of a clip's Picture 1: key present, C == latent_channels, one frame, even H, W. Returns
+// {Hp, Wp}.
+std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const DatasetInfo& info,
+                                                  const std::string& key);
+// The Picture 1 latent [C, 1, Hp, Wp] bf16, checked (finite).
+torch::Tensor read_picture1(const std::string& path, const DatasetInfo& info, const std::string& key);
+
+// The silent stream [2, Da, steps] bf16: a [Da] row repeated, or a [2, Da, A0] stream's first `steps` steps (its last
+// step repeated past A0). Checked: Da == audio_channels, finite.
+torch::Tensor read_silence(const std::string& path, const DatasetInfo& info, int64_t steps);
+
+}  // namespace vdt
