@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "model/denoiser_registry.h"
 
 namespace vdt {
 
@@ -20,8 +21,8 @@ void CausalConfig::validate() const {
   VDT_CHECK(warmup >= 0, "--warmup ", warmup, ": expected >= 0");
   VDT_CHECK(save_every >= 1, "--save-every ", save_every, ": expected >= 1");
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
-  VDT_CHECK(picture1 == "native", "--picture1 2048 applies to the MiniMax-H3 base (its Picture 1 image), which vdt does "
-            "not train yet; the Wan bases take --picture1 native");
+  VDT_CHECK(picture1 == "native" || denoiser_family(model) == "h3", "--picture1 2048 applies to a MiniMax-H3 base (its "
+            "Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
   attn_kernel();
   act_offload_on();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
