@@ -49,8 +49,9 @@ void add_bench(CLI::App& app, int& exit_code) {
         std::printf("  step %2zu  %.3f s  loss %.5f%s\n", s, r.step_s[s], r.losses[s],
                     static_cast<int>(s) < cfg->warmup ? "  (warm-up)" : "");
       std::printf("result median_s=%.4f min_s=%.4f max_s=%.4f peak_gib=%.2f tflop_per_step=%.1f mfu=%.3f params=%lld "
-                  "tokens=%lld world=%d\n", r.median_s, r.min_s, r.max_s, r.peak_gib, r.tflop_per_step, r.mfu,
-                  static_cast<long long>(r.params), static_cast<long long>(r.tokens), env.world);
+                  "tokens=%lld rows=%lld world=%d\n", r.median_s, r.min_s, r.max_s, r.peak_gib, r.tflop_per_step, r.mfu,
+                  static_cast<long long>(r.params), static_cast<long long>(r.tokens), static_cast<long long>(r.rows),
+                  env.world);
     }
     exit_code = 0;
   });

@@ -46,12 +46,17 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     sc.out = (dir / "data").string(), sc.latent_channels = probe->latent_channels(), sc.latent_frames = cfg.frames;
     sc.latent_h = cfg.height, sc.latent_w = cfg.width, sc.text_dim = probe->text_dim(), sc.text_len = cfg.text_len;
     sc.train_runs = 1, sc.train_clips_per_run = total * comm.world() + 1, sc.n_drop = 0;
+    sc.model = probe->family();  // an H3 root brings Picture 1 (native: the target's grid) and the silent audio
     sc.val_runs = 1, sc.val_clips_per_run = 1;
     synth_root(sc);
   }
   comm.barrier();
   StepBenchResult r;
   r.tokens = cfg.frames * (cfg.height / 2) * (cfg.width / 2);
+  int64_t rows = r.tokens;  // every non-text row the base runs on: H3 adds Picture 1 and the audio rows
+  if (probe->family() == "h3")
+    rows += (cfg.height / 2) * (cfg.width / 2) +
+            2 * probe->side_stream_chunks("audio", cfg.frames, cfg.frames / 6).back();
   if (cfg.trainer == "sft") {
     SftConfig c;
     c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
@@ -63,7 +68,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     fs::remove_all(c.output);
     const auto s = train_sft(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
-    r.tflop_per_step = denoiser_train_flops(cfg.model, r.tokens, cfg.text_len) / 1e12;
+    r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12;
   } else {
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
@@ -74,13 +79,14 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     const auto s = train_causal(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
     // A frozen base: backward computes input gradients only (forward + 1x, not + 2x), bidirectional attention counted.
-    r.tflop_per_step = denoiser_train_flops(cfg.model, r.tokens, cfg.text_len) / 1e12 * 2.0 / 3.0;
+    r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12 * 2.0 / 3.0;
   }
   VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ", total);
   std::vector<double> timed(r.step_s.begin() + cfg.warmup, r.step_s.end());
   std::sort(timed.begin(), timed.end());
   r.median_s = timed[timed.size() / 2], r.min_s = timed.front(), r.max_s = timed.back();
   r.last_loss = r.losses.back();
+  r.rows = rows + cfg.text_len;
   r.mfu = r.tflop_per_step / r.median_s / cfg.peak_tflops;
   comm.barrier();
   if (temp && comm.rank() == 0) fs::remove_all(dir);

@@ -35,7 +35,8 @@ struct StepBenchResult {
   double median_s = 0, min_s = 0, max_s = 0;
   double peak_gib = 0;      // peak allocated device memory (CUDA), peak RSS (CPU)
   double tflop_per_step = 0, mfu = 0;
-  int64_t params = 0, tokens = 0;
+  int64_t params = 0, tokens = 0;  // tokens: video tokens
+  int64_t rows = 0;                 // every row the base runs on, text included (H3: + Picture 1 + audio)
   double last_loss = 0;
   std::vector<double> step_s, losses;  // every step, warm-up included
 };
