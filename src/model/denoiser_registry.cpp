@@ -42,6 +42,7 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
     if (layers > 0) hc.num_layers = layers;
     H3BuildOptions bo;
     bo.device = options.device(), bo.dtype = options.dtype().toScalarType(), bo.fp32_islands = true;
+    bo.init = false;  // zeros on the device: the caller's init_weights or load sets every parameter
     return H3DiT(hc, bo).ptr();
   }
   VDT_FAIL("model family '", family, "' of preset '", preset, "' has no constructor");

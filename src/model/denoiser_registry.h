@@ -16,10 +16,11 @@ namespace vdt {
 std::vector<std::string> denoiser_presets();
 // The family of a preset ("wan", ...); throws listing the known presets.
 std::string denoiser_family(const std::string& preset);
-// A denoiser of `preset` built on `options` (device, dtype), with the family's default initialisation (call
-// init_weights / load weights after). `layers` > 0 overrides the preset's block count (benchmarks).
 // Model FLOPs of one training step of `preset` (Denoiser::train_flops) without building it.
 double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch = 1);
+// A denoiser of `preset` built on `options` (device, dtype): Wan with torch's default initialisation, H3 with zeros
+// allocated on the device (no public init; the host init of 33B parameters would take minutes). Call init_weights or
+// load weights after. `layers` > 0 overrides the preset's block count (benchmarks).
 std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::TensorOptions options = {},
                                         int64_t layers = 0);
 

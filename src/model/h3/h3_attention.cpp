@@ -6,9 +6,29 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "model/lora.h"
 
 namespace vdt {
+namespace {
+thread_local std::optional<torch::TensorOptions> fast_build;  // set by H3FastBuild
+}  // namespace
+
+H3FastBuild::H3FastBuild(torch::Device device, torch::ScalarType dtype) {
+  fast_build = torch::TensorOptions().device(device).dtype(dtype);
+}
+H3FastBuild::~H3FastBuild() { fast_build.reset(); }
+
+torch::nn::Linear h3_linear(int64_t in, int64_t out, bool bias) {
+  if (!fast_build) return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  torch::nn::Linear l(torch::nn::LinearOptions(1, 1).bias(bias));  // then resized on the device, no host init
+  torch::NoGradGuard ng;
+  l->options.in_features(in).out_features(out);
+  l->weight.set_data(torch::zeros({out, in}, *fast_build));
+  if (bias) l->bias.set_data(torch::zeros({out}, *fast_build));
+  return l;
+}
 
 H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len) {
   TORCH_CHECK(positions.dim() == 2 && positions.size(1) == 3, "h3 rope: expected positions [S, 3], got ",
@@ -96,10 +116,10 @@ torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, 
 
 H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps)
     : heads_(heads), head_dim_(head_dim) {
-  qkv_proj = register_module("qkv_proj", torch::nn::Linear(torch::nn::LinearOptions(dim, 3 * heads * head_dim).bias(false)));
+  qkv_proj = register_module("qkv_proj", h3_linear(dim, 3 * heads * head_dim, /*bias=*/false));
   q_norm = register_module("q_norm", RMSNorm(head_dim, qk_eps));
   k_norm = register_module("k_norm", RMSNorm(head_dim, qk_eps));
-  out_proj = register_module("out_proj", torch::nn::Linear(torch::nn::LinearOptions(heads * head_dim, dim).bias(false)));
+  out_proj = register_module("out_proj", h3_linear(heads * head_dim, dim, /*bias=*/false));
 }
 
 torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,

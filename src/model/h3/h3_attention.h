@@ -13,6 +13,18 @@
 
 namespace vdt {
 
+// Every Linear of the H3 modules is made by h3_linear: torch's (default init on the host), or, inside an H3FastBuild
+// scope (H3BuildOptions::init false), zeros allocated straight on the scope's device and dtype, skipping the serial
+// host init that init_weights or a load overwrites anyway (minutes for the 33B model).
+torch::nn::Linear h3_linear(int64_t in, int64_t out, bool bias = true);
+class H3FastBuild {
+ public:
+  H3FastBuild(torch::Device device, torch::ScalarType dtype);
+  ~H3FastBuild();
+  H3FastBuild(const H3FastBuild&) = delete;
+  H3FastBuild& operator=(const H3FastBuild&) = delete;
+};
+
 // cos/sin of the rotary angles, [S, 6R] float32: per row [t(R) | h(R) | w(R)] twice.
 struct H3RopeTable {
   torch::Tensor cos, sin;

@@ -10,8 +10,8 @@
 namespace vdt {
 
 H3MlpImpl::H3MlpImpl(int64_t dim, int64_t ffn) {
-  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(dim, 2 * ffn).bias(false)));
-  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(ffn, dim).bias(false)));
+  fc1 = register_module("fc1", h3_linear(dim, 2 * ffn, /*bias=*/false));
+  fc2 = register_module("fc2", h3_linear(ffn, dim, /*bias=*/false));
 }
 
 torch::Tensor H3MlpImpl::forward(const torch::Tensor& x) {
@@ -21,7 +21,7 @@ torch::Tensor H3MlpImpl::forward(const torch::Tensor& x) {
 
 H3AdaLNImpl::H3AdaLNImpl(int64_t dim, int64_t time_dim, int64_t chunks, int64_t modalities)
     : dim_(dim), chunks_(chunks), modalities_(modalities) {
-  linear = register_module("linear", torch::nn::Linear(time_dim, chunks * dim * modalities));
+  linear = register_module("linear", h3_linear(time_dim, chunks * dim * modalities));
 }
 
 std::vector<torch::Tensor> H3AdaLNImpl::forward(const torch::Tensor& t_emb) {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "model/h3/h3_causal.h"
@@ -42,8 +43,8 @@ std::vector<int64_t> h3_segment_bounds(const torch::Tensor& cu_seqlens, int64_t 
 }
 
 H3TimeEmbedderImpl::H3TimeEmbedderImpl(int64_t freq_dim, int64_t hidden, int64_t out) : freq_dim_(freq_dim) {
-  proj_in = register_module("proj_in", torch::nn::Linear(freq_dim, hidden));
-  proj_out = register_module("proj_out", torch::nn::Linear(hidden, out));
+  proj_in = register_module("proj_in", h3_linear(freq_dim, hidden));
+  proj_out = register_module("proj_out", h3_linear(hidden, out));
 }
 
 torch::Tensor H3TimeEmbedderImpl::forward(const torch::Tensor& t) {
@@ -78,8 +79,8 @@ torch::Tensor H3TokenRefinerImpl::forward(const torch::Tensor& x, const std::vec
 H3FinalLayerImpl::H3FinalLayerImpl(const H3Config& c) {
   norm = register_module("norm", RMSNorm(c.hidden, c.final_norm_eps));
   adaln_proj = register_module("adaln_proj", H3AdaLN(c.hidden, c.time_dim, /*chunks=*/2, /*modalities=*/1));
-  video_out = register_module("video_out", torch::nn::Linear(c.hidden, c.video_dim()));
-  audio_out = register_module("audio_out", torch::nn::Linear(c.hidden, c.audio_channels));
+  video_out = register_module("video_out", h3_linear(c.hidden, c.video_dim()));
+  audio_out = register_module("audio_out", h3_linear(c.hidden, c.audio_channels));
 }
 
 std::pair<torch::Tensor, torch::Tensor> H3FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& t_emb,
@@ -99,14 +100,16 @@ bool H3DiTImpl::is_fp32_island(const std::string& name) {
 
 H3DiTImpl::H3DiTImpl(const H3Config& cfg, const H3BuildOptions& opts) : cfg_(cfg) {
   cfg.validate();
+  std::optional<H3FastBuild> fast;
+  if (!opts.init) fast.emplace(opts.device, opts.dtype);
   const auto& c = cfg;
   auto add = [&](const std::string& name, auto m) {
     place(*m, name + ".", opts.device, opts.dtype, opts.fp32_islands);
     return register_module(name, m);
   };
-  video_patch_proj = add("video_patch_proj", torch::nn::Linear(c.video_dim(), c.hidden));
-  audio_patch_proj = add("audio_patch_proj", torch::nn::Linear(c.audio_channels, c.hidden));
-  condition_proj = add("condition_proj", torch::nn::Linear(c.text_dim, c.hidden));
+  video_patch_proj = add("video_patch_proj", h3_linear(c.video_dim(), c.hidden));
+  audio_patch_proj = add("audio_patch_proj", h3_linear(c.audio_channels, c.hidden));
+  condition_proj = add("condition_proj", h3_linear(c.text_dim, c.hidden));
   time_embedder = add("time_embedder", H3TimeEmbedder(c.time_freq_dim, c.time_hidden, c.time_dim));
   rope = add("rope", H3Rope(c.rope_len));
   token_refiner = add("token_refiner", H3TokenRefiner(c));

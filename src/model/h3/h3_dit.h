@@ -88,6 +88,7 @@ struct H3BuildOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;  // blocks, refiner, condition_proj, AdaLN, norms
   bool fp32_islands = true;  // patch projections, time MLP, output heads, rope.inv_freq stay float32 (§1.10)
+  bool init = true;  // torch's default init on the host; false: zeros on the device (init_weights or a load follows)
 };
 
 class H3DiTImpl : public Denoiser {
