@@ -2,7 +2,10 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|all]   (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|all]  (default all)
+# h3: bf16 parity of h3_tiny_a, then `vdt bench step --trainer causal --model minimax-h3` (random 33B weights, LoRA r32
+# on the four targets, block-causal) at the peer's geometry (256 text + Picture 1 + 6 chunks of 5 latents at 480x832
+# with their audio = 12,686 rows) on GPU 0 with ATTNS (default "prefix mask"), then sharded over NPROC (default 2).
 # skeleton: bf16 parity of both families (Wan, MiniMax-H3), `vdt bench step` through the real trainers (sft, causal)
 # on GPU 0, then both under torchrun on NPROC (default 2) GPUs with each rank's weight / LoRA CRC.
 # quick: bf16 parity, `vdt bench step` with checkpointing, and an 8-step 5B causal run (after a model change).
@@ -149,6 +152,24 @@ if [ "$what" = skeleton ]; then
     grep -E "CRC|result|rror" "$OUT/bench_sft_${n}gpu.log" | cut -c1-220
     $run $bench $causal > "$OUT/bench_causal_${n}gpu.log" 2>&1 || rc=1
     grep -E "CRC|result|rror" "$OUT/bench_causal_${n}gpu.log" | cut -c1-220
+  fi
+fi
+if [ "$what" = h3 ]; then
+  CUDA_VISIBLE_DEVICES=0 $build/vdt parity .deps/fixtures/h3_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 \
+    | tee "$OUT/parity_h3.log" | grep -E "logits|fixture.loss|PASS|FAIL" || rc=1
+  geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps ${STEPS:-3} --warmup 2"
+  for attn in ${ATTNS:-prefix mask}; do
+    t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES=0 timeout 420 $build/vdt bench step $geo --attn $attn > "$OUT/bench_h3_1gpu_$attn.log" 2>&1 || rc=1
+    grep -E "rows per|^  step|result|rror|what" "$OUT/bench_h3_1gpu_$attn.log" | cut -c1-220; echo "wall $(( $(date +%s) - t0 )) s"
+  done
+  n=${NPROC:-2}
+  if [ "$(nvidia-smi -L | wc -l)" -ge "$n" ]; then
+    t0=$(date +%s)
+    timeout 420 python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt bench step $geo --attn prefix \
+      > "$OUT/bench_h3_${n}gpu.log" 2>&1 || rc=1
+    grep -E "blocks sharded|^  step|result|CRC|rror|what" "$OUT/bench_h3_${n}gpu.log" | cut -c1-220
+    echo "wall $(( $(date +%s) - t0 )) s"
   fi
 fi
 exit $rc
