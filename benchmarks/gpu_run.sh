@@ -5,7 +5,8 @@
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|all]  (default all)
 # h3: bf16 parity of h3_tiny_a, then `vdt bench step --trainer causal --model minimax-h3` (random 33B weights, LoRA r32
 # on the four targets, block-causal) at the peer's geometry (256 text + Picture 1 + 6 chunks of 5 latents at 480x832
-# with their audio = 12,686 rows) on GPU 0 with ATTNS (default "prefix mask"), then sharded over NPROC (default 2).
+# with their audio = 12,686 rows) on GPU 0 with ATTNS (default "prefix mask"), then sharded over NPROC (default 2)
+# with act-offload OFFLOADS (default "off on"). zero2: the 5B SFT bench step on 1 GPU and under ZeRO-2 on NPROC.
 # skeleton: bf16 parity of both families (Wan, MiniMax-H3), `vdt bench step` through the real trainers (sft, causal)
 # on GPU 0, then both under torchrun on NPROC (default 2) GPUs with each rank's weight / LoRA CRC.
 # quick: bf16 parity, `vdt bench step` with checkpointing, and an 8-step 5B causal run (after a model change).
@@ -160,16 +161,29 @@ if [ "$what" = h3 ]; then
   geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps ${STEPS:-3} --warmup 2"
   for attn in ${ATTNS:-prefix mask}; do
     t0=$(date +%s)
-    CUDA_VISIBLE_DEVICES=0 timeout 420 $build/vdt bench step $geo --attn $attn > "$OUT/bench_h3_1gpu_$attn.log" 2>&1 || rc=1
+    CUDA_VISIBLE_DEVICES=0 timeout 420 $build/vdt bench step $geo --attn $attn --work-dir /tmp/vdt_h3_1gpu_$attn \
+      > "$OUT/bench_h3_1gpu_$attn.log" 2>&1 || rc=1
     grep -E "rows per|^  step|result|rror|what" "$OUT/bench_h3_1gpu_$attn.log" | cut -c1-220; echo "wall $(( $(date +%s) - t0 )) s"
   done
   n=${NPROC:-2}
   if [ "$(nvidia-smi -L | wc -l)" -ge "$n" ]; then
-    t0=$(date +%s)
-    timeout 420 python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt bench step $geo --attn prefix \
-      > "$OUT/bench_h3_${n}gpu.log" 2>&1 || rc=1
-    grep -E "blocks sharded|^  step|result|CRC|rror|what" "$OUT/bench_h3_${n}gpu.log" | cut -c1-220
-    echo "wall $(( $(date +%s) - t0 )) s"
+    for off in ${OFFLOADS:-off on}; do
+      t0=$(date +%s)
+      timeout 420 python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt bench step $geo \
+        --attn prefix --act-offload $off --work-dir /tmp/vdt_h3_${n}gpu_$off > "$OUT/bench_h3_${n}gpu_$off.log" 2>&1 || rc=1
+      grep -E "blocks sharded|^  step|result|CRC|rror|what" "$OUT/bench_h3_${n}gpu_$off.log" | cut -c1-220
+      echo "wall $(( $(date +%s) - t0 )) s"
+    done
   fi
+fi
+if [ "$what" = zero2 ]; then  # the 5B SFT step (ZeRO-2 over NPROC GPUs): s/step per GPU and each rank's weight CRC
+  sft="--trainer sft --steps ${STEPS:-4} --warmup 2"
+  CUDA_VISIBLE_DEVICES=0 timeout 300 $build/vdt bench step $sft --work-dir /tmp/vdt_z2_1 > "$OUT/bench_sft_1gpu.log" 2>&1 \
+    || rc=1
+  grep -E "^  step|result|rror" "$OUT/bench_sft_1gpu.log" | cut -c1-220
+  n=${NPROC:-2}
+  timeout 300 python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt bench step $sft \
+    --work-dir /tmp/vdt_z2_$n > "$OUT/bench_sft_${n}gpu.log" 2>&1 || rc=1
+  grep -E "^  step|CRC|result|rror" "$OUT/bench_sft_${n}gpu.log" | cut -c1-220
 fi
 exit $rc

@@ -413,6 +413,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
   if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
   const auto t_start = std::chrono::steady_clock::now();
+  r.ctx->reset_peak_memory();  // the peak of training, not of the build
   // ------------------------------------------ TRAINING SECTION ------------------------------------------
   for (int64_t step = r.start_step + 1; step <= r.total_steps; ++step) {
     const bool last_step = step == r.total_steps;

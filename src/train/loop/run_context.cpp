@@ -77,6 +77,12 @@ void RunContext::fail_non_finite(int64_t step, double loss, const std::string& i
 
 double RunContext::peak_memory_gb() const { return vdt::peak_memory_gb(device); }
 
+void RunContext::reset_peak_memory() const {
+#ifdef VDT_HAS_CUDA_ALLOC
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+#endif
+}
+
 uint32_t RunContext::checksum(const std::vector<torch::Tensor>& tensors) {
   uLong crc = 0;
   for (const auto& t : tensors) {

@@ -41,6 +41,9 @@ class RunContext {
   // The error a non-finite loss ends a run with (every rank reaches it in the same step: the loss is reduced).
   [[noreturn]] void fail_non_finite(int64_t step, double loss, const std::string& intact, const std::string& hint) const;
   double peak_memory_gb() const;
+  // Starts the peak over (CUDA) once the run is built: the peak then reports training, not a build that briefly
+  // held more (a frozen base built whole on every rank before sharding).
+  void reset_peak_memory() const;
   // CRC-32 of the tensors' bytes (host copies), so the ranks can show they hold the same weights.
   static uint32_t checksum(const std::vector<torch::Tensor>& tensors);
 };

@@ -428,6 +428,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0
   StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
   start_epoch(r, r.skip_micro);
+  r.ctx->reset_peak_memory();  // the peak of training, not of the build
   // ------------------------------------------ TRAINING SECTION ------------------------------------------
   for (int64_t step = r.start_step + 1;; ++step) {
     const bool last_step = step == cfg.max_steps;
