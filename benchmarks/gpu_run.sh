@@ -186,4 +186,21 @@ if [ "$what" = zero2 ]; then  # the 5B SFT step (ZeRO-2 over NPROC GPUs): s/step
     --work-dir /tmp/vdt_z2_$n > "$OUT/bench_sft_${n}gpu.log" 2>&1 || rc=1
   grep -E "^  step|CRC|result|rror" "$OUT/bench_sft_${n}gpu.log" | cut -c1-220
 fi
+if [ "$what" = h3-resume ]; then  # H3 causal LoRA on NPROC GPUs: uninterrupted vs killed (-9) after step 4 and re-run
+  root=/tmp/vdt_h3_root; n=${NPROC:-2}
+  $build/vdt data synth $root --overwrite --model h3 --latent_frames 30 --latent_h 30 --latent_w 52 --text_dim 5120 \
+    --text_len 256 --train_runs 1 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
+    > "$OUT/h3_synth.log" 2>&1 || rc=1
+  tr="python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train causal --data-root $root \
+    --model minimax-h3 --steps 6 --save-every 2 --val-clips 1 --lora-rank 32 --lora-alpha 32"
+  rm -rf /tmp/vdt_h3_full /tmp/vdt_h3_cut
+  timeout 300 $tr --out /tmp/vdt_h3_full > "$OUT/h3_full.log" 2>&1 || rc=1
+  grep -E "^step|CRC|rror" "$OUT/h3_full.log" | cut -c1-160
+  setsid $tr --out /tmp/vdt_h3_cut > "$OUT/h3_cut_a.log" 2>&1 &
+  pid=$!
+  for i in $(seq 1 240); do [ -f /tmp/vdt_h3_cut/lora_step00004.safetensors ] && break; sleep 1; done
+  sleep 4; kill -9 -- -$pid; wait $pid 2>/dev/null; echo "killed after: $(ls /tmp/vdt_h3_cut | tr '\n' ' ')"
+  timeout 300 $tr --out /tmp/vdt_h3_cut > "$OUT/h3_cut_b.log" 2>&1 || rc=1
+  grep -E "fresh run|resume|^step|CRC|rror" "$OUT/h3_cut_b.log" | cut -c1-200
+fi
 exit $rc
