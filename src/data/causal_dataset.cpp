@@ -72,8 +72,13 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
     train_.resize(static_cast<size_t>(cfg.max_samples));
 }
 
-void CausalDataset::set_audio_steps(int64_t steps) {
-  VDT_CHECK(root_.info().model_family == "h3", cfg_.root, ": only h3 roots carry an audio stream");
+std::vector<std::string> CausalDataset::stream_names() const {
+  return root_.info().model_family == "h3" ? std::vector<std::string>{"audio"} : std::vector<std::string>{};
+}
+
+void CausalDataset::set_stream_steps(const std::string& name, int64_t steps) {
+  VDT_CHECK(name == "audio" && root_.info().model_family == "h3", cfg_.root, ": no side stream '", name,
+            "' in this root (h3 roots carry \"audio\")");
   cfg_.audio_steps = steps;
   silence_ = read_silence(silence_path(cfg_.root), root_.info(), steps);
 }

@@ -74,8 +74,10 @@ class CausalDataset {
   int64_t train_start(int64_t index, int64_t epoch) const;
   // Validation windows start at their slot.
   int64_t val_start(int64_t index) const;
-  // h3 roots: the silent audio stream each window carries, fitted to `steps` (the base's clock for the span).
-  void set_audio_steps(int64_t steps);
+  // The side streams a window carries (h3 roots: "audio", the silent stream); set_stream_steps fits one to `steps`
+  // (the base's clock for the span: Denoiser::side_stream_chunks).
+  std::vector<std::string> stream_names() const;
+  void set_stream_steps(const std::string& name, int64_t steps);
   // Reads a window (thread-safe).
   CausalSample load(const WindowRef& w, int64_t start) const;
   // The text rows [R, Lt, text_dim] and the row index per frame [span] for a sample's text_rows; with `tags`, the

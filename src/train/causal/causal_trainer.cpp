@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -75,9 +76,10 @@ void build_model(CausalRun& r) {
   VDT_CHECK(r.ds->info().model_family == r.model->family(), r.cfg.data_root, "/dataset.json: a ",
             r.ds->info().model_family, " root (model_family) for the ", r.model->family(), " base --model ", r.cfg.model,
             "\n---> HINT: `vdt data synth --model ", r.model->family(), "` writes a root for this base");
-  for (const auto& name : r.model->side_streams())  // H3's audio: the root's silent stream on the span's clock
-    if (name == "audio" && r.ds->info().model_family == "h3")
-      r.ds->set_audio_steps(r.model->side_stream_chunks(name, r.cfg.span_frames(), r.cfg.chunk_frames).back());
+  const auto carried = r.ds->stream_names();  // e.g. an H3 root's silent audio, fitted to the base's clock
+  for (const auto& name : r.model->side_streams())
+    if (std::find(carried.begin(), carried.end(), name) != carried.end())
+      r.ds->set_stream_steps(name, r.model->side_stream_chunks(name, r.cfg.span_frames(), r.cfg.chunk_frames).back());
   LoraConfig lc;
   lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
   r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
