@@ -19,8 +19,7 @@ void CausalDataConfig::validate() const {
   VDT_CHECK(span_frames >= 1, "span of ", span_frames, " latent frames: expected >= 1 (--chunk-frames)");
   VDT_CHECK(val_clips >= 0, "--val-clips ", val_clips, ": expected >= 0");
   VDT_CHECK(max_samples >= 0, "--max-samples ", max_samples, ": expected >= 0 (0 = all)");
-  VDT_CHECK(start_align >= 1 && audio_steps >= 0, "causal data: start_align ", start_align, " and audio_steps ",
-            audio_steps, " must be >= 1 and >= 0");
+  VDT_CHECK(audio_steps >= 0, "causal data: audio_steps ", audio_steps, " must be >= 0");
 }
 
 CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(DataRoot::open(cfg.root)) {
@@ -32,8 +31,10 @@ CausalDataset::CausalDataset(const CausalDataConfig& cfg) : cfg_(cfg), root_(Dat
   VDT_CHECK(table_->text_dim() == info.text_dim, table_->path(), ": text_dim ", table_->text_dim(),
             " does not match dataset.json text_dim ", info.text_dim);
   const bool h3 = info.model_family == "h3";
-  if (h3) silence_ = read_silence(silence_path(cfg.root), info, std::max<int64_t>(cfg.audio_steps, 1));  // checked now
-  if (h3 && cfg.audio_steps == 0) silence_ = torch::Tensor();
+  if (h3) {  // the silent stream is checked now (fitted again once the base's clock is known: set_stream_steps)
+    silence_ = read_silence(silence_path(cfg.root), info, std::max<int64_t>(cfg.audio_steps, 1));
+    start_align_ = 5;
+  }
   // Usable clips in clips.jsonl order: flagged ones and streams shorter than a span are counted and left out.
   for (const auto& row : root_.rows()) {
     if (row.drop) {
@@ -84,18 +85,18 @@ void CausalDataset::set_stream_steps(const std::string& name, int64_t steps) {
 }
 
 int64_t CausalDataset::stride() const {
-  return (cfg_.span_frames + cfg_.start_align - 1) / cfg_.start_align * cfg_.start_align;
+  return (cfg_.span_frames + start_align_ - 1) / start_align_ * start_align_;
 }
 
 int64_t CausalDataset::train_start(int64_t index, int64_t epoch) const {
   const auto& w = train_.at(static_cast<size_t>(index));
   const int64_t frames = clips_[static_cast<size_t>(w.clip)].frames, span = cfg_.span_frames;
   const int64_t slots = (frames - span) / stride() + 1;
-  const int64_t slack = (frames - (slots - 1) * stride() - span) / cfg_.start_align;  // offsets no slot start covers
+  const int64_t slack = (frames - (slots - 1) * stride() - span) / start_align_;  // offsets no slot start covers
   const double u = RngStream(cfg_.seed, rng_purpose::kWindowStart).uniform(static_cast<uint64_t>(epoch),
                                                                      static_cast<uint32_t>(index));
   return w.slot * stride() +
-         cfg_.start_align * std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
+         start_align_ * std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
 }
 
 int64_t CausalDataset::val_start(int64_t index) const { return val_.at(static_cast<size_t>(index)).slot * stride(); }
@@ -108,7 +109,7 @@ CausalSample CausalDataset::load(const WindowRef& w, int64_t start) const {
   s.text_rows.assign(c.frame_rows.begin() + start, c.frame_rows.begin() + start + cfg_.span_frames);
   if (root_.info().model_family == "h3") {
     s.cond["picture1"] = read_picture1(root_.latent_path(c.clip_id), root_.info(), picture1_key(cfg_.picture1));
-    if (silence_.defined()) s.streams["audio"] = silence_;
+    if (cfg_.audio_steps > 0) s.streams["audio"] = silence_;
   }
   return s;
 }

@@ -6,7 +6,8 @@
 // the seed), flagged (drop:true) clips left out and counted, streams shorter than one span left out and counted.
 // Validation windows start at their slot (no draw). Text: each latent frame takes its cell's prompt (frames past
 // the last cell take the last cell's). H3 roots (data/h3_root.h) also give each window its clip's Picture 1 and the
-// silent audio stream, and start windows on VAE-clip boundaries (start_align 5) so the rotary frame times hold.
+// silent audio stream, and start windows on VAE-clip boundaries (multiples of 5 latents; slots every span rounded up
+// to that) so the rotary frame times hold.
 // Not here: ordering over samples (data/sampler.h), noise, devices.
 #pragma once
 #include <torch/types.h>
@@ -30,8 +31,7 @@ struct CausalDataConfig {
   int64_t val_clips = 12, max_samples = 0;  // max_samples: cap the training set (0 = all)
   uint64_t seed = 0;
   std::string picture1 = "native";  // h3 roots: which Picture 1 latent a window carries (--picture1 native | 2048)
-  int64_t audio_steps = 0;          // h3 roots: audio steps per window (the base's side-stream clock); 0 = none yet
-  int64_t start_align = 1;          // windows start at multiples of this (slots every round_up(span, align) frames)
+  int64_t audio_steps = 0;          // h3 roots: audio steps per window (set_stream_steps); 0 = no audio stream yet
   void validate() const;  // names the flag at fault
 };
 
@@ -93,7 +93,8 @@ class CausalDataset {
   std::vector<WindowRef> train_, val_;
   int64_t n_flagged_ = 0, n_short_ = 0, picture1_rows_ = 0;
   torch::Tensor silence_;  // h3: [2, Da, audio_steps]
-  int64_t stride() const;  // frames between window slots
+  int64_t start_align_ = 1;  // windows start at multiples of this: 5 (one VAE clip) on h3 roots, else 1
+  int64_t stride() const;    // frames between window slots
 };
 
 }  // namespace vdt

@@ -73,10 +73,10 @@ bool H3AttentionLayout::segments_only() const {
 }
 
 torch::Tensor H3AttentionLayout::dense_mask(int64_t S, torch::Device device) const {
-  auto m = torch::zeros({S, S}, torch::kBool);
+  auto m = torch::zeros({S, S}, torch::TensorOptions().device(device).dtype(torch::kBool));  // filled where it lives
   for (const auto& b : blocks)
     for (const auto& [k0, k1] : b.keys) m.slice(0, b.begin, b.end).slice(1, k0, k1).fill_(true);
-  return m.to(device);
+  return m;
 }
 
 torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -63,8 +63,10 @@ void build_data(CausalRun& r) {
   dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.span_frames = r.cfg.span_frames();
   dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.seed;
   dc.picture1 = r.cfg.picture1;
-  dc.start_align = family == "h3" ? 5 : 1;  // H3 windows start on VAE clips: the rotary frame times hold
   r.ds = std::make_unique<CausalDataset>(dc);
+  VDT_CHECK(r.ds->info().model_family == family, r.cfg.data_root, "/dataset.json: a ", r.ds->info().model_family,
+            " root (model_family) for the ", family, " base --model ", r.cfg.model,
+            "\n---> HINT: `vdt data synth --model ", family, "` writes a root for this base");
   const auto n = static_cast<double>(r.ds->train().size());
   r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
 }
@@ -73,9 +75,6 @@ void build_model(CausalRun& r) {
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
-  VDT_CHECK(r.ds->info().model_family == r.model->family(), r.cfg.data_root, "/dataset.json: a ",
-            r.ds->info().model_family, " root (model_family) for the ", r.model->family(), " base --model ", r.cfg.model,
-            "\n---> HINT: `vdt data synth --model ", r.model->family(), "` writes a root for this base");
   const auto carried = r.ds->stream_names();  // e.g. an H3 root's silent audio, fitted to the base's clock
   for (const auto& name : r.model->side_streams())
     if (std::find(carried.begin(), carried.end(), name) != carried.end())
