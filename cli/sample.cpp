@@ -13,6 +13,7 @@
 #include "train/causal/causal_trainer.h"
 #include "train/checkpoint/export.h"
 #include "train/eval/sampling.h"
+#include "train/loop/model_inputs.h"
 
 namespace vdt::cli {
 
@@ -39,13 +40,15 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   auto model = build_causal_base(get("model", get("base", "wan2.2-ti2v-5b")), weights, run_seed, device,
                                  device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   LoraConfig lc;
-  lc.rank = lora.rank, lc.alpha = lora.alpha;
+  lc.rank = lora.rank, lc.alpha = lora.alpha, lc.targets = model->lora_targets();
   attach_lora(*model, lc, 0);
   load_lora(*model, lora, o.lora);
   CausalDataConfig dc;
   dc.root = o.data_root, dc.span_frames = 6 * chunk_frames, dc.seed = run_seed;
   dc.val_clips = std::stoll(get("val_clips", "12"));
+  dc.picture1 = get("picture1", dc.picture1);
   CausalDataset ds(dc);
+  fit_side_streams(*model, ds, dc.span_frames, chunk_frames);
   std::filesystem::create_directories(o.out);
   const bool has_vae = std::filesystem::exists(std::filesystem::path(o.data_root) / "vae.safetensors");
   EulerConfig ec;
@@ -54,7 +57,12 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
     const auto r = sample_causal_window(*model, ds, i, chunk_frames, ec, o.seed, clean_first);
     const auto base = (std::filesystem::path(o.out) / (r.clip_id + "_f" + std::to_string(r.start))).string();
-    save_safetensors(base + ".safetensors", {{"ground_truth", r.ground_truth}, {"sample", r.sample}},
+    NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
+    for (const auto& [name, t] : r.side_sample) {  // H3: the audio stream sampled beside the video
+      tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
+      tensors.emplace_back(name + ".sample", t);
+    }
+    save_safetensors(base + ".safetensors", tensors,
                      {{"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)}});
     std::printf("sample %s frames %lld..%lld (chunks of %lld): mse vs ground truth %.4f -> %s.safetensors\n",
                 r.clip_id.c_str(), static_cast<long long>(r.start),

@@ -86,6 +86,16 @@ DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, con
   return s;
 }
 
+torch::Tensor stream_timesteps(const torch::Tensor& t, const std::vector<int64_t>& bounds, int64_t chunk_frames) {
+  const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
+  VDT_CHECK(chunks >= 1 && t.dim() == 2 && t.size(1) == chunks * chunk_frames, "stream_timesteps: t ", t.sizes(),
+            " is not ", chunks, " chunks of ", chunk_frames, " frames");
+  std::vector<torch::Tensor> parts;
+  for (int64_t c = 0; c < chunks; ++c)  // [B, 1] -> [B, steps of chunk c]
+    parts.push_back(t.narrow(1, c * chunk_frames, 1).expand({t.size(0), bounds[c + 1] - bounds[c]}));
+  return torch::cat(parts, 1).contiguous();  // [B, A]
+}
+
 torch::Tensor df_stream_loss(const torch::Tensor& pred_all, const DfStream& s, const DfExample& ex) {
   const int64_t A = s.target.size(-1);
   VDT_CHECK(pred_all.size(-1) == (ex.teacher_forcing ? 2 * A : A), "df_stream_loss: prediction of ",

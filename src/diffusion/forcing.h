@@ -51,6 +51,9 @@ struct DfStream {
 };
 DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, const DfExample& ex,
                         const std::vector<int64_t>& bounds);
+// A side stream's per-step timesteps [B, A] for per-frame timesteps t [B, F] (F a whole number of chunks of
+// `chunk_frames`): chunk c's steps take its first frame's timestep (sampling; training gets them from make_df_stream).
+torch::Tensor stream_timesteps(const torch::Tensor& t, const std::vector<int64_t>& bounds, int64_t chunk_frames);
 // mean over chunks of weight_c * mean((pred - target)^2 over chunk c's steps), in float32: added to df_loss, this is
 // DiffSynth's H3 loss w·MSE(video) + w·MSE(audio), per chunk.
 torch::Tensor df_stream_loss(const torch::Tensor& pred, const DfStream& s, const DfExample& ex);

@@ -1,5 +1,7 @@
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "diffusion/euler.h"
 #include "test_util.h"
 
@@ -57,6 +59,46 @@ TEST(Euler, CausalChunkByChunkUsesTheCleanPrefix) {
   EXPECT_LT((x - x0).abs().max().item<double>(), 1e-4);
   auto one = causal_euler_sample(oracle, {}, noise.narrow(2, 0, 2), {}, 2, c);
   EXPECT_TRUE(torch::allclose(one, x.narrow(2, 0, 2), 0, 0));
+}
+
+
+// A side stream (H3's audio, steps on the last axis, uneven chunks) rides along: the callback sees its finished
+// chunks clean and the current chunk's steps noisy, an oracle that knows both clean streams recovers them, and the
+// video comes out as without the side stream.
+TEST(Euler, CausalSideStreamIsSampledWithItsChunk) {
+  torch::manual_seed(4);
+  const SideBounds bounds = {{"audio", {0, 3, 5, 9}}};
+  SampleState x0{torch::randn({1, 2, 6, 2, 2}), {{"audio", torch::randn({1, 2, 3, 9})}}};
+  SampleState noise{torch::randn({1, 2, 6, 2, 2}), {{"audio", torch::randn({1, 2, 3, 9})}}};
+  StateVelocityFn oracle = [&](const SampleState& x, const torch::Tensor& t) {
+    const int64_t f = x.video.size(2), k = f / 2 - 1;  // chunk k being sampled
+    const auto& a = x.side.at("audio");
+    const int64_t done = bounds.at("audio")[static_cast<size_t>(k)];
+    EXPECT_EQ(a.size(-1), bounds.at("audio")[static_cast<size_t>(k + 1)]);
+    if (done > 0)  // the finished chunks' steps: clean
+      EXPECT_LT((a.narrow(-1, 0, done) - x0.side.at("audio").narrow(-1, 0, done)).abs().max().item<double>(), 1e-4);
+    const double sigma = std::max(t[0][f - 1].item<double>() / 1000.0, 1e-6);
+    auto sig = (t / 1000.0).clamp_min(1e-6).view({1, 1, f, 1, 1});
+    SampleState v{(x.video - x0.video.narrow(2, 0, f)) / sig, {}};
+    auto va = torch::zeros_like(a);  // the finished steps: velocity ignored by the sampler
+    va.narrow(-1, done, a.size(-1) - done)
+        .copy_((a.narrow(-1, done, a.size(-1) - done) - x0.side.at("audio").narrow(-1, done, a.size(-1) - done)) /
+               sigma);
+    v.side["audio"] = va;
+    return v;
+  };
+  EulerConfig c;
+  c.steps = 5, c.cfg_scale = 1.0, c.first_frame_cond = false;
+  const auto x = causal_euler_sample(oracle, {}, noise, bounds, {}, 2, c);
+  EXPECT_LT((x.video - x0.video).abs().max().item<double>(), 1e-4);
+  EXPECT_LT((x.side.at("audio") - x0.side.at("audio")).abs().max().item<double>(), 1e-4);
+  VelocityFn video_only = [&](const torch::Tensor& xv, const torch::Tensor& t) {
+    return oracle(SampleState{xv, {{"audio", x0.side.at("audio").narrow(-1, 0, bounds.at("audio")[static_cast<size_t>(xv.size(2) / 2)])}}}, t).video;
+  };
+  EXPECT_TRUE(torch::equal(causal_euler_sample(video_only, {}, noise.video, {}, 2, c), x.video));
+  // Bounds that do not cover the stream are refused.
+  test::expect_error([&] { causal_euler_sample(oracle, {}, noise, {{"audio", {0, 3, 9}}}, {}, 2, c); },
+                     {"side stream 'audio'", "3 chunks"});
 }
 
 }  // namespace

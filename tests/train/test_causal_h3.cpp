@@ -1,10 +1,12 @@
 // `vdt train causal` on a MiniMax-H3 base (h3-tiny, CPU) and a synthetic H3 root (Picture 1, the silent audio stream,
 // token tags): spans of 6 one-clip chunks, diffusion forcing and teacher forcing train, --picture1 2048 and the
-// seed's LoRA metadata, exact resume, two in-process ranks keep one LoRA, and a root of the wrong family or without
+// seed's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, and a root of the wrong family or without
 // the 2048 Picture 1 is refused up front.
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "test_util.h"
@@ -79,6 +81,33 @@ TEST_F(CausalH3Test, TwoRanksKeepOneLora) {
   const auto r = run_two_ranks(c);
   expect_same_lora(r[0].lora, r[1].lora);
   EXPECT_EQ(r[0].lora_crc, r[1].lora_crc);
+}
+
+// `vdt sample --causal` on an H3 LoRA: the base, Picture 1 choice and targets from the LoRA's metadata, the val windows
+// sampled chunk by chunk with the silent audio stream sampled beside the video; the same seed gives the same sample.
+TEST_F(CausalH3Test, SampleCausalSamplesVideoAndAudio) {
+  auto c = config("sample", 2);
+  c.picture1 = "2048";
+  train_causal(c);
+  EXPECT_EQ(SafetensorsFile::open(lora_step_path(c.out, 2))->metadata().at("picture1"), "2048");
+  auto val = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
+  const std::string name = val[0][0].get<std::string>() + "_f" + std::to_string(val[0][1].get<int64_t>());
+  std::vector<torch::Tensor> runs;
+  for (const char* out : {"sample_a", "sample_b"}) {
+    ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--lora", lora_step_path(c.out, 2), "--data_root", c.data_root,
+                               "--out", dir_->file(out), "--n", "1", "--steps", "2", "--cfg", "2"}, {}),
+              0);
+    const auto f = SafetensorsFile::open(dir_->file(out) + "/" + name + ".safetensors");
+    const auto s = f->get("sample"), a = f->get("audio.sample"), a0 = f->get("audio.ground_truth");
+    EXPECT_EQ(s.sizes(), f->get("ground_truth").sizes());
+    EXPECT_EQ(s.sizes(), (std::vector<int64_t>{24, 30, 4, 4}));
+    EXPECT_EQ(a.sizes(), a0.sizes());
+    EXPECT_EQ(a.size(0), 2);  // stereo rows of the audio stream
+    EXPECT_TRUE(torch::isfinite(s).all().item<bool>() && torch::isfinite(a).all().item<bool>());
+    EXPECT_TRUE(fs::exists(dir_->file(out) + "/" + name + ".png"));  // the synthetic root's preview
+    runs.push_back(torch::cat({s.flatten(), a.flatten()}));
+  }
+  EXPECT_TRUE(torch::equal(runs[0], runs[1]));
 }
 
 TEST_F(CausalH3Test, WrongRootsAreRefusedUpFront) {

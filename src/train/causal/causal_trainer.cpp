@@ -75,10 +75,7 @@ void build_model(CausalRun& r) {
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
-  const auto carried = r.ds->stream_names();  // e.g. an H3 root's silent audio, fitted to the base's clock
-  for (const auto& name : r.model->side_streams())
-    if (std::find(carried.begin(), carried.end(), name) != carried.end())
-      r.ds->set_stream_steps(name, r.model->side_stream_chunks(name, r.cfg.span_frames(), r.cfg.chunk_frames).back());
+  fit_side_streams(*r.model, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);  // e.g. an H3 root's silent audio
   LoraConfig lc;
   lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
   r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
@@ -203,11 +200,10 @@ torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStrea
   r.ds->text_of(s.text_rows, &context, &context_ids, &tags);          // [R, Lt, text_dim], [1, span], [R, Lt]
   auto in = model_inputs(*r.model, ex.x_t, ex.t, context, tf ? torch::cat({context_ids, context_ids}, 1) : context_ids,
                          {}, AttentionPattern::forcing(r.cfg.chunk_frames, tf));  // tf: the clean copy's cells too
-  if (tags.defined()) in.extra["text_tags"] = tags.index_select(0, context_ids[0].narrow(0, 0, 1)).to(dev);  // [1, Lt]
-  for (const auto& [name, latent] : s.cond) {  // clean conditioning latents, with their own noise
-    in.extra[name] = latent.unsqueeze(0).to(dev, dtype);
-    in.extra[name + ".noise"] = r.ctx->noise(in.extra[name], r.cfg.seed, streams.cond, key);
-  }
+  std::map<std::string, torch::Tensor> cond_noise;  // clean conditioning latents get their own noise
+  for (const auto& [name, latent] : s.cond)
+    cond_noise[name] = r.ctx->noise(latent.unsqueeze(0).to(dev, dtype), r.cfg.seed, streams.cond, key);
+  add_window_conditioning(in, tags, context_ids, s.cond, cond_noise);
   std::map<std::string, DfStream> side;
   for (const auto& name : r.model->side_streams()) {
     auto it = s.streams.find(name);

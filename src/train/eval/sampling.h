@@ -4,6 +4,7 @@
 // `vdt sample --causal`: a causal model's validation windows chunk by chunk (diffusion/euler.h causal_euler_sample),
 // guidance against the null prompt.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,13 @@ struct CausalSampleResult {
   int64_t start = 0;           // first latent frame of the window in the clip's stream
   torch::Tensor ground_truth;  // [C, span, H, W] float32
   torch::Tensor sample;        // [C, span, H, W] float32
+  std::map<std::string, torch::Tensor> side_ground_truth, side_sample;  // H3: "audio" [2, Da, A] float32
 };
 
 // Samples val window `index` of `ds` chunk by chunk (block-causal with `chunk_frames` per chunk), CFG against the
-// null prompt in every frame, frame 0 from the ground truth when `clean_first_frame`. Noise from (seed, clip, start).
+// null prompt in every frame, frame 0 from the ground truth when `clean_first_frame`. The family's conditioning (H3:
+// Picture 1, token tags) is fixed and each side stream the base denoises (H3's audio) is sampled with its chunk.
+// Noise from (seed, clip, start).
 CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
                                         const EulerConfig& cfg, uint64_t seed, bool clean_first_frame);
 
