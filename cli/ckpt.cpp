@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/h3/h3_lora.h"
 #include "model/lora.h"
 #include "tools/ckpt.h"
 
@@ -75,7 +76,7 @@ void add_ckpt(CLI::App& app, int& exit_code) {
   merge->add_option(spellings("--alpha"), m->alpha, "LoRA alpha when the file has none (default: its rank)");
   merge->callback([m, &exit_code] {
     const auto base = SafetensorsSet::open(m->base);
-    const auto lora = read_lora(m->lora, m->alpha);
+    const auto lora = h3_lora_for_base(read_lora(m->lora, m->alpha), base, m->lora);
     auto meta = base.metadata();
     meta["merged_lora"] = m->lora;
     meta["lora_rank"] = std::to_string(lora.rank);

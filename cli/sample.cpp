@@ -9,6 +9,7 @@
 #include "core/png.h"
 #include "tools/preview.h"
 #include "tools/synth_vae.h"
+#include "model/denoiser_registry.h"
 #include "model/lora.h"
 #include "train/causal/causal_trainer.h"
 #include "train/checkpoint/export.h"
@@ -33,12 +34,13 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   if (o.lora.empty()) throw CLI::RequiredError("--lora (with --causal)");
   const auto meta = SafetensorsFile::open(o.lora)->metadata();
   auto get = [&](const char* k, const std::string& dflt) { return meta.count(k) ? meta.at(k) : dflt; };
-  const auto lora = read_lora(o.lora);
+  const auto file_lora = read_lora(o.lora);
   const int64_t chunk_frames = std::stoll(get("chunk_frames", "3"));
   const uint64_t run_seed = std::stoull(get("seed", "0"));
   const std::string weights = !o.weights.empty() ? o.weights : get("weights", "");
   auto model = build_causal_base(get("model", get("base", "wan2.2-ti2v-5b")), weights, run_seed, device,
                                  device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  const auto lora = lora_for_model(*model, file_lora, o.lora);
   LoraConfig lc;
   lc.rank = lora.rank, lc.alpha = lora.alpha, lc.targets = model->lora_targets();
   attach_lora(*model, lc, 0);

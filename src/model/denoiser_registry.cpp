@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/h3/h3_dit.h"
+#include "model/h3/h3_lora.h"
 #include "model/wan_dit.h"
 
 namespace vdt {
@@ -46,6 +47,12 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
     return H3DiT(hc, bo).ptr();
   }
   VDT_FAIL("model family '", family, "' of preset '", preset, "' has no constructor");
+}
+
+LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const std::string& where) {
+  if (const auto* h3 = dynamic_cast<const H3DiTImpl*>(&model); h3 && h3_lora_is_split(w))
+    return h3_lora_from_split(w, h3->config().head_dim, where);
+  return w;
 }
 
 }  // namespace vdt

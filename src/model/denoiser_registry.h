@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/denoiser.h"
+#include "model/lora.h"
 
 namespace vdt {
 
@@ -23,5 +24,9 @@ double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t t
 // load weights after. `layers` > 0 overrides the preset's block count (benchmarks).
 std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::TensorOptions options = {},
                                         int64_t layers = 0);
+
+// A LoRA file's modules in `model`'s naming: an H3 LoRA in diffusers' split q/k/v naming fused into the checkpoint's
+// (model/h3/h3_lora.h); anything else unchanged. `where` names the file in errors.
+LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const std::string& where);
 
 }  // namespace vdt

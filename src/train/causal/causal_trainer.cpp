@@ -150,7 +150,7 @@ void build_resume(CausalRun& r) {
   if (step == 0) {
     const std::string init = is_lora_file(resume) ? resume : r.cfg.init_lora;
     if (!init.empty()) {
-      load_lora(*r.model, read_lora(init), init);
+      load_lora(*r.model, lora_for_model(*r.model, read_lora(init), init), init);
       r.resume_how = "fresh run from the LoRA " + init;
     } else {
       r.resume_how = "fresh run, new LoRA (B = 0)";
