@@ -31,6 +31,10 @@ class SingleRank : public Communicator {
   WorkPtr broadcast(torch::Tensor, int) override { return std::make_shared<DoneWork>(); }
   void barrier() override {}
   std::string describe() const override { return "single rank"; }
+  std::unique_ptr<Communicator> split(int size) override {
+    VDT_CHECK(size == 1, "split: groups of ", size, " ranks in a world of 1");
+    return std::make_unique<SingleRank>();
+  }
 };
 
 int env_int(const char* name, int fallback, bool* found = nullptr) {

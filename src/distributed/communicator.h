@@ -1,6 +1,7 @@
 // The collectives the trainers need (SPEC §6), behind one interface with three implementations: a single rank
 // (identity), in-process ranks on threads (CPU tests, local_group.h) and NCCL through c10d's ProcessGroupNCCL with a
-// TCPStore rendezvous from torchrun's or Slurm's environment (nccl_group.h). Every collective is asynchronous: it
+// TCPStore rendezvous from torchrun's or Slurm's environment (nccl_group.h). A world splits into groups of
+// consecutive ranks (the nodes: the causal trainer shards its frozen base within each node). Every collective is asynchronous: it
 // returns a Work whose wait() makes the result usable (on a GPU: orders the current stream after it).
 // Not here: what is communicated (distributed/grad_sync.h, zero2.h).
 #pragma once
@@ -34,6 +35,12 @@ class Communicator {
   virtual WorkPtr broadcast(torch::Tensor t, int root) = 0;
   virtual void barrier() = 0;
   virtual std::string describe() const = 0;
+  // Ranks per node (torchrun's LOCAL_WORLD_SIZE; ranks are numbered node by node). The world for a group of a split.
+  virtual int local_world() const { return world(); }
+  // Splits the world into groups of `size` consecutive ranks (size divides world()): every rank calls it together,
+  // every group is created (as torch.distributed.new_group asks), and this rank gets its own group's communicator,
+  // in which its rank is rank() % size. split(local_world()) gives this rank's node.
+  virtual std::unique_ptr<Communicator> split(int size) = 0;
 };
 
 // World size 1: every collective is a copy or nothing.

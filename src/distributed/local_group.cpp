@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@ struct Shared {
   int64_t generation = 0;
   bool aborted = false;
   std::vector<torch::Tensor> slots;
+  std::map<std::pair<int64_t, int>, std::shared_ptr<Shared>> groups;  // (split call, group) -> the group's state
 
   void barrier() {
     std::unique_lock<std::mutex> lk(mu);
@@ -43,18 +45,39 @@ struct Shared {
     cv.wait(lk, [&] { return generation != gen || aborted; });
     VDT_CHECK(!aborted, "in-process ranks: another rank failed");
   }
-  void abort() {
-    std::lock_guard<std::mutex> lk(mu);
-    aborted = true;
-    cv.notify_all();
+  void abort() {  // and every group split from this one: their ranks may be waiting there
+    std::vector<std::shared_ptr<Shared>> children;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      aborted = true;
+      for (const auto& [key, g] : groups) children.push_back(g);
+      cv.notify_all();
+    }
+    for (auto& g : children) g->abort();
   }
 };
 
 class LocalRank : public Communicator {
  public:
-  LocalRank(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
+  LocalRank(std::shared_ptr<Shared> s, int rank, int local_world)
+      : s_(std::move(s)), rank_(rank), local_world_(local_world) {}
   int rank() const override { return rank_; }
   int world() const override { return s_->world; }
+  int local_world() const override { return local_world_; }
+  std::unique_ptr<Communicator> split(int size) override {
+    VDT_CHECK(size >= 1 && s_->world % size == 0, "split: groups of ", size, " ranks do not divide a world of ",
+              s_->world);
+    const int64_t call = splits_++;  // every rank splits in the same order
+    std::shared_ptr<Shared> group;
+    {
+      std::lock_guard<std::mutex> lk(s_->mu);
+      auto& g = s_->groups[{call, rank_ / size}];
+      if (!g) g = std::make_shared<Shared>(size);
+      group = g;
+    }
+    s_->barrier();  // every group exists before any is used
+    return std::make_unique<LocalRank>(group, rank_ % size, size);
+  }
 
   WorkPtr all_reduce(torch::Tensor t, ReduceOp op) override {
     torch::NoGradGuard ng;
@@ -109,19 +132,23 @@ class LocalRank : public Communicator {
     s_->barrier();
   }
   std::shared_ptr<Shared> s_;
-  int rank_;
+  int rank_, local_world_;
+  int64_t splits_ = 0;
 };
 
 }  // namespace
 
-void run_local_ranks(int world, const std::function<void(Communicator&)>& fn) {
+void run_local_ranks(int world, const std::function<void(Communicator&)>& fn, int local_world) {
   VDT_CHECK(world >= 1, "run_local_ranks: world ", world, ", expected >= 1");
+  if (local_world == 0) local_world = world;
+  VDT_CHECK(local_world >= 1 && world % local_world == 0, "run_local_ranks: ", local_world, " ranks per node do not ",
+            "divide a world of ", world);
   auto shared = std::make_shared<Shared>(world);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      LocalRank comm(shared, r);
+      LocalRank comm(shared, r, local_world);
       try {
         fn(comm);
       } catch (...) {

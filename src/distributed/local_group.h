@@ -9,7 +9,8 @@
 
 namespace vdt {
 
-// Runs fn(comm) on `world` threads, one per rank; returns when all are done.
-void run_local_ranks(int world, const std::function<void(Communicator&)>& fn);
+// Runs fn(comm) on `world` threads, one per rank; returns when all are done. `local_world` > 0 emulates nodes of that
+// many ranks (Communicator::local_world; 0: one node).
+void run_local_ranks(int world, const std::function<void(Communicator&)>& fn, int local_world = 0);
 
 }  // namespace vdt

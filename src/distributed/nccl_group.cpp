@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #endif
@@ -38,9 +39,13 @@ class NcclGroup : public Communicator {
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     if (env.agent_store)  // as torch.distributed's env:// rendezvous does under torchrun
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = std::chrono::minutes(30);
-    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, opts);
+    store_ = store;
+    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, options());
+  }
+  // A group of a split: its own ProcessGroupNCCL over the world's store under the group's prefix.
+  NcclGroup(const LaunchEnv& env, c10::intrusive_ptr<c10d::Store> store, const std::string& prefix)
+      : env_(env), store_(c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store))) {
+    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world, options());
   }
   ~NcclGroup() override {
     try {  // torch.distributed's destroy_process_group: finish pending work, release the communicators
@@ -51,6 +56,21 @@ class NcclGroup : public Communicator {
   }
   int rank() const override { return env_.rank; }
   int world() const override { return env_.world; }
+  int local_world() const override { return env_.local_world; }
+  std::unique_ptr<Communicator> split(int size) override {
+    VDT_CHECK(size >= 1 && env_.world % size == 0, "split: groups of ", size, " ranks do not divide a world of ",
+              env_.world);
+    const int call = splits_++;
+    std::unique_ptr<Communicator> mine;
+    for (int g = 0; g < env_.world / size; ++g) {  // every rank walks every group; its members create it
+      if (env_.rank / size != g) continue;
+      LaunchEnv ge = env_;
+      ge.rank = env_.rank % size, ge.world = size, ge.local_world = std::min(env_.local_world, size);
+      mine = std::make_unique<NcclGroup>(ge, store_, "split" + std::to_string(call) + "/group" + std::to_string(g));
+    }
+    barrier();
+    return mine;
+  }
   WorkPtr all_reduce(torch::Tensor t, ReduceOp op) override {
     std::vector<at::Tensor> ts = {t};
     c10d::AllreduceOptions o;
@@ -77,8 +97,15 @@ class NcclGroup : public Communicator {
   }
 
  private:
+  static c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> options() {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = std::chrono::minutes(30);
+    return opts;
+  }
   LaunchEnv env_;
+  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  int splits_ = 0;
 };
 
 }  // namespace

@@ -40,17 +40,18 @@ inline void expect_same_lora(const NamedTensors& a, const NamedTensors& b) {
   }
 }
 
-// Every rank's summary of one run with two in-process ranks.
-inline std::vector<CausalSummary> run_two_ranks(const CausalConfig& c) {
-  std::vector<CausalSummary> out(2);
+// Every rank's summary of one run with `world` in-process ranks in nodes of `local_world` (0: one node).
+inline std::vector<CausalSummary> run_ranks(const CausalConfig& c, int world, int local_world = 0) {
+  std::vector<CausalSummary> out(static_cast<size_t>(world));
   std::mutex mu;
-  run_local_ranks(2, [&](Communicator& comm) {
+  run_local_ranks(world, [&](Communicator& comm) {
     auto s = train_causal(c, comm, 0);
     std::lock_guard<std::mutex> lk(mu);
     out[static_cast<size_t>(comm.rank())] = s;
-  });
+  }, local_world);
   return out;
 }
+inline std::vector<CausalSummary> run_two_ranks(const CausalConfig& c) { return run_ranks(c, 2); }
 
 // `to` as a run in `from` looked before its last save (that LoRA file and the slot written with it never happened).
 inline void copy_before_last_save(const std::string& from, const std::string& to, int64_t last_step) {

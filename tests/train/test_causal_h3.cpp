@@ -1,6 +1,6 @@
 // `vdt train causal` on a MiniMax-H3 base (h3-tiny, CPU) and a synthetic H3 root (Picture 1, the silent audio stream,
 // token tags): spans of 6 one-clip chunks, diffusion forcing and teacher forcing train, --picture1 2048 and the
-// seed's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, and a root of the wrong family or without
+// seed's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without
 // the 2048 Picture 1 is refused up front.
 #include <torch/torch.h>
 
@@ -81,6 +81,23 @@ TEST_F(CausalH3Test, TwoRanksKeepOneLora) {
   const auto r = run_two_ranks(c);
   expect_same_lora(r[0].lora, r[1].lora);
   EXPECT_EQ(r[0].lora_crc, r[1].lora_crc);
+}
+
+// The seed's layout on two nodes of two: the frozen blocks sharded within each node (half the weights per rank, not a
+// quarter), the LoRA's gradients summed over all four; every rank ends with one LoRA, the same as one node of four.
+TEST_F(CausalH3Test, TwoNodesShardWithinEachNode) {
+  auto c = config("nodes", 2);
+  c.shard_base = "on";
+  const auto nodes = test::run_ranks(c, 4, /*local_world=*/2);
+  c.out = dir_->file("one_node");
+  const auto one = test::run_ranks(c, 4);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(nodes[r].shard_ranks, 2);
+    EXPECT_EQ(one[r].shard_ranks, 4);
+    EXPECT_EQ(nodes[r].lora_crc, nodes[0].lora_crc);
+  }
+  EXPECT_NEAR(static_cast<double>(nodes[0].shard_bytes) / one[0].shard_bytes, 2.0, 0.05);
+  expect_same_lora(nodes[0].lora, one[0].lora);
 }
 
 // `vdt sample --causal` on an H3 LoRA: the base, Picture 1 choice and targets from the LoRA's metadata, the val windows

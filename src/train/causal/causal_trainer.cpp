@@ -45,6 +45,7 @@ struct CausalRun {
   std::shared_ptr<Denoiser> model;
   NamedTensors lora;  // float32 factors, by checkpoint name
   std::unique_ptr<GradSync> sync;
+  std::unique_ptr<Communicator> node_comm;  // this rank's node, when the world spans several (before shards: outlives them)
   std::unique_ptr<BlockShards> shards;
   ForcingConfig forcing;
   FlowGrid grid;
@@ -55,6 +56,11 @@ struct CausalRun {
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
 };
+
+// The ranks one copy of the frozen base is sharded over (1: not sharded).
+int shard_ranks(const CausalRun& r) {
+  return !r.shards ? 1 : r.node_comm ? r.node_comm->world() : r.ctx->world;
+}
 
 void build_data(CausalRun& r) {
   const std::string family = denoiser_family(r.cfg.model);
@@ -86,7 +92,10 @@ void build_model(CausalRun& r) {
   CheckpointOptions co;
   co.offload_inputs = r.cfg.act_offload_on();
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
-    r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.ctx->comm);
+    // Within each node, as the seed's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
+    const int node = r.ctx->comm.local_world();
+    if (node < r.ctx->world) r.node_comm = r.ctx->comm.split(node);
+    r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.node_comm ? *r.node_comm : r.ctx->comm);
     auto* shards = r.shards.get();
     co.before = [shards](torch::nn::Module& b) { shards->gather(b); };
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
@@ -316,7 +325,9 @@ void print_config(const CausalRun& r) {
               r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
               static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
               py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6,
-              r.shards ? (", blocks sharded: " + std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
+              r.shards ? (", blocks sharded over the " + std::to_string(shard_ranks(r)) + " ranks of " +
+                          (r.node_comm ? "each node" : "the world") + ": " +
+                          std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
                           std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank").c_str()
                        : "", static_cast<long long>(r.total_steps),
               r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
@@ -405,6 +416,8 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   CausalSummary sum;
   sum.start_step = sum.steps = r.start_step, sum.total_steps = r.total_steps, sum.resume_how = r.resume_how;
   sum.params = r.base_params;  // counted before sharding
+  sum.shard_ranks = shard_ranks(r);
+  sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues)
   StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)

@@ -24,6 +24,8 @@ struct CausalSummary {
   NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
   uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
   int64_t params = 0;  // the frozen base's and the LoRA's parameter count
+  int shard_ranks = 1;      // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
+  int64_t shard_bytes = 0;  // of the frozen blocks, held by this rank (0: not sharded)
   std::vector<double> losses, grad_norms, step_times;  // every step of this process, in order (golden curves, bench)
 };
 
