@@ -1,7 +1,7 @@
 // TensorBoard event files without protobuf: each record is u64le length | u32le masked_crc32c(length) | Event bytes |
 // u32le masked_crc32c(Event bytes) (tensorboard/summary/writer/record_writer.py). Field numbers from event.proto and
 // summary.proto: Event wall_time=1 (double), step=2 (int64), file_version=3 (string), summary=5; Summary value=1;
-// Summary.Value tag=1 (string), simple_value=2 (float); Event session_log=6, SessionLog status=1 (enum, START = 1).
+// Summary.Value tag=1 (string), simple_value=2 (float); Event session_log=7, SessionLog status=1 (enum, START = 1).
 #include "core/tb_writer.h"
 
 #include <fcntl.h>
@@ -157,7 +157,7 @@ void TbWriter::purge_from(int64_t step) {
   put_fixed(ev, t);
   put_varint(ev, (2 << 3) | 0);
   put_varint(ev, static_cast<uint64_t>(step));
-  put_bytes(ev, 6, session_log);
+  put_bytes(ev, 7, session_log);
   write_record(ev);
 }
 
