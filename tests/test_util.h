@@ -150,7 +150,8 @@ inline TbScalars read_tensorboard(const std::string& dir) {
     out.skip = "python3 or pip not on PATH; cannot install tensorboard to read the files back";
     return out;
   }
-  const std::filesystem::path repo = std::filesystem::path(__FILE__).parent_path().parent_path();
+  // The checkout from the assets path (absolute); __FILE__ may be relative to the build tree (ccache's base_dir).
+  const std::filesystem::path repo = std::filesystem::path(VDT_TEST_ASSETS).parent_path().parent_path();
   std::string tools = capture("bash '" + (repo / "scripts/py_tools.sh").string() + "' 2>&1", &code);
   EXPECT_EQ(code, 0) << "scripts/py_tools.sh failed:\n" << tools;
   while (!tools.empty() && tools.back() == '\n') tools.pop_back();

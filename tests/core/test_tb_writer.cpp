@@ -233,7 +233,8 @@ TEST(TbWriter, ReadByRealTensorBoard) {
   int code = 0;
   run_capture("command -v python3 >/dev/null && (command -v pip3 || command -v pip) >/dev/null", &code);
   if (code != 0) GTEST_SKIP() << "python3 or pip not on PATH; cannot install tensorboard to read the files back";
-  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  // The checkout from the assets path (absolute); __FILE__ may be relative to the build tree (ccache's base_dir).
+  const fs::path repo = fs::path(VDT_TEST_ASSETS).parent_path().parent_path();
   const std::string tools_out = run_capture("bash '" + (repo / "scripts/py_tools.sh").string() + "' 2>&1", &code);
   ASSERT_EQ(code, 0) << "scripts/py_tools.sh failed:\n" << tools_out;
   std::string pytools = tools_out;
