@@ -50,7 +50,7 @@ if [ "$what" = sft ] || [ "$what" = all ]; then
   $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 3 --val_runs 1 --val_clips_per_run 2 \
     --n_drop 1 2>&1 | tee "$OUT/sft_synth.log" || rc=1
-  $build/vdt train sft --data_root $root --output /tmp/vdt_sft_run --res 832x480 --max_steps 8 --grad_accum 2 \
+  $build/vdt train sft --random-init --data_root $root --output /tmp/vdt_sft_run --res 832x480 --max_steps 8 --grad_accum 2 \
     --warmup_steps 2 --val_every 4 --val_n 1 --save_every 8 --num_workers 4 --device cuda 2>&1 \
     | tee "$OUT/sft_run.log" || rc=1
   cp /tmp/vdt_sft_run/train_log.csv "$OUT/sft_train_log.csv"; cp /tmp/vdt_sft_run/val_log.csv "$OUT/sft_val_log.csv"
@@ -63,7 +63,7 @@ if [ "$what" = multi ]; then
   $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 2 \
     --n_drop 0 > "$OUT/multi_synth.log" 2>&1 || rc=1
-  args="--data_root $root --res 832x480 --max_steps ${STEPS:-7} --grad_accum 2 --warmup_steps 2 --val_every 7 \
+  args="--random-init --data_root $root --res 832x480 --max_steps ${STEPS:-7} --grad_accum 2 --warmup_steps 2 --val_every 7 \
     --val_n 2 --val_timesteps 500 --save_every 1000 --no-save_state --num_workers 4"
   $build/vdt train sft $args --output /tmp/vdt_multi_1gpu --device cuda > "$OUT/multi_1gpu.log" 2>&1 || rc=1
   grep -E "^step|done" "$OUT/multi_1gpu.log" | cut -c1-200; cp /tmp/vdt_multi_1gpu/done.json "$OUT/multi_1gpu_done.json"
@@ -76,7 +76,7 @@ fi
 if [ "$what" = resume ]; then
   root=/tmp/vdt_resume_root; run=/tmp/vdt_resume_run; rm -rf $run
   $build/vdt data synth $root --overwrite --train_runs 2 --train_clips_per_run 4 --n_drop 0 > /dev/null 2>&1 || rc=1
-  args="--data_root $root --res 128x128 --model tiny --grad_accum 1 --warmup_steps 2 --lr 1e-3 --val_every 2 --val_n 2 \
+  args="--random-init --data_root $root --res 128x128 --model tiny --grad_accum 1 --warmup_steps 2 --lr 1e-3 --val_every 2 --val_n 2 \
     --save_every 2 --num_workers 1 --output $run"
   torchrun="python3 -m torch.distributed.run --nproc-per-node 2 --no-python $build/vdt train sft"
   $torchrun $args --max_steps 4 > "$OUT/resume_a.log" 2>&1 || rc=1
@@ -104,7 +104,7 @@ if [ "$what" = causal ] || [ "$what" = all ]; then
     for variant in prefix mask offload; do
       extra="--attn $variant"; [ $variant = offload ] && extra="--attn prefix --act-offload on"
       run=/tmp/vdt_causal_${geo}_$variant; rm -rf $run
-      timeout 240 $build/vdt train causal --data-root $root --out $run --model $model --steps ${CSTEPS:-10} \
+      timeout 240 $build/vdt train causal --random-init --data-root $root --out $run --model $model --steps ${CSTEPS:-10} \
         --val-clips 1 --save-every 1000 --lora-rank 32 --lora-alpha 32 $extra > "$OUT/causal_${geo}_$variant.log" 2>&1 || rc=1
       grep -E "^  |^trained|rror" "$OUT/causal_${geo}_$variant.log" | cut -c1-200
       steady $run/train_log.jsonl | tee -a "$OUT/causal_${geo}_$variant.log"
@@ -118,13 +118,13 @@ if [ "$what" = quick ]; then  # a check after a model change: parity, the SFT st
     | grep -E "out|PASS|FAIL" || rc=1
   $build/vdt bench step --checkpointing block --steps 4 --warmup 2 2>&1 | tee "$OUT/bench_step_block.log" | tail -5
   root=$(causal_root 5b); run=/tmp/vdt_causal_quick; rm -rf $run
-  $build/vdt train causal --data-root $root --out $run --model wan2.2-ti2v-5b --steps 8 --val-clips 1 \
+  $build/vdt train causal --random-init --data-root $root --out $run --model wan2.2-ti2v-5b --steps 8 --val-clips 1 \
     --save-every 1000 --lora-rank 32 --lora-alpha 32 > "$OUT/causal_quick.log" 2>&1 || rc=1
   grep -E "^trained|rror" "$OUT/causal_quick.log"; steady $run/train_log.jsonl | tee -a "$OUT/causal_quick.log"
 fi
 if [ "$what" = causal-multi ]; then
   root=$(causal_root 5b); n=${NPROC:-2}
-  args="--data-root $root --model wan2.2-ti2v-5b --steps ${CSTEPS:-10} --val-clips 1 --save-every 1000 --lora-rank 32 \
+  args="--random-init --data-root $root --model wan2.2-ti2v-5b --steps ${CSTEPS:-10} --val-clips 1 --save-every 1000 --lora-rank 32 \
     --lora-alpha 32"
   VDT_TRACE=$OUT/causal_1gpu_step6.json VDT_TRACE_STEP=6 $build/vdt train causal $args --out /tmp/vdt_cm_1 \
     > "$OUT/causal_multi_1gpu.log" 2>&1 || rc=1
@@ -191,7 +191,7 @@ if [ "$what" = h3-resume ]; then  # H3 causal LoRA on NPROC GPUs: uninterrupted 
   $build/vdt data synth $root --overwrite --model h3 --latent_frames 30 --latent_h 30 --latent_w 52 --text_dim 5120 \
     --text_len 256 --train_runs 1 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
     > "$OUT/h3_synth.log" 2>&1 || rc=1
-  tr="python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train causal --data-root $root \
+  tr="python3 -m torch.distributed.run --nproc-per-node $n --no-python $build/vdt train causal --random-init --data-root $root \
     --model minimax-h3 --steps 6 --save-every 2 --val-clips 1 --lora-rank 32 --lora-alpha 32"
   rm -rf /tmp/vdt_h3_full /tmp/vdt_h3_cut
   [ -n "${SKIP_FULL:-}" ] || timeout 300 $tr --out /tmp/vdt_h3_full > "$OUT/h3_full.log" 2>&1 || rc=1

@@ -41,6 +41,12 @@ void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<C
                     ->option_text(default_of(v));
           } else {
             o = app->add_option(spellings(f.flag), v, f.help);
+            if constexpr (std::is_same_v<V, uint64_t>)  // CLI11 would wrap "-1" to 2^64 - 1; argparse has no unsigned
+              o->check(CLI::Validator(
+                  [](std::string& s) {
+                    return s.rfind('-', 0) == 0 ? s + " is negative; expected an integer >= 0" : std::string();
+                  },
+                  "INT>=0"));
             if constexpr (std::is_same_v<V, std::string>) {
               if (!v.empty()) o->capture_default_str();
             } else {
@@ -51,6 +57,11 @@ void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<C
         },
         f.member);
 }
+
+// argv after the program name with every abbreviated long flag spelled out, as argparse accepts them: an
+// unambiguous prefix of one of the (sub)command's flags becomes that flag (`--max_step 5` -> `--max_steps 5`,
+// `--lr-m=1e-6` -> `--lr-min=1e-6`); an ambiguous one is an error naming the candidates; anything else is kept.
+std::vector<std::string> expand_flag_prefixes(CLI::App& app, const std::vector<std::string>& args);
 
 // This process's communicator: one rank, or NCCL on cuda:LOCAL_RANK when launched as several (--device auto -> cuda).
 std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device);

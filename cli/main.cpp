@@ -1,6 +1,8 @@
 // `vdt`: one binary, git-style subcommands. Parse -> the subcommand's callback (validate, print, build, run) inside
 // one try/catch that prints the error and exits non-zero.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -11,6 +13,8 @@ int main(int argc, char** argv) {
   app.formatter(std::make_shared<vdt::cli::HelpFormatter>());
   app.footer("Every long flag takes '-' or '_' between its words (--data-root = --data_root).");
   app.set_version_flag("--version", std::string("vdt ") + VDT_GIT);
+  // argparse's rule for a repeated flag (wrapper scripts append overrides): the last value wins. Subcommands inherit it.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   int exit_code = 0;
   vdt::cli::add_parity(app, exit_code);
   vdt::cli::add_bench(app, exit_code);
@@ -20,7 +24,11 @@ int main(int argc, char** argv) {
   vdt::cli::add_demo(app, exit_code);
   vdt::cli::add_ckpt(app, exit_code);
   try {
-    app.parse(argc, argv);
+    // argparse's abbreviations: unambiguous flag prefixes are spelled out before CLI11 parses.
+    auto args = vdt::cli::expand_flag_prefixes(app, std::vector<std::string>(argv + 1, argv + argc));
+    std::vector<char*> argv2 = {argv[0]};
+    for (auto& a : args) argv2.push_back(a.data());
+    app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const vdt::Error& e) {

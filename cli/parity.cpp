@@ -31,8 +31,9 @@ void add_parity(CLI::App& app, int& exit_code) {
     } else {
       result = run_parity(*cfg);
     }
-    std::printf("parity %s  model %s  device %s  dtype %s  timestep_mode %s  tol %.1e\n", cfg->fixture.c_str(),
+    std::printf("parity %s  model %s  device %s  dtype %s  timestep_mode %s%s%s  tol %.1e\n", cfg->fixture.c_str(),
                 h3 ? "minimax-h3" : "wan", cfg->device.c_str(), cfg->dtype.c_str(), result.timestep_mode.c_str(),
+                result.loss.empty() ? "" : "  loss over ", result.loss.c_str(),
                 h3 ? h3_parity_tolerance(*cfg) : cfg->tolerance());
     for (const auto& r : result.rows)
       std::printf("  %-48s rel_l2 %.3e  %s\n", r.name.c_str(), r.rel_l2, r.pass ? "ok" : "FAIL");

@@ -125,4 +125,57 @@ inline int spawn_vdt(const std::vector<std::string>& args, const std::vector<std
   return status;
 }
 
+// Scalars of a TensorBoard log directory as the real reader sees them: tensorboard's EventAccumulator (installed by
+// scripts/py_tools.sh; it applies the purge marker of a restarted run). tag -> [(step, value)] in file order.
+// `skip` gets a reason when python3 or pip is missing (the caller skips the test); errors fail the test.
+struct TbScalars {
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> scalars;
+  std::string skip;
+};
+inline TbScalars read_tensorboard(const std::string& dir) {
+  TbScalars out;
+  auto capture = [](const std::string& cmd, int* code) {
+    std::string text;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+    const int status = pclose(p);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return text;
+  };
+  int code = 0;
+  capture("command -v python3 >/dev/null && (command -v pip3 || command -v pip) >/dev/null", &code);
+  if (code != 0) {
+    out.skip = "python3 or pip not on PATH; cannot install tensorboard to read the files back";
+    return out;
+  }
+  // The checkout from the assets path (absolute); __FILE__ may be relative to the build tree (ccache's base_dir).
+  const std::filesystem::path repo = std::filesystem::path(VDT_TEST_ASSETS).parent_path().parent_path();
+  std::string tools = capture("bash '" + (repo / "scripts/py_tools.sh").string() + "' 2>&1", &code);
+  EXPECT_EQ(code, 0) << "scripts/py_tools.sh failed:\n" << tools;
+  while (!tools.empty() && tools.back() == '\n') tools.pop_back();
+  tools = tools.substr(tools.find_last_of('\n') + 1);  // the directory is the last line
+  const std::string script =
+      "import sys\n"
+      "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+      "ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0})\n"
+      "ea.Reload()\n"
+      "for tag in sorted(ea.Tags()['scalars']):\n"
+      "    for ev in ea.Scalars(tag):\n"
+      "        print('S', tag, ev.step, repr(ev.value))\n";
+  const std::string text =
+      capture("PYTHONPATH='" + tools + "' python3 -c \"" + script + "\" '" + dir + "' 2>&1", &code);
+  EXPECT_EQ(code, 0) << text;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream ls(line);
+    std::string kind, tag;
+    int64_t step = 0;
+    double value = 0;
+    if (ls >> kind >> tag >> step >> value && kind == "S") out.scalars[tag].push_back({step, value});
+  }
+  return out;
+}
+
 }  // namespace vdt::test

@@ -1,5 +1,7 @@
 // Parity harness. The fixture's timestep_mode picks the timestep path: per_token_first_frame_zero feeds the model
-// per-frame timesteps [B, F] with frame 0 at 0 (the reference's per-token tensor, grouped), global feeds [B].
+// per-frame timesteps [B, F] with frame 0 at 0 (the reference's per-token tensor, grouped), global feeds [B]. The loss
+// is the one the fixture states in its metadata `loss` (FIXTURES.md: frames 1.. in every Wan fixture, whatever its
+// timestep_mode), never inferred from the timestep mode.
 #include "tools/parity.h"
 
 #include <torch/torch.h>
@@ -44,6 +46,17 @@ std::vector<std::pair<std::string, torch::Tensor>> fixture_gradients(const Safet
   return out;
 }
 
+bool loss_skips_first_frame(const Metadata& meta, const std::string& fixture) {
+  // FIXTURES.md: "The loss is defined the same way in every Wan fixture, whatever its timestep_mode: the mean over
+  // latent frames 1.. of (out - target)^2; the metadata key `loss` states it."
+  if (!meta.count("loss")) return true;
+  const std::string& loss = meta.at("loss");
+  if (loss.find("frames 1..") != std::string::npos) return true;
+  if (loss.find("all frames") != std::string::npos || loss.find("every frame") != std::string::npos) return false;
+  VDT_FAIL(fixture, ": metadata 'loss' is \"", loss, "\"; expected a mean of (out - target)^2 over \"frames 1..\" or "
+           "over \"all frames\"");
+}
+
 double rel_l2(const torch::Tensor& a, const torch::Tensor& ref) {
   auto a64 = a.detach().to(torch::kCPU, torch::kFloat64), r64 = ref.detach().to(torch::kCPU, torch::kFloat64);
   const double denom = r64.norm().item<double>();
@@ -86,6 +99,8 @@ ParityResult run_parity(const ParityConfig& cfg) {
     t = t.unsqueeze(1).repeat({1, F});  // [B] -> [B, F']
     t.select(1, 0).zero_();
   }
+  const bool skip_first_frame = loss_skips_first_frame(meta, cfg.fixture);
+  result.loss = skip_first_frame ? "frames 1.." : "all frames";
   auto out = model->forward({x, t, ctx});
   auto add = [&](const std::string& name, const torch::Tensor& a, const torch::Tensor& ref) {
     const double e = rel_l2(a, ref);
@@ -95,7 +110,7 @@ ParityResult run_parity(const ParityConfig& cfg) {
 
   if (files.contains("fixture.target") && files.contains("fixture.loss")) {
     auto target = files.get("fixture.target").to(device, dtype);
-    auto loss = flow_mse(out, target, first_frame_zero);
+    auto loss = flow_mse(out, target, skip_first_frame);
     add("fixture.loss", loss.reshape({1}), files.get("fixture.loss"));
     loss.backward();
     for (const auto& [k, g] : fixture_gradients(files, *model, cfg.fixture)) {

@@ -31,6 +31,7 @@ struct ParityRow {
 struct ParityResult {
   std::vector<ParityRow> rows;
   std::string timestep_mode;
+  std::string loss;  // the loss the fixture states (metadata `loss`): "frames 1.." or "all frames"
   bool pass() const;
 };
 
@@ -39,6 +40,11 @@ struct ParityResult {
 std::vector<std::pair<std::string, torch::Tensor>> fixture_gradients(const SafetensorsSet& files,
                                                                      const torch::nn::Module& model,
                                                                      const std::string& fixture);
+
+// Whether a Wan fixture's stated loss (metadata `loss`) leaves latent frame 0 out: "... frames 1.. ..." yes, "... all
+// frames ..." no; absent: yes (FIXTURES.md: every Wan fixture's loss is over frames 1..). Anything else is an error
+// naming the fixture and the value.
+bool loss_skips_first_frame(const Metadata& meta, const std::string& fixture);
 
 // Relative L2 error |a - b| / |b| in float64.
 double rel_l2(const torch::Tensor& a, const torch::Tensor& ref);

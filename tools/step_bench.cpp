@@ -60,7 +60,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
   if (cfg.trainer == "sft") {
     SftConfig c;
     c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
-    c.model = cfg.model, c.device = cfg.device, c.precision = cfg.precision;
+    c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision;
     c.gradient_checkpointing = cfg.checkpointing == "block";
     c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
     c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
@@ -72,7 +72,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
   } else {
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
-    c.model = cfg.model, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
+    c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
     c.act_offload = cfg.act_offload, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);

@@ -1,7 +1,7 @@
 // TensorBoard event files without protobuf: each record is u64le length | u32le masked_crc32c(length) | Event bytes |
 // u32le masked_crc32c(Event bytes) (tensorboard/summary/writer/record_writer.py). Field numbers from event.proto and
 // summary.proto: Event wall_time=1 (double), step=2 (int64), file_version=3 (string), summary=5; Summary value=1;
-// Summary.Value tag=1 (string), simple_value=2 (float).
+// Summary.Value tag=1 (string), simple_value=2 (float); Event session_log=7, SessionLog status=1 (enum, START = 1).
 #include "core/tb_writer.h"
 
 #include <fcntl.h>
@@ -88,12 +88,16 @@ TbWriter::TbWriter(const std::string& dir) {
   char stamp[16];
   std::snprintf(stamp, sizeof stamp, "%010lld", static_cast<long long>(t));
   // <n> plays the role of event_file_writer.py's global uid: distinct writers of one process, opened in the same
-  // second, get distinct files. O_EXCL skips names already on disk (a restarted process reusing a pid).
+  // second, get distinct files, zero-padded so that name order is opening order (TensorBoard reads a directory's
+  // files in name order, which the purge marker of a later writer relies on). O_EXCL skips names already on disk (a
+  // restarted process reusing a pid).
   static std::atomic<int> counter{0};
   const std::string base = dir + "/events.out.tfevents." + stamp + "." + hostname() + "." + std::to_string(::getpid());
   int fd = -1;
   for (;;) {
-    path_ = base + "." + std::to_string(counter++);
+    char n[16];
+    std::snprintf(n, sizeof n, "%06d", counter++);
+    path_ = base + "." + n;
     fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) break;
   }
@@ -133,6 +137,27 @@ void TbWriter::add_scalar(const std::string& tag, double value, int64_t step) {
   put_varint(ev, (2 << 3) | 0);
   put_varint(ev, static_cast<uint64_t>(step));  // int64: negative values take 10 bytes (two's complement)
   put_bytes(ev, 5, summary);
+  write_record(ev);
+}
+
+void TbWriter::purge_from(int64_t step) {
+  const double t = wall_time_now();
+  std::string version;
+  put_varint(version, (1 << 3) | 1);
+  put_fixed(version, t);
+  put_varint(version, (2 << 3) | 0);
+  put_varint(version, static_cast<uint64_t>(step));
+  put_bytes(version, 3, "brain.Event:2");
+  write_record(version);
+  std::string session_log;
+  put_varint(session_log, (1 << 3) | 0);
+  put_varint(session_log, 1);  // SessionLog.START
+  std::string ev;
+  put_varint(ev, (1 << 3) | 1);
+  put_fixed(ev, t);
+  put_varint(ev, (2 << 3) | 0);
+  put_varint(ev, static_cast<uint64_t>(step));
+  put_bytes(ev, 7, session_log);
   write_record(ev);
 }
 

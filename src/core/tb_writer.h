@@ -1,6 +1,7 @@
 // TensorBoard event-file writer for scalars, with the Event/Summary protobufs hand-encoded (no protobuf dependency,
 // and no clash with the google/ headers shipped inside torch/include). Format: tensorboard's record_writer.py and
-// event_file_writer.py (reference/cpp_ecosystem.md §4). Scalars only: no histograms, images or text.
+// event_file_writer.py (reference/cpp_ecosystem.md §4). Scalars and the restart (purge) marker only: no histograms,
+// images or text.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,10 @@ class TbWriter {
 
   // Event{wall_time, step, summary{value{tag, simple_value}}}; the value is stored as float32 (simple_value).
   void add_scalar(const std::string& tag, double value, int64_t step);
+  // TensorBoard's purge marker, as PyTorch's SummaryWriter(purge_step=step) writes it: Event{step, file_version} then
+  // Event{step, session_log{status: START}}. A reader (EventAccumulator, purge_orphaned_data) drops every event with
+  // step >= `step` written before it, so a run resumed after a crash does not show the replayed steps twice.
+  void purge_from(int64_t step);
   // fflush + fsync.
   void flush();
   const std::string& path() const { return path_; }

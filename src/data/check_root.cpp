@@ -39,6 +39,7 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
   if (!expected_res.empty() && info.res != expected_res)
     problems.push_back(dataset_json + ": res is " + info.res + ", expected " + expected_res + " (--res)");
 
+  if (const auto p = sft_cells_problem(info, dataset_json); !p.empty()) problems.push_back(p);
   std::vector<ClipRow> rows;
   attempt([&] { rows = parse_clips_jsonl(clips, info.cells, &problems); });
 

@@ -156,6 +156,15 @@ DatasetInfo parse_dataset_json(const std::string& path) {
   return d;
 }
 
+std::string sft_cells_problem(const DatasetInfo& info, const std::string& dataset_json) {
+  if (info.model_family != "wan" || info.cells == info.latent_frames) return "";
+  return dataset_json + ": cells = " + std::to_string(info.cells) + " prompts per clip but latent_frames = " +
+         std::to_string(info.latent_frames) + "; `vdt train sft` gives every latent frame its own prompt (per-cell " +
+         "text: frame f sees cell f), so each clip needs " + std::to_string(info.latent_frames) + " prompts" +
+         "\n---> HINT: list one prompt per latent frame in index/clips.jsonl's \"cells\" (repeat a clip's prompt for " +
+         "a single-prompt clip) and set \"cells\": " + std::to_string(info.latent_frames) + " in dataset.json";
+}
+
 std::vector<ClipRow> parse_clips_jsonl(const std::string& path, int64_t cells, std::vector<std::string>* problems) {
   std::istringstream in(read_text(path, "index/clips.jsonl"));
   std::vector<ClipRow> rows;

@@ -40,6 +40,12 @@ std::pair<int64_t, int64_t> parse_res(const std::string& res, const std::string&
 DatasetInfo parse_dataset_json(const std::string& path);
 std::vector<ClipRow> parse_clips_jsonl(const std::string& path, int64_t cells, std::vector<std::string>* problems);
 
+// The SFT trainer's rule on prompts per latent frame (per-cell text, the seed's CELLS = 21: latent frame f
+// cross-attends to cell f only): a Wan root must carry one prompt per latent frame, cells == latent_frames. Returns
+// the problem ("<dataset.json>: ..." with a hint) or "" when the root follows it. `vdt data check` and the trainer's
+// start-up validation both use it, so they give the same message.
+std::string sft_cells_problem(const DatasetInfo& info, const std::string& dataset_json);
+
 class DataRoot {
  public:
   // Reads and validates dataset.json and clips.jsonl (a malformed line is an error naming file:line).
@@ -67,7 +73,8 @@ class DataRoot {
 
 // Every problem of a root, one line each "<file>: <problem>": dataset.json and clips.jsonl, every latent / cond /
 // meta file (presence, shapes, dtypes, id ranges, NaN/Inf), the text table (shapes, null prompt, every prompt of
-// every clip), split leaks by clip or run, and res when `expected_res` is non-empty. Empty = healthy.
+// every clip), split leaks by clip or run, the SFT trainer's prompts-per-latent-frame rule (sft_cells_problem) on a
+// Wan root, and res when `expected_res` is non-empty. Empty = healthy.
 // `text_table` defaults to <root>/text_table.safetensors.
 std::vector<std::string> check_root(const std::string& root, const std::string& text_table = "",
                                     const std::string& expected_res = "");

@@ -44,6 +44,10 @@ int64_t nearest_index(const FlowGrid& grid, double t) {
   return (grid.timesteps - t).abs().argmin().item<int64_t>();  // argmin returns the first minimum
 }
 
+double round_timestep(double t, torch::ScalarType dtype) {
+  return torch::tensor(static_cast<float>(t)).to(dtype).item<double>();
+}
+
 SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise, int64_t id, const FlowGrid& grid,
                             const torch::Tensor& weights, torch::ScalarType compute_dtype, bool first_frame_cond) {
   const int64_t n = grid.timesteps.size(0);
@@ -51,29 +55,29 @@ SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise,
   TORCH_CHECK(x0.dim() == 5 && noise.sizes() == x0.sizes(), "make_sft_example: x0 and noise must be [B, C, F, H, W], got ",
               x0.sizes(), " and ", noise.sizes());
   SftExample ex;
-  // The model sees t rounded to the compute dtype (bf16 in training); sigma follows the rounded value.
-  ex.timestep = torch::tensor(grid.timesteps[id].item<float>()).to(compute_dtype).item<double>();
-  const int64_t id2 = nearest_index(grid, ex.timestep);
-  ex.sigma = grid.sigmas[id2].item<double>();
-  ex.weight = weights[id2].item<double>();
+  // The seed: scheduler.add_noise and training_weight take the float32 grid timestep; only gc_forward gets
+  // timestep.to(x0.dtype). (DiffSynth's own FlowMatchSFTLoss rounds first and looks sigma up from the rounded value;
+  // the seed does not, and vdt follows the seed.)
+  ex.timestep = grid.timesteps[id].item<double>();
+  ex.sigma = grid.sigmas[id].item<double>();
+  ex.weight = weights[id].item<double>();
+  ex.model_timestep = round_timestep(ex.timestep, compute_dtype);
   const auto dtype = x0.scalar_type();
   auto sigma = torch::tensor(ex.sigma, x0.options().dtype(torch::kFloat32)).to(dtype);
   ex.x_t = add_noise(x0, noise, sigma);
+  ex.x_t.select(2, 0).copy_(x0.select(2, 0));  // frame 0 is the clean conditioning latent, whatever first_frame_cond
   ex.target = velocity_target(x0, noise);
   const int64_t B = x0.size(0), F = x0.size(2);
-  ex.t = torch::full({B, F}, ex.timestep, x0.options().dtype(torch::kFloat32));
-  if (first_frame_cond) {
-    ex.x_t.select(2, 0).copy_(x0.select(2, 0));  // frame 0 is the clean conditioning latent
-    ex.t.select(1, 0).zero_();
-  }
+  ex.t = torch::full({B, F}, ex.model_timestep, x0.options().dtype(torch::kFloat32));
+  if (first_frame_cond) ex.t.select(1, 0).zero_();
   return ex;
 }
 
-torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool first_frame_cond) {
+torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool skip_first_frame) {
   TORCH_CHECK(pred.sizes() == target.sizes() && pred.dim() == 5, "flow_mse: pred ", pred.sizes(), " vs target ",
               target.sizes());
-  auto p = first_frame_cond ? pred.slice(2, 1) : pred;
-  auto t = first_frame_cond ? target.slice(2, 1) : target;
+  auto p = skip_first_frame ? pred.slice(2, 1) : pred;
+  auto t = skip_first_frame ? target.slice(2, 1) : target;
   return (p.to(torch::kFloat32) - t.to(torch::kFloat32)).pow(2).mean();
 }
 

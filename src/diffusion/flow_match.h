@@ -24,21 +24,28 @@ FlowGrid inference_grid(int64_t steps, double shift = 5.0, double denoising_stre
 torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma);
 // The flow-matching velocity target noise - x0.
 torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise);
-// Index of the grid point nearest to t (first on ties), as DiffSynth maps a rounded timestep back to sigma.
+// Index of the grid point nearest to t (first on ties): the seed's timestep_id_for (validation timesteps).
 int64_t nearest_index(const FlowGrid& grid, double t);
 
 // One SFT training example (seed GcTrainModule.forward): the model input, its timesteps and the target.
 struct SftExample {
-  torch::Tensor x_t;     // [B, C, F, H, W] noisy latents, frame 0 clean when first_frame_cond
-  torch::Tensor t;       // [B, F] model timesteps (rounded to the compute dtype; frame 0 -> 0)
+  torch::Tensor x_t;     // [B, C, F, H, W] noisy latents; frame 0 is always the clean latent
+  torch::Tensor t;       // [B, F] model timesteps: the grid value rounded to the compute dtype (frame 0 -> 0 under
+                         // first-frame conditioning)
   torch::Tensor target;  // [B, C, F, H, W] velocity target
-  double sigma = 0, weight = 0, timestep = 0;
+  double sigma = 0, weight = 0;
+  double timestep = 0;        // the exact float32 grid value (what the seed logs)
+  double model_timestep = 0;  // the value the model sees: timestep rounded to the compute dtype
 };
-// x0 and noise [B, C, F, H, W]; grid index id in [0, N). The model timestep is t_id rounded to `compute_dtype`;
-// sigma and the weight come from the grid point nearest to that rounded value, as DiffSynth does.
+// x0 and noise [B, C, F, H, W]; grid index id in [0, N). As the seed (SPEC §1): sigma, the noise mixing and the
+// weight come from the exact float32 grid point `id`; only the model's input timestep is rounded to `compute_dtype`.
+// Frame 0 is always the clean latent and never scored (flow_mse skips it); `first_frame_cond` only decides frame 0's
+// model timestep: 0 when on, the drawn t when off (the seed's --no-first_frame_cond).
 SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise, int64_t id, const FlowGrid& grid,
                             const torch::Tensor& weights, torch::ScalarType compute_dtype, bool first_frame_cond);
-// mean((pred - target)^2) in float32 over frames 1.. (all frames without first_frame_cond), unweighted.
-torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool first_frame_cond);
+// A timestep rounded to `dtype` (bf16 has spacing 4 in [512, 1024)), as the model receives it.
+double round_timestep(double t, torch::ScalarType dtype);
+// mean((pred - target)^2) in float32 over frames 1.. (every frame when !skip_first_frame), unweighted.
+torch::Tensor flow_mse(const torch::Tensor& pred, const torch::Tensor& target, bool skip_first_frame);
 
 }  // namespace vdt

@@ -35,7 +35,9 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
   auto sig5 = sig.view({1, 1, F, 1, 1});                                  // broadcast over [B, C, F, H, W]
   ex.x_t = add_noise(x0.to(torch::kFloat32), noise.to(torch::kFloat32), sig5).to(x0.scalar_type());
   ex.target = velocity_target(x0.to(torch::kFloat32), noise.to(torch::kFloat32)).to(x0.scalar_type());
-  ex.t = (sig * 1000.0).unsqueeze(0).expand({B, F}).contiguous();        // [B, F]
+  // The model sees each timestep rounded to the compute dtype (x0's), as the SFT objective; sigma, the mixing and the
+  // weights above come from the exact level (SPEC §1).
+  ex.t = (sig * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, F}).contiguous();  // [B, F]
   return ex;
 }
 
@@ -78,7 +80,7 @@ DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, con
   const auto x0f = x0.to(torch::kFloat32), nf = noise.to(torch::kFloat32);
   s.x_t = add_noise(x0f, nf, sig).to(x0.scalar_type());
   s.target = velocity_target(x0f, nf).to(x0.scalar_type());
-  s.t = (sig * 1000.0).unsqueeze(0).expand({B, A}).contiguous();  // [B, A]
+  s.t = (sig * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, A}).contiguous();  // [B, A]
   if (ex.teacher_forcing) {
     s.x_t = torch::cat({x0.to(s.x_t.scalar_type()), s.x_t}, -1);  // [B, ..., 2A]
     s.t = torch::cat({torch::zeros_like(s.t), s.t}, 1);           // [B, 2A]

@@ -84,6 +84,25 @@ LoraWeights read_lora(const std::string& path, double default_alpha) {
   return out;
 }
 
+LoraShape read_lora_shape(const std::string& path) {
+  auto f = SafetensorsFile::open(path);
+  LoraShape out;
+  for (const auto& key : f->keys()) {
+    char w = 0;
+    if (lora_module_of(key, &w).empty() || w != 'A') continue;
+    const auto& shape = f->entry(key).shape;
+    VDT_CHECK(shape.size() == 2, path, ": '", key, "' is not 2-D, a LoRA factor must be");
+    out.rank = shape[0];
+    break;
+  }
+  VDT_CHECK(out.rank > 0, path, ": no LoRA tensors (<module>.lora_A.weight / .lora_B.weight)");
+  const auto& meta = f->metadata();
+  for (const char* k : {"alpha", "lora_alpha"})
+    if (meta.count(k)) out.alpha = std::stod(meta.at(k));
+  if (out.alpha == 0) out.alpha = static_cast<double>(out.rank);
+  return out;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsSet& base, const LoraWeights& lora,
                                                               double scale) {
   torch::NoGradGuard ng;

@@ -45,6 +45,14 @@ struct LoraWeights {
 // or only B, or with shapes that do not chain, is an error naming the file and the key.
 LoraWeights read_lora(const std::string& path, double default_alpha = 0);
 
+// Rank and alpha of a LoRA file from its header alone (no tensor is read), as read_lora finds them: the rank of its
+// lora_A factors, alpha from the metadata (`alpha` or `lora_alpha`), else alpha = rank.
+struct LoraShape {
+  int64_t rank = 0;
+  double alpha = 0;
+};
+LoraShape read_lora_shape(const std::string& path);
+
 // The module name of a LoRA key in either naming ("" when the key is not a LoRA tensor); `which` gets 'A' or 'B'.
 std::string lora_module_of(const std::string& key, char* which);
 

@@ -6,9 +6,9 @@ namespace vdt {
 namespace {
 
 TEST(Cli, EveryFlagTakesBothSpellings) {
-  for (const std::string args : {"train sft --data-root /nonexistent_root --output /tmp/vdt_never --max-steps 1",
+  for (const std::string args : {"train sft --data-root /nonexistent_root --output /tmp/vdt_never --max-steps 1 --random_init",
                                  "train causal --data_root /nonexistent_root --out /tmp/vdt_never --save_every 2 "
-                                 "--lora_rank 4"}) {
+                                 "--lora_rank 4 --random-init"}) {
     const auto r = test::run_vdt(args);
     EXPECT_NE(r.code, 0);
     EXPECT_EQ(r.output.find("not expected"), std::string::npos) << args << "\n" << r.output;

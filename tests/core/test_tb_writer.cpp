@@ -233,7 +233,8 @@ TEST(TbWriter, ReadByRealTensorBoard) {
   int code = 0;
   run_capture("command -v python3 >/dev/null && (command -v pip3 || command -v pip) >/dev/null", &code);
   if (code != 0) GTEST_SKIP() << "python3 or pip not on PATH; cannot install tensorboard to read the files back";
-  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  // The checkout from the assets path (absolute); __FILE__ may be relative to the build tree (ccache's base_dir).
+  const fs::path repo = fs::path(VDT_TEST_ASSETS).parent_path().parent_path();
   const std::string tools_out = run_capture("bash '" + (repo / "scripts/py_tools.sh").string() + "' 2>&1", &code);
   ASSERT_EQ(code, 0) << "scripts/py_tools.sh failed:\n" << tools_out;
   std::string pytools = tools_out;
@@ -284,6 +285,30 @@ for tag in sorted(ea.Tags()["scalars"]):
   }
   EXPECT_TRUE(version_seen) << out;
   EXPECT_EQ(got, want) << "tensorboard printed:\n" << out;
+}
+
+// A run resumed at step 100 after a crash at 150 (SummaryWriter(purge_step=101)): the real reader shows steps 101..150
+// once, with the values of the resumed run, and keeps 1..100.
+TEST(TbWriter, PurgeMarkerDropsTheReplayedStepsForTheRealReader) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("tensorboard");
+  {
+    TbWriter crashed(dir);
+    for (int64_t s = 1; s <= 150; ++s) crashed.add_scalar("train/loss", 1.0, s);
+  }
+  {
+    TbWriter resumed(dir);
+    resumed.purge_from(101);
+    for (int64_t s = 101; s <= 160; ++s) resumed.add_scalar("train/loss", 2.0, s);
+  }
+  const auto tb = test::read_tensorboard(dir);
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  const auto& loss = tb.scalars.at("train/loss");
+  ASSERT_EQ(loss.size(), 160u);
+  for (size_t i = 0; i < loss.size(); ++i) {
+    EXPECT_EQ(loss[i].first, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(loss[i].second, i < 100 ? 1.0 : 2.0) << "step " << loss[i].first;
+  }
 }
 
 }  // namespace

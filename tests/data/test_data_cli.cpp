@@ -39,5 +39,20 @@ TEST(DataCli, InspectSummarisesRoot) {
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "' in:\n" << r.output;
 }
 
+// One prompt per clip on a 3-frame root: `data check` applies the SFT trainer's rule (one prompt per latent frame)
+// instead of passing a root the trainer cannot train on.
+TEST(DataCli, CheckAppliesTheTrainersPromptsPerLatentFrameRule) {
+  TinyRoot t;
+  t.info()["cells"] = 1;
+  t.write_dataset_json();
+  for (auto& c : t.clips()) c.cells.resize(1);
+  t.write_index();
+  const auto r = run_vdt("data check " + t.root());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(t.file("dataset.json") + ": cells = 1 prompts per clip but latent_frames = 3"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 problem(s)"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace vdt

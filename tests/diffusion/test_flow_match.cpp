@@ -25,24 +25,58 @@ TEST(FlowMatch, GridsAndWeightsMatchReferenceFixture) {
   EXPECT_LT(max_abs(g30.sigmas, f->get("infer30_strength0.7_shift3.sigmas")), 1e-7);
 }
 
-TEST(FlowMatch, SftExampleRoundsTimestepToBf16AndKeepsFrameZeroClean) {
+// SPEC §1 and the seed (GcTrainModule.forward): sigma, the noise mixing and the weight come from the exact float32 grid
+// value; only the model's input timestep is rounded to the compute dtype.
+TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyTheModelTimestep) {
   const auto grid = training_grid();
   const auto w = training_weights(grid);
   auto x0 = torch::randn({1, 4, 3, 2, 2}), noise = torch::randn({1, 4, 3, 2, 2});
-  // wan_spec §4.4: id 10 (t = 997.98) becomes tau = 996 in bf16 -> nearest id 20.
+  // id 10: t = 997.98, which bf16 rounds to 996 (the nearest grid point of 996 would be id 20).
   auto ex = make_sft_example(x0, noise, 10, grid, w, torch::kBFloat16, true);
-  EXPECT_EQ(ex.timestep, 996.0);
-  EXPECT_NEAR(ex.sigma, grid.sigmas[20].item<double>(), 1e-9);
-  EXPECT_NEAR(ex.weight, w[20].item<double>(), 1e-9);
+  EXPECT_EQ(ex.timestep, grid.timesteps[10].item<double>());
+  EXPECT_EQ(ex.model_timestep, 996.0);
+  EXPECT_EQ(ex.sigma, grid.sigmas[10].item<double>());
+  EXPECT_EQ(ex.weight, w[10].item<double>());
   EXPECT_TRUE(torch::equal(ex.x_t.select(2, 0), x0.select(2, 0)));
   EXPECT_EQ(ex.t[0][0].item<float>(), 0.0f);
   EXPECT_EQ(ex.t[0][2].item<float>(), 996.0f);
   EXPECT_LT(max_abs(ex.x_t.slice(2, 1), (1 - ex.sigma) * x0.slice(2, 1) + ex.sigma * noise.slice(2, 1)), 1e-6);
   EXPECT_TRUE(torch::equal(ex.target, noise - x0));
-  // Ids 0..9 all round to tau = 1000 -> weight 0.
-  for (int id = 0; id < 10; ++id) EXPECT_EQ(make_sft_example(x0, noise, id, grid, w, torch::kBFloat16, true).weight, 0.0);
-  // In float32 the timestep is kept.
-  EXPECT_NEAR(make_sft_example(x0, noise, 10, grid, w, torch::kFloat32, false).timestep, 997.98, 0.01);
+  // Ids 1..9 keep their small positive weights (the bf16 rounding to 1000 used to give them 0).
+  for (int id = 1; id < 10; ++id) {
+    const auto e = make_sft_example(x0, noise, id, grid, w, torch::kBFloat16, true);
+    EXPECT_GT(e.weight, 0.0) << id;
+    EXPECT_EQ(e.weight, w[id].item<double>()) << id;
+    EXPECT_EQ(e.model_timestep, 1000.0) << id;
+  }
+  // Every grid index: sigma and weight are that index's, whatever the compute dtype.
+  for (int id = 0; id < 1000; id += 7) {
+    const auto e = make_sft_example(x0, noise, id, grid, w, torch::kBFloat16, true);
+    ASSERT_EQ(e.sigma, grid.sigmas[id].item<double>()) << id;
+    ASSERT_EQ(e.weight, w[id].item<double>()) << id;
+  }
+  // In float32 the model timestep is the grid value itself.
+  const auto f32 = make_sft_example(x0, noise, 10, grid, w, torch::kFloat32, true);
+  EXPECT_EQ(f32.model_timestep, f32.timestep);
+  EXPECT_NEAR(f32.timestep, 997.98, 0.01);
+}
+
+// The seed's --no-first_frame_cond only gives frame 0 the drawn timestep: x_t[:, :, 0] = x0 and the loss over frames
+// 1.. hold either way.
+TEST(FlowMatch, NoFirstFrameCondOnlyChangesFrameZerosModelTimestep) {
+  const auto grid = training_grid();
+  const auto w = training_weights(grid);
+  auto x0 = torch::randn({2, 4, 3, 2, 2}), noise = torch::randn({2, 4, 3, 2, 2});
+  const auto on = make_sft_example(x0, noise, 500, grid, w, torch::kBFloat16, true);
+  const auto off = make_sft_example(x0, noise, 500, grid, w, torch::kBFloat16, false);
+  EXPECT_TRUE(torch::equal(off.x_t, on.x_t));
+  EXPECT_TRUE(torch::equal(off.x_t.select(2, 0), x0.select(2, 0)));
+  EXPECT_TRUE(torch::equal(off.target, on.target));
+  EXPECT_EQ(off.sigma, on.sigma);
+  EXPECT_EQ(off.weight, on.weight);
+  EXPECT_EQ(on.t[1][0].item<float>(), 0.0f);
+  EXPECT_EQ(off.t[1][0].item<double>(), off.model_timestep);
+  EXPECT_TRUE(torch::equal(off.t.slice(1, 1), on.t.slice(1, 1)));
 }
 
 TEST(FlowMatch, MseSkipsFrameZeroUnderFirstFrameConditioning) {

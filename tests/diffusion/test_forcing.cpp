@@ -56,5 +56,31 @@ TEST(Forcing, ChunksGetTheirOwnLevelAndTheLossWeightsThem) {
   test::expect_error([&] { make_df_example(x0, noise, {0.1, 0.5, 0.9}, cfg, grid, w); }, {"3 chunks of 4 frames"});
 }
 
+// The causal objectives follow the SFT rule (SPEC §1): sigma, the mixing and the chunk weights from the exact level; the
+// model's timesteps rounded to the compute dtype (x0's), side streams too.
+TEST(Forcing, ModelTimestepsAreRoundedToTheComputeDtypeAndSigmasAreNot) {
+  ForcingConfig cfg;
+  cfg.chunks = 2, cfg.chunk_frames = 2;
+  const auto grid = training_grid();
+  const auto w = training_weights(grid);
+  torch::manual_seed(0);
+  const auto x0 = torch::randn({1, 4, 4, 2, 2}), noise = torch::randn_like(x0);
+  const std::vector<double> u = {0.37, 0.81};
+  const auto f32 = make_df_example(x0, noise, u, cfg, grid, w);
+  const auto bf = make_df_example(x0.to(torch::kBFloat16), noise.to(torch::kBFloat16), u, cfg, grid, w);
+  EXPECT_EQ(bf.sigmas, f32.sigmas);
+  EXPECT_EQ(bf.weights, f32.weights);
+  for (int64_t f = 0; f < 4; ++f) {
+    const double exact = static_cast<float>(f32.sigmas[f / 2]) * 1000.0f;
+    EXPECT_NEAR(f32.t[0][f].item<double>(), exact, 1e-3) << f;
+    EXPECT_EQ(bf.t[0][f].item<double>(), round_timestep(f32.t[0][f].item<double>(), torch::kBFloat16)) << f;
+  }
+  EXPECT_NE(bf.t[0][0].item<double>(), f32.t[0][0].item<double>());  // 0.37 -> t = 637.9..., bf16 636 or 640
+  const auto a0 = torch::randn({1, 2, 6}).to(torch::kBFloat16);
+  const auto s = make_df_stream(a0, torch::randn({1, 2, 6}).to(torch::kBFloat16), bf, {0, 3, 6});
+  EXPECT_EQ(s.t[0][0].item<double>(), bf.t[0][0].item<double>());
+  EXPECT_EQ(s.t[0][5].item<double>(), bf.t[0][2].item<double>());
+}
+
 }  // namespace
 }  // namespace vdt

@@ -40,7 +40,8 @@ class CausalTest : public ::testing::Test {
   static CausalConfig config(const std::string& name, int64_t steps) {
     CausalConfig c;
     c.data_root = dir_->file("data"), c.out = dir_->file(name);
-    c.model = "tiny", c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4;
+    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1;
+    c.lora_rank = 4, c.lora_alpha = 4;
     c.steps = steps, c.save_every = 4, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
     return c;
   }
@@ -238,7 +239,7 @@ TEST_F(CausalTest, TwoRanksResumeExactlyAndOneRankContinuesTheStream) {
 // What the issue asks: kill a run, re-run the same command, and it continues exactly.
 TEST_F(CausalTest, KilledRunRerunWithTheSameCommandContinuesExactly) {
   const std::vector<std::string> base = {"train", "causal", "--data-root", dir_->file("data"), "--model", "tiny",
-                                         "--device", "cpu", "--precision", "fp32", "--chunk-frames", "1",
+                                         "--random-init", "--device", "cpu", "--precision", "fp32", "--chunk-frames", "1",
                                          "--lora-rank", "4", "--lora-alpha", "4", "--val-clips", "3", "--lr", "1e-2",
                                          "--warmup", "2", "--steps", "150", "--save-every", "1000"};
   auto args = [&](const std::string& out) {

@@ -56,7 +56,7 @@ class ResumeTest : public ::testing::Test {
   SftConfig config(const std::string& name, int64_t steps) const {
     SftConfig c;
     c.data_root = dir_.file("data"), c.output = dir_.file(name), c.res = res_;
-    c.model = "tiny", c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
+    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
     c.max_steps = steps, c.batch_size = 1, c.grad_accum = 2, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
     c.val_every = 2, c.val_n = 2, c.val_timesteps = "200,800", c.save_every = 2, c.num_workers = 1;
     return c;
@@ -263,7 +263,7 @@ TEST(StateFaults, AFullDiskLeavesThePreviousStateIntact) {
 
 std::vector<std::string> cli_args(const std::string& data, const std::string& res, const std::string& out,
                                   int64_t steps) {
-  return {"train", "sft", "--data_root", data, "--res", res, "--output", out, "--model", "tiny", "--device", "cpu",
+  return {"train", "sft", "--data_root", data, "--res", res, "--output", out, "--model", "tiny", "--random-init", "--device", "cpu",
           "--precision", "fp32", "--no-gradient_checkpointing", "--batch_size", "1", "--grad_accum", "2",
           "--num_workers", "1", "--lr", "1e-3", "--cond_lr", "1e-3", "--warmup_steps", "2", "--val_every", "0",
           "--save_every", "1", "--max_steps", std::to_string(steps)};

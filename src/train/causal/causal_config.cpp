@@ -30,8 +30,12 @@ void CausalConfig::validate() const {
             device, "'");
   precision_mode();
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
-  VDT_CHECK(lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1");
-  VDT_CHECK(lora_alpha > 0, "--lora-alpha ", lora_alpha, ": expected > 0");
+  VDT_CHECK(lora_rank >= 0, "--lora-rank ", lora_rank, ": expected >= 1 (or 0: from the LoRA the run starts from)");
+  VDT_CHECK(lora_alpha >= 0, "--lora-alpha ", lora_alpha, ": expected > 0 (or 0: from the LoRA the run starts from)");
+  VDT_CHECK(!weights.empty() || random_init, "--weights is required: the frozen base (a .safetensors file or a "
+            "directory of shards); without it the LoRA would train on a random base\n---> HINT: pass --weights PATH, "
+            "or --random-init to train on a random base on purpose (tests, benchmarks)");
+  VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights, " contradict each other; give one");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
   shard_mode();
 }
@@ -82,7 +86,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--save-every", "lora_stepNNNNN.safetensors every N steps (and at the end)", &C::save_every},
       {"--val-clips", "clips held out for validation (val_samples.json)", &C::val_clips},
       {"--max-samples", "smoke tests: cap the training set (0 = all)", &C::max_samples},
-      {"--seed", "seed of every random stream", &C::seed},
+      {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
       {"--picture1", "Picture 1 resolution: native or 2048 (MiniMax-H3 only)", &C::picture1},
       {"--attn", "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex mean the same two", &C::attn},
       {"--level-shift", "DF: flow shift of the per-chunk noise levels", &C::level_shift},
@@ -90,12 +94,15 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},
-      {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); empty = random", &C::weights},
+      {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); required unless --random-init", &C::weights},
+      {"--random-init", "a random frozen base (no --weights): tests, benchmarks", &C::random_init},
       {"--device", "auto, cpu or cuda", &C::device},
       {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
       {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
-      {"--lora-rank", "LoRA rank", &C::lora_rank},
-      {"--lora-alpha", "LoRA alpha (scale = alpha / rank)", &C::lora_alpha},
+      {"--lora-rank", "LoRA rank; 0 = the starting LoRA file's (--init-lora, a re-run's newest lora_step), else 32. "
+                      "Given, it must equal that file's", &C::lora_rank},
+      {"--lora-alpha", "LoRA alpha (scale = alpha / rank); 0 = the starting LoRA file's, else the rank. Given, it must "
+                       "equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},

@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/file_checksum.h"
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "core/stop_signal.h"
@@ -77,7 +78,47 @@ void build_data(CausalRun& r) {
   r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
 }
 
+bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
+
+// The LoRA this run starts from decides its rank and alpha (the rule build_resume follows: the newest lora_step in
+// --out, else --resume X.safetensors, else another run's state, else --init-lora); a --lora-rank / --lora-alpha that
+// disagrees is an error naming both values. Without a starting LoRA: the flags, else rank 32, alpha 32. The resolved
+// values go into every file the run writes, so a re-run after preemption applies what the uninterrupted run applied.
+void resolve_lora_shape(CausalRun& r) {
+  std::string source;
+  LoraShape file;
+  const auto newest = newest_lora_step(r.cfg.out);
+  if (newest.first > 0 || is_lora_file(r.cfg.resume) || (r.cfg.resume == "auto" && !r.cfg.init_lora.empty())) {
+    source = newest.first > 0 ? newest.second : is_lora_file(r.cfg.resume) ? r.cfg.resume : r.cfg.init_lora;
+    file = read_lora_shape(source);
+  } else if (r.cfg.resume != "auto") {  // another run's state: its flags (config.json) beside its factors
+    std::vector<std::string> notes;
+    if (auto st = find_causal_state(r.cfg.resume, -1, &notes)) {
+      std::ifstream in(fs::path(st->dir) / "config.json");
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      auto num = [&](const char* k) {
+        return j.is_object() && j.contains(k) && j[k].is_string() ? std::stod(j[k].get<std::string>()) : 0.0;
+      };
+      file = {static_cast<int64_t>(num("lora_rank")), num("lora_alpha")};
+      if (file.rank > 0 && file.alpha > 0) source = st->dir;
+    }
+  }
+  if (source.empty()) {
+    if (r.cfg.lora_rank == 0) r.cfg.lora_rank = CausalConfig::kDefaultLoraRank;
+    if (r.cfg.lora_alpha == 0) r.cfg.lora_alpha = static_cast<double>(CausalConfig::kDefaultLoraRank);
+    return;
+  }
+  VDT_CHECK(r.cfg.lora_rank == 0 || r.cfg.lora_rank == file.rank, "--lora-rank ", r.cfg.lora_rank, " disagrees with ",
+            source, ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out (the LoRA the run starts "
+            "from decides), or give its rank");
+  VDT_CHECK(r.cfg.lora_alpha == 0 || r.cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(r.cfg.lora_alpha),
+            " disagrees with ", source, ", whose LoRA has alpha ", py_float(file.alpha), "\n---> HINT: leave "
+            "--lora-alpha out (the LoRA the run starts from decides), or give its alpha");
+  r.cfg.lora_rank = file.rank, r.cfg.lora_alpha = file.alpha;
+}
+
 void build_model(CausalRun& r) {
+  resolve_lora_shape(r);
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
@@ -136,8 +177,6 @@ void resume_exactly(CausalRun& r, const CausalState& st) {
     r.resume_how += "; world size " + std::to_string(st.pos.world) + " -> " + std::to_string(r.ctx->world) +
                     ": the same global sample stream continues";
 }
-
-bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
 
 // --resume auto: continue from the newest lora_step file in --out (the seed's rule), exactly when the state slot has
 // that step. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from another run's state.
@@ -345,6 +384,13 @@ void print_config(const CausalRun& r) {
                 static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
                 static_cast<long long>((rows + 63) / 64 * 64));
   }
+  if (r.cfg.random_init)
+    std::printf("  weights RANDOM INIT (--random-init): a random frozen base from seed %llu\n",
+                static_cast<unsigned long long>(r.cfg.seed));
+  else
+    for (const auto& f : file_checksums(weight_files(r.cfg.weights, "--weights")))
+      std::printf("  weights %s (%llu bytes, crc32 %s)\n", f.path.c_str(), static_cast<unsigned long long>(f.bytes),
+                  f.crc_hex().c_str());
   std::printf("  flags %s\n", changed_fields(r.cfg, CausalConfig::fields()).c_str());
   std::fflush(stdout);
 }

@@ -1,5 +1,7 @@
-// Validation. The grid point of a val timestep is the nearest training-grid point (seed timestep_id_for); the loss is
-// the unweighted MSE over frames 1.. so the numbers are comparable across timesteps.
+// Validation. The grid point of a val timestep is the nearest training-grid point (seed timestep_id_for), and that
+// grid value is what a row reports (200 -> 201.34, logged as val/mse_t201, as the seed's run_validation). The example
+// is built as in training (exact sigma, model timestep in the model's compute dtype, frame 0 clean); the loss is the
+// unweighted MSE over frames 1.. so the numbers are comparable across timesteps.
 #include "train/eval/validation.h"
 
 #include <torch/torch.h>
@@ -18,10 +20,10 @@ uint64_t fnv1a64(const std::string& s) {
 }
 
 namespace {
-double val_mse(Denoiser& model, const SftSample& s, const SftExample& ex, const TextTable& table, bool ffc) {
+double val_mse(Denoiser& model, const SftSample& s, const SftExample& ex, const TextTable& table) {
   auto batch = collate({s}, table);
   auto pred = model.forward(model_inputs(model, ex.x_t, ex.t, batch.context, batch.context_ids, batch.ids));
-  return flow_mse(pred, ex.target.to(model.device(), model.compute_dtype()), ffc).item<double>();
+  return flow_mse(pred, ex.target.to(model.device(), model.compute_dtype()), /*skip_first_frame=*/true).item<double>();
 }
 }  // namespace
 
@@ -36,19 +38,19 @@ std::vector<ValRow> run_validation(Denoiser& model, const SftDataset& val, const
   std::vector<ValRow> rows;
   for (double t : cfg.timesteps) {
     ValRow row;
-    row.timestep = t;
     const int64_t id = nearest_index(grid, t);
+    row.requested = t;
+    row.timestep = grid.timesteps[id].item<double>();  // the grid point evaluated
     for (int64_t i = cfg.rank; i < n; i += cfg.world) {
       const auto cond = val.get_with(i, false, false);
       auto x0 = cond.latents.unsqueeze(0).to(torch::kFloat32);  // [1, C, F, H, W]
       auto gen = make_generator(torch::kCPU, noise_stream.u64(fnv1a64(cond.clip_id), static_cast<uint32_t>(t * 1000)));
       auto noise = torch::randn(x0.sizes(), gen, torch::kFloat32);
-      // Float32 timesteps here: validation measures the model, not the bf16 rounding of the training draw.
-      const auto ex = make_sft_example(x0, noise, id, grid, weights, torch::kFloat32, cfg.first_frame_cond);
-      row.mse += val_mse(model, cond, ex, *val.text_table(), cfg.first_frame_cond);
+      const auto ex = make_sft_example(x0, noise, id, grid, weights, model.compute_dtype(), cfg.first_frame_cond);
+      row.mse += val_mse(model, cond, ex, *val.text_table());
       if (cfg.variants) {
-        row.mse_uncond += val_mse(model, val.get_with(i, false, true), ex, *val.text_table(), cfg.first_frame_cond);
-        row.mse_nulltext += val_mse(model, val.get_with(i, true, false), ex, *val.text_table(), cfg.first_frame_cond);
+        row.mse_uncond += val_mse(model, val.get_with(i, false, true), ex, *val.text_table());
+        row.mse_nulltext += val_mse(model, val.get_with(i, true, false), ex, *val.text_table());
       }
       ++row.n;
     }

@@ -56,6 +56,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
   gethostname(host, sizeof host - 1);
   nlohmann::ordered_json j;
   j["args"] = nlohmann::ordered_json::parse(cfg.to_json());
+  j["res"] = cfg.res;  // the seed's top-level key
   j["dataset"] = {{"root", cfg.data_root},
                   {"res", train.info().res},
                   {"train_total", train.n_total()},
@@ -114,6 +115,12 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
   std::printf("| model     %s  %s params (%s tensors), gc_sem_cond %s params, vocab %s\n",
               m["preset"].get<std::string>().c_str(), m["n_params"].dump().c_str(), m["n_tensors"].dump().c_str(),
               m["n_sem_cond_params"].dump().c_str(), cfg.vocab.c_str());
+  if (m.value("random_init", false))
+    std::printf("| weights   RANDOM INIT (--random-init): no base weights, the DiT starts from seed %llu\n",
+                static_cast<unsigned long long>(cfg.seed));
+  for (const auto& w : m.value("weight_files", nlohmann::ordered_json::array()))
+    std::printf("| weights   %s  (%s bytes, crc32 %s)\n", w["file"].get<std::string>().c_str(), w["bytes"].dump().c_str(),
+                w["crc32"].get<std::string>().c_str());
   std::printf("| device    %s  precision %s  checkpointing %s  workers %d\n",
               facts["env"]["device"].get<std::string>().c_str(), cfg.precision.c_str(),
               cfg.gradient_checkpointing ? "block" : "off", cfg.num_workers);
@@ -147,6 +154,9 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
   for (const auto* csv : {train_csv_.get(), val_csv_.get()})
     if (csv->rotated()) std::printf("[log] CSV header changed; old file moved to %s\n", csv->rotated()->c_str());
   tb_ = std::make_unique<TbWriter>((std::filesystem::path(out_) / "tensorboard").string());
+  // Resumed at step N: steps after N logged before the crash are trained again; mark them stale for TensorBoard
+  // (SummaryWriter(purge_step=N + 1)), as the CSVs drop their rows above.
+  if (resumed_step > 0) tb_->purge_from(resumed_step + 1);
 }
 
 void RunLog::time_only(double step_time, double data_time) {
@@ -215,17 +225,19 @@ std::pair<double, double> RunLog::mean_times() const {
   return {s / n, d / n};
 }
 
-void RunLog::done(int64_t steps, double peak_gb, const std::string& last_export) {
+void RunLog::done(const Done& x) {
   const auto [s, d] = mean_times();
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
   write_json((std::filesystem::path(out_) / "done.json").string(),
-             {{"step", steps}, {"peak_mem_gb", peak_gb}, {"s_per_step_mean", s}, {"data_s_per_step_mean", d},
+             {{"step", x.steps}, {"start_step", x.start_step}, {"peak_mem_gb_main", x.peak_gb_main},
+              {"peak_mem_gb_max", x.peak_gb_max}, {"s_per_step_mean", s}, {"data_s_per_step_mean", d},
               {"n_steps_timed", step_times_.size() > 2 ? step_times_.size() - 2 : step_times_.size()},
-              {"last_export", last_export}, {"finished", buf}});
-  std::printf("[done] step %lld, peak memory %.2f GB, %.3f s/step (data %.3f s/step); outputs in %s\n",
-              static_cast<long long>(steps), peak_gb, s, d, out_.c_str());
+              {"data_pos", {{"epoch", x.epoch}, {"epoch_micro", x.epoch_micro}}}, {"finished", buf},
+              {"peak_mem_gb", x.peak_gb_main}, {"last_export", x.last_export}});
+  std::printf("[done] step %lld, peak memory %.2f GB (largest over the ranks %.2f GB), %.3f s/step (data %.3f s/step); "
+              "outputs in %s\n", static_cast<long long>(x.steps), x.peak_gb_main, x.peak_gb_max, s, d, out_.c_str());
 }
 
 }  // namespace vdt

@@ -44,7 +44,15 @@ class RunLog {
   void time_only(double step_time, double data_time);
   void validation(int64_t step, const std::vector<ValRow>& rows);
   std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
-  void done(int64_t steps, double peak_gb, const std::string& last_export);
+  // done.json: the seed's keys (step, start_step, peak_mem_gb_main, peak_mem_gb_max, s_per_step_mean,
+  // data_s_per_step_mean, n_steps_timed, data_pos, finished) plus ours (peak_mem_gb, last_export).
+  struct Done {
+    int64_t steps = 0, start_step = 0;
+    double peak_gb_main = 0, peak_gb_max = 0;  // this process's peak; the largest over the ranks
+    int64_t epoch = 0, epoch_micro = 0;        // the data position after the last step
+    std::string last_export;
+  };
+  void done(const Done& d);
 
  private:
   std::string out_;

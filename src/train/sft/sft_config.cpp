@@ -36,6 +36,14 @@ void SftConfig::validate() const {
   VDT_CHECK(!data_root.empty(), "--data_root is required (a data root as in docs/data_format.md)");
   VDT_CHECK(!output.empty(), "--output is required (the run directory)");
   VDT_CHECK(vocab == "parts" || vocab == "ids", "--vocab: expected parts or ids, got '", vocab, "'");
+  VDT_CHECK(cond_type == "ids", "--cond_type: expected ids (semantic id maps, the seed's only choice), got '", cond_type, "'");
+  VDT_CHECK(cond_key == "ids", "--cond_key: expected ids (the key of cond/*.npz, the seed's only choice), got '", cond_key,
+            "'");
+  VDT_CHECK(!model_dir.empty() || random_init, "--model_dir is required: the base weights (a directory of *.safetensors "
+            "shards, e.g. Wan2.2-TI2V-5B); without them the DiT would train from random weights\n---> HINT: pass "
+            "--model_dir DIR, or --random-init to train from random weights on purpose (tests, benchmarks)");
+  VDT_CHECK(model_dir.empty() || !random_init, "--random-init and --model_dir ", model_dir, " contradict each other; "
+            "give one");
   for (auto [name, p] : {std::pair{"--text_dropout", text_dropout}, {"--cond_dropout", cond_dropout}, {"--mask_p", mask_p}})
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   precision_mode();
@@ -59,6 +67,8 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--data_root", "data root (docs/data_format.md)", &C::data_root, true},
       {"--text_table", "text table (default <data_root>/text_table.safetensors)", &C::text_table},
       {"--vocab", "condition vocabulary: parts (K=20) or ids (K=10)", &C::vocab},
+      {"--cond_type", "condition type: ids (semantic id maps; the seed's only choice, recorded in the exports)", &C::cond_type},
+      {"--cond_key", "key read from cond/*.npz: ids (the seed's only choice, recorded in the exports)", &C::cond_key},
       {"--res", "resolution WxH; must equal dataset.json res (env GC_RES)", &C::res},
       {"--text_dropout", "per sample: all cells -> null prompt", &C::text_dropout},
       {"--cond_dropout", "per sample: all ids -> 255", &C::cond_dropout},
@@ -68,7 +78,8 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--limit", "use only this many train clips (0 = all)", &C::limit},
       {"--num_workers", "loader threads", &C::num_workers},
       {"--model", "model preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny", &C::model},
-      {"--model_dir", "directory of base weights (*.safetensors shards); empty = random init", &C::model_dir},
+      {"--model_dir", "directory of base weights (*.safetensors shards); required unless --random-init", &C::model_dir},
+      {"--random-init", "train from random weights (no --model_dir): tests, benchmarks, the demo", &C::random_init},
       {"--precision", "mixed (bf16 compute, fp32 master), bf16 (pure bf16) or fp32", &C::precision},
       {"--device", "auto, cpu or cuda", &C::device},
       {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
@@ -88,9 +99,10 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--val_timesteps", "validation timesteps", &C::val_timesteps},
       {"--val_uncond", "also run uncond and nulltext variants (default on)", &C::val_uncond, false, true},
       {"--log_every", "log every N steps", &C::log_every},
-      {"--output", "run directory", &C::output, true},
+      {"--output", "run directory; a relative path is taken from the current directory (the seed resolves it "
+                   "against its project root) and recorded absolute in config.json", &C::output, true},
       {"--resume", "X.safetensors: warm start (weights only, step 0); a run directory, state_A/B or state: continue exactly from its newest complete state; auto: the newest state in --output, or a fresh start", &C::resume},
-      {"--seed", "seed of every random stream", &C::seed},
+      {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
   };
   return f;
 }

@@ -13,12 +13,14 @@ namespace vdt {
 struct SftConfig {
   // data
   std::string data_root, text_table, vocab = "parts", res = "832x480";
+  std::string cond_type = "ids", cond_key = "ids";  // the seed's (its only choices), recorded in config and exports
   double text_dropout = 0.1, cond_dropout = 0.05, mask_p = 0.5;
   bool include_dropped = false, first_frame_cond = true;
   int64_t limit = 0;
   int num_workers = 4;
   // model
   std::string model = "wan2.2-ti2v-5b", model_dir, precision = "mixed", device = "auto";
+  bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   bool gradient_checkpointing = true;
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation

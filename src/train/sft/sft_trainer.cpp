@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file_checksum.h"
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "core/safetensors.h"
@@ -52,6 +53,7 @@ struct SftRun {
   torch::Tensor grid_weights;
   RunLog log;
   std::string init_ckpt;
+  std::vector<std::string> base_files;  // --model_dir's weight files (empty: --random-init)
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
   std::vector<std::vector<int64_t>> epoch_batches;
@@ -76,6 +78,9 @@ void build_data(SftRun& r) {
   dc.include_dropped = r.cfg.include_dropped, dc.limit = r.cfg.limit, dc.seed = r.cfg.seed;
   dc.split = "train";
   r.train_ds = std::make_shared<SftDataset>(dc);
+  // Per-cell text: one prompt per latent frame, checked here (as `vdt data check` does) before any model work.
+  const auto cells = sft_cells_problem(r.train_ds->info(), r.cfg.data_root + "/dataset.json");
+  VDT_CHECK(cells.empty(), cells);
   VDT_CHECK(r.train_ds->size() > 0, r.cfg.data_root, ": no train clips (after dropping drop rows and --limit)");
   if (r.cfg.val_every > 0 && r.cfg.val_n > 0) {
     SftDataConfig vc = dc;
@@ -97,8 +102,8 @@ bool is_warm_start(const std::string& resume) {
 }
 
 void build_model(SftRun& r) {
-  const auto base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{}
-                                                  : weight_files(r.cfg.model_dir, "--model_dir");
+  r.base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{} : weight_files(r.cfg.model_dir, "--model_dir");
+  const auto& base_files = r.base_files;
   const auto precision = r.cfg.precision_mode();
   const auto master_dtype = precision == Precision::bf16 ? torch::kBFloat16 : torch::kFloat32;
   r.model = make_denoiser(r.cfg.model, torch::TensorOptions().device(r.ctx->device).dtype(master_dtype));
@@ -240,7 +245,7 @@ StepStats train_step(SftRun& r, int64_t step) {
     DenoiserAux aux;
     auto pred = r.model->forward(
         model_inputs(*r.model, ex.x_t, ex.t, batch->context, batch->context_ids, batch->ids), &aux);
-    auto mse = flow_mse(pred, ex.target, r.cfg.first_frame_cond);
+    auto mse = flow_mse(pred, ex.target, /*skip_first_frame=*/true);  // frame 0 is never scored (seed)
     auto loss = mse * ex.weight;
     (loss / static_cast<double>(r.cfg.grad_accum)).backward();
     r.sync->after_backward();
@@ -267,15 +272,28 @@ StepStats train_step(SftRun& r, int64_t step) {
   return st;
 }
 
+// The seed's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of floats and
+// bools), then ours (format, sem_scale, sem_hidden, model_config, hyperparameters).
 Metadata export_metadata(const SftRun& r, int64_t step) {
   Metadata m;
   m["format"] = "pt";
   m["trainer"] = "vdt train sft";
   m["stage"] = "sft_bidirectional";
   m["vocab"] = r.cfg.vocab;
+  m["data"] = r.train_ds->info().format;  // the seed writes its dataset's name ("v10"); vdt the root's format
   m["res"] = r.cfg.res;
   m["step"] = std::to_string(step);
   m["data_root"] = r.cfg.data_root;
+  m["cond_type"] = r.cfg.cond_type;
+  m["cond_key"] = r.cfg.cond_key;
+  m["text_dropout"] = py_float(r.cfg.text_dropout);
+  m["cond_dropout"] = py_float(r.cfg.cond_dropout);
+  m["mask_p"] = py_float(r.cfg.mask_p);
+  m["lr"] = py_float(r.cfg.lr);
+  m["cond_lr"] = py_float(r.cfg.cond_lr);
+  m["weight_decay"] = py_float(r.cfg.weight_decay);
+  m["warmup_steps"] = std::to_string(r.cfg.warmup_steps);
+  m["model_dir"] = r.cfg.model_dir;
   m["sem_scale"] = std::to_string(r.sem.scale);
   m["sem_hidden"] = std::to_string(r.sem.hidden);
   m["model_config"] = r.model->config_json();
@@ -357,6 +375,16 @@ void open_log(SftRun& r) {
                          r.ctx->device, cond_params, dit_params, r.ctx->world);
   facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
                      {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
+  // The weights this run starts from, by file and checksum (a random init says so).
+  std::vector<std::string> files = r.base_files;
+  if (is_warm_start(r.cfg.resume)) files.push_back(r.cfg.resume);
+  auto weights = nlohmann::ordered_json::array();
+  for (const auto& f : file_checksums(files))
+    weights.push_back({{"file", f.path}, {"bytes", f.bytes}, {"crc32", f.crc_hex()}});
+  facts["model"]["dit_files"] = r.base_files;  // the seed's key
+  facts["model"]["weight_files"] = weights;
+  facts["model"]["random_init"] = r.cfg.random_init;
+  facts["model"]["start_step"] = r.start_step;  // the seed's key
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
   r.log.open(r.cfg, facts, r.start_step);
@@ -399,7 +427,14 @@ SftSummary finish(SftRun& r, SftSummary& sum) {
                 static_cast<unsigned>(sum.weights_crc));
   }
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
-  if (r.ctx->rank == 0) r.log.done(sum.steps, sum.peak_mem_gb, sum.last_export);
+  double peak_max = sum.peak_mem_gb;  // the seed's peak_mem_gb_max: the largest peak over the ranks
+  if (r.ctx->world > 1) {
+    auto t = torch::full({1}, sum.peak_mem_gb, torch::TensorOptions().device(r.ctx->device).dtype(torch::kFloat64));
+    r.ctx->comm.all_reduce(t, ReduceOp::Max)->wait();
+    peak_max = t.cpu().item<double>();
+  }
+  if (r.ctx->rank == 0)
+    r.log.done({sum.steps, r.start_step, sum.peak_mem_gb, peak_max, r.epoch, r.epoch_micro, sum.last_export});
   return sum;
 }
 
@@ -414,9 +449,12 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   cfg.validate();
   SftRun r;
   r.cfg = cfg;
+  // A relative --output is taken from the current directory (the seed joins it to its project root) and recorded
+  // absolute, as the seed's config.json records args.output.
+  r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  std::filesystem::create_directories(cfg.output);
+  std::filesystem::create_directories(r.cfg.output);
   build_data(r);
   build_model(r);
   build_resume(r);

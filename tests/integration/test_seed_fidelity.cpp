@@ -1,0 +1,196 @@
+// Fidelity to the seed gc25d where a migrating user would notice (issue 16): validation logs the grid point it
+// evaluates, exports carry the seed's metadata keys as strings, done.json and config.json the seed's keys, TensorBoard
+// hides the steps a resumed run replays, base weights are required (or --random-init said explicitly) and named with
+// their checksum, the per-cell text rule stops a run before any model work, and the command line parses as argparse.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/file_checksum.h"
+#include "core/safetensors.h"
+#include "data/data_test_util.h"
+#include "test_util.h"
+#include "tools/synth.h"
+#include "train/sft/sft_trainer.h"
+
+namespace vdt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SeedFidelity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    SynthConfig sc;
+    sc.out = dir_->file("data"), sc.train_runs = 2, sc.train_clips_per_run = 3, sc.n_drop = 1;
+    res_ = synth_root(sc).res;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static SftConfig config(const std::string& name, int64_t steps) {
+    SftConfig c;
+    c.data_root = dir_->file("data"), c.output = dir_->file(name), c.res = res_;
+    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
+    c.max_steps = steps, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
+    c.val_every = 2, c.val_n = 2, c.val_timesteps = "200,500", c.save_every = 2, c.num_workers = 1;
+    return c;
+  }
+  static nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); }
+  static test::TempDir* dir_;
+  static std::string res_;
+};
+test::TempDir* SeedFidelity::dir_ = nullptr;
+std::string SeedFidelity::res_;
+
+// The seed's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to 201.34
+// (val_log.csv) and logs val/mse_t201.
+TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
+  auto c = config("val", 2);
+  train_sft(c);
+  const auto rows = test::read_csv(c.output + "/val_log.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NEAR(std::stod(rows[0].at("timestep")), 201.342, 1e-3);
+  EXPECT_NEAR(std::stod(rows[1].at("timestep")), 500.600, 1e-3);
+  const auto tb = test::read_tensorboard(c.output + "/tensorboard");
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  for (const char* tag : {"val/mse_t201", "val/gap_uncond_t201", "val/mse_t501", "val/mse_mean"})
+    EXPECT_TRUE(tb.scalars.count(tag)) << tag;
+  EXPECT_FALSE(tb.scalars.count("val/mse_t200"));
+}
+
+// Every top-level key of the seed's export_metadata, each a string as its {k: str(v)}; done.json and config.json with
+// the seed's keys; a relative --output recorded absolute.
+TEST_F(SeedFidelity, ExportsDoneAndConfigCarryTheSeedsKeys) {
+  auto c = config("keys", 2);
+  c.val_every = 0;
+  const auto sum = train_sft(c);
+  const auto meta = SafetensorsFile::open(sum.last_export)->metadata();
+  for (const char* k : {"vocab", "data", "data_root", "step", "res", "cond_type", "cond_key", "stage", "text_dropout",
+                        "cond_dropout", "mask_p", "lr", "cond_lr", "weight_decay", "warmup_steps", "first_frame_cond",
+                        "seed", "init_ckpt", "resumed_from", "resumed_step", "model_dir", "trainer"})
+    EXPECT_TRUE(meta.count(k)) << k;
+  EXPECT_EQ(meta.at("cond_type"), "ids");
+  EXPECT_EQ(meta.at("cond_key"), "ids");
+  EXPECT_EQ(meta.at("text_dropout"), "0.1");  // Python's str() of the float
+  EXPECT_EQ(meta.at("lr"), "0.001");
+  EXPECT_EQ(meta.at("warmup_steps"), "2");
+  EXPECT_EQ(meta.at("first_frame_cond"), "True");
+  EXPECT_EQ(meta.at("resumed_step"), "0");
+  EXPECT_EQ(meta.at("stage"), "sft_bidirectional");
+  const auto done = read_json(c.output + "/done.json");
+  for (const char* k : {"step", "start_step", "peak_mem_gb_main", "peak_mem_gb_max", "s_per_step_mean",
+                        "data_s_per_step_mean", "n_steps_timed", "data_pos", "finished"})
+    EXPECT_TRUE(done.contains(k)) << k;
+  EXPECT_EQ(done["start_step"], 0);
+  EXPECT_TRUE(done["data_pos"].contains("epoch") && done["data_pos"].contains("epoch_micro"));
+  const auto cfg = read_json(c.output + "/config.json");
+  for (const char* k : {"args", "res", "dataset", "model", "env"}) EXPECT_TRUE(cfg.contains(k)) << k;
+  EXPECT_EQ(cfg["args"]["cond_type"], "ids");
+  EXPECT_EQ(cfg["model"]["start_step"], 0);
+  EXPECT_TRUE(cfg["model"]["random_init"].get<bool>());
+
+  // A relative --output: from the current directory, recorded absolute.
+  const auto cwd = fs::current_path();
+  fs::current_path(dir_->path());
+  auto rel = config("unused", 1);
+  rel.output = "relative_run", rel.val_every = 0, rel.save_every = 0;
+  train_sft(rel);
+  fs::current_path(cwd);
+  ASSERT_TRUE(fs::exists(dir_->file("relative_run") + "/config.json"));
+  EXPECT_EQ(read_json(dir_->file("relative_run") + "/config.json")["args"]["output"], dir_->file("relative_run"));
+}
+
+// Killed after logging step 4, resumed from the state of step 2: the real TensorBoard reader shows each step once
+// (the resumed writer's purge marker, SummaryWriter(purge_step=3)).
+TEST_F(SeedFidelity, TensorBoardShowsAResumedRunsStepsOnce) {
+  auto c = config("purge", 4);
+  c.val_every = 0;
+  train_sft(c);
+  const std::string newest = fs::read_symlink(c.output + "/state").string();
+  fs::remove(c.output + "/state");
+  fs::remove_all(c.output + "/" + newest);  // the crash came before the state of step 4 was complete
+  c.resume = "auto";
+  const auto again = train_sft(c);
+  ASSERT_EQ(again.start_step, 2);
+  const auto tb = test::read_tensorboard(c.output + "/tensorboard");
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  const auto& loss = tb.scalars.at("train/loss");
+  std::vector<int64_t> steps;
+  for (const auto& [s, v] : loss) steps.push_back(s);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+// No silent random weights: --model_dir or an explicit --random-init; the start-up table names the weight files with
+// their checksum (and config.json records them).
+TEST_F(SeedFidelity, BaseWeightsAreRequiredAndNamedWithTheirChecksum) {
+  auto c = config("weights", 1);
+  c.random_init = false;
+  test::expect_error([&] { train_sft(c); }, {"--model_dir is required", "--random-init"});
+  // A base: the tiny preset's weights from an export of a random-init run.
+  auto base = config("weights_base", 1);
+  base.val_every = 0, base.save_every = 1;
+  const auto exported = train_sft(base).last_export;
+  fs::create_directories(dir_->file("model_dir"));
+  fs::copy_file(exported, dir_->file("model_dir") + "/diffusion_pytorch_model.safetensors");
+  c.model_dir = dir_->file("model_dir"), c.val_every = 0, c.save_every = 0;
+  const auto sum = file_checksum(c.model_dir + "/diffusion_pytorch_model.safetensors");
+  testing::internal::CaptureStdout();
+  train_sft(c);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("| weights   " + sum.path), std::string::npos) << out;
+  EXPECT_NE(out.find("crc32 " + sum.crc_hex()), std::string::npos) << out;
+  EXPECT_EQ(out.find("RANDOM INIT"), std::string::npos) << out;
+  const auto cfg = read_json(c.output + "/config.json");
+  EXPECT_EQ(cfg["model"]["weight_files"][0]["crc32"], sum.crc_hex());
+  c.random_init = true;
+  test::expect_error([&] { train_sft(c); }, {"--random-init", "--model_dir"});
+}
+
+// One prompt per clip on a root of 3 latent frames: the trainer's start-up validation stops with `vdt data check`'s
+// message, before the model is built (it used to die inside WanDiT on context_ids).
+TEST_F(SeedFidelity, TooFewPromptsPerLatentFrameStopBeforeTheModel) {
+  test::TinyRoot t;
+  t.info()["cells"] = 1;
+  t.write_dataset_json();
+  for (auto& clip : t.clips()) clip.cells.resize(1);
+  t.write_index();
+  auto c = config("cells", 1);
+  c.data_root = t.root(), c.res = "832x480", c.val_every = 0;
+  test::expect_error([&] { train_sft(c); },
+                     {t.file("dataset.json"), "cells = 1 prompts per clip but latent_frames = 3", "HINT"});
+}
+
+// argparse's command line: a repeated flag takes the last value, an unambiguous prefix is the flag, an ambiguous one
+// names the candidates, the seed's --cond_type/--cond_key ids are accepted, a negative --seed is an error.
+TEST(SeedCommandLine, ParsesAsArgparse) {
+  const std::string base = "train sft --output /tmp/vdt_never_written --random-init ";
+  auto r = test::run_vdt(base + "--data_root /nonexistent_first --data_root /nonexistent_last");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/nonexistent_last"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("/nonexistent_first"), std::string::npos) << r.output;
+  r = test::run_vdt(base + "--data_r /nonexistent_prefix --max_step 3 --cond_type ids --cond_key ids");
+  EXPECT_NE(r.output.find("/nonexistent_prefix"), std::string::npos) << r.output;  // parsed; failed at the data
+  r = test::run_vdt(base + "--data_root /nonexistent --val 3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ambiguous option: --val could match"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--val_every"), std::string::npos) << r.output;
+  r = test::run_vdt(base + "--data_root /nonexistent --no-first");  // --no-first_frame_cond
+  EXPECT_EQ(r.output.find("ambiguous"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
+  r = test::run_vdt(base + "--data_root /nonexistent --cond_type parts");
+  EXPECT_NE(r.output.find("--cond_type"), std::string::npos) << r.output;
+  r = test::run_vdt(base + "--data_root /nonexistent --seed -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--seed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("negative"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("/nonexistent"), std::string::npos) << r.output;  // stopped at the flag
+  r = test::run_vdt("train causal --data-root /nonexistent --out /tmp/vdt_never_written --seed -5");
+  EXPECT_NE(r.output.find("negative"), std::string::npos) << r.output;
+  r = test::run_vdt("train sft --help");
+  EXPECT_NE(r.output.find("relative path is taken from the current directory"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace vdt
