@@ -1,13 +1,24 @@
 // `vdt`: one binary, git-style subcommands. Parse -> the subcommand's callback (validate, print, build, run) inside
 // one try/catch that prints the error and exits non-zero.
+#include <signal.h>
+
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
 
 int main(int argc, char** argv) {
+  // Over a file-size limit (ulimit -f) a write fails with EFBIG instead of killing the process silently: the save
+  // reports it like a full disk (the file, the OS error, the previous state intact).
+  ::signal(SIGXFSZ, SIG_IGN);
+  // A trainer stops on SIGTERM / SIGINT between steps and exits 0; from here on, a signal during start-up is held
+  // for it too (it exits 0 before its first step) instead of killing the process with 143 / 130.
+  std::optional<vdt::StopOnSignal> early_stop;
+  if (argc > 1 && std::string(argv[1]) == "train") early_stop.emplace();
   CLI::App app{"vdt: training for conditioned video diffusion transformers (Wan, MiniMax-H3) on LibTorch"};
   app.require_subcommand(1);
   app.formatter(std::make_shared<vdt::cli::HelpFormatter>());
@@ -30,7 +41,8 @@ int main(int argc, char** argv) {
     for (auto& a : args) argv2.push_back(a.data());
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help); every usage error exits 2, as docs/cli.md says.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const vdt::Error& e) {
     std::cerr << "vdt: error: " << e.what() << "\n";
     return 2;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "core/png.h"
 #include "tools/preview.h"
@@ -35,8 +36,15 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   const auto meta = SafetensorsFile::open(o.lora)->metadata();
   auto get = [&](const char* k, const std::string& dflt) { return meta.count(k) ? meta.at(k) : dflt; };
   const auto file_lora = read_lora(o.lora);
-  const int64_t chunk_frames = std::stoll(get("chunk_frames", "3"));
-  const uint64_t run_seed = std::stoull(get("seed", "0"));
+  const int64_t chunk_frames = metadata_int(meta, "chunk_frames", o.lora, 3);
+  uint64_t run_seed = 0;
+  try {
+    size_t used = 0;
+    run_seed = std::stoull(get("seed", "0"), &used);
+    if (used != get("seed", "0").size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    VDT_FAIL(o.lora, ": metadata 'seed' is \"", get("seed", ""), "\", expected a whole number >= 0");
+  }
   const std::string weights = !o.weights.empty() ? o.weights : get("weights", "");
   auto model = build_causal_base(get("model", get("base", "wan2.2-ti2v-5b")), weights, run_seed, device,
                                  device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
@@ -47,7 +55,7 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   load_lora(*model, lora, o.lora);
   CausalDataConfig dc;
   dc.root = o.data_root, dc.span_frames = 6 * chunk_frames, dc.seed = run_seed;
-  dc.val_clips = std::stoll(get("val_clips", "12"));
+  dc.val_clips = metadata_int(meta, "val_clips", o.lora, 12);
   dc.picture1 = get("picture1", dc.picture1);
   CausalDataset ds(dc);
   fit_side_streams(*model, ds, dc.span_frames, chunk_frames);
@@ -93,8 +101,8 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--data_root"), o->data_root, "data root giving ids, text and frame 0")->required();
   s->add_option(spellings("--out"), o->out, "output directory")->required();
   s->add_option(spellings("--split"), o->split, "split to sample from")->capture_default_str();
-  s->add_option(spellings("--n"), o->n, "number of clips")->capture_default_str();
-  s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str();
+  s->add_option(spellings("--n"), o->n, "number of clips (>= 1)")->capture_default_str()->check(CLI::PositiveNumber);
+  s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--cfg"), o->cfg, "guidance scale")->capture_default_str();
   s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid")->capture_default_str();
   s->add_option(spellings("--device"), o->device, "cpu or cuda")->capture_default_str();

@@ -95,7 +95,7 @@ void add_train_causal(CLI::App& train, int& exit_code) {
                   sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
                   static_cast<long long>(sum.steps), static_cast<long long>(sum.total_steps), sum.first_loss,
                   sum.last_loss, sum.s_per_step, sum.peak_mem_gb, sum.last_lora.c_str());
-    else if (env.rank == 0)
+    else if (env.rank == 0 && !sum.stopped)
       std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
                   static_cast<long long>(sum.total_steps));
     exit_code = 0;  // a signal stop too: LoRA and state are saved, a scheduler may re-queue the job

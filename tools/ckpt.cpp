@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -65,19 +66,43 @@ std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::stri
       problems.push_back("the keys are not a Wan DiT or a MiniMax-H3 DiT of any preset (" + std::to_string(summary.tensors) +
                          " tensors); name one with --model to see which keys differ");
     } else {
-      // The key set depends on the layer count and the architecture, not the widths: build the key structure at
-      // the tiny preset's widths instead of allocating the real model.
-      ModelConfig mc = preset.empty() ? detect_config(files) : preset_config(preset);
-      const ModelConfig t = preset_config("tiny");
-      mc.dim = t.dim, mc.ffn_dim = t.ffn_dim, mc.num_heads = t.num_heads, mc.in_dim = t.in_dim;
-      mc.out_dim = t.out_dim, mc.text_dim = t.text_dim, mc.freq_dim = t.freq_dim;
-      WanDiT model(mc);
-      std::set<std::string> want, have;
-      for (const auto& kv : model->named_parameters()) want.insert(kv.key());
+      // The key set depends on the layer count and the architecture, not the widths: the key structure at the tiny
+      // preset's widths. The shapes depend on the widths, not the depth, and every block has the same ones: one block
+      // at the real widths (a fraction of the model's memory) gives them.
+      const ModelConfig mc = preset.empty() ? detect_config(files) : preset_config(preset);
+      std::map<std::string, std::vector<int64_t>> want, one_block;
+      {
+        ModelConfig keys = mc;
+        const ModelConfig t = preset_config("tiny");
+        keys.dim = t.dim, keys.ffn_dim = t.ffn_dim, keys.num_heads = t.num_heads, keys.in_dim = t.in_dim;
+        keys.out_dim = t.out_dim, keys.text_dim = t.text_dim, keys.freq_dim = t.freq_dim;
+        WanDiT model(keys);
+        for (const auto& kv : model->named_parameters()) want[kv.key()] = {};
+        ModelConfig one = mc;
+        one.num_layers = 1;
+        WanDiT shapes(one);
+        for (const auto& kv : shapes->named_parameters()) one_block[kv.key()] = kv.value().sizes().vec();
+      }
+      for (auto& [k, shape] : want) {  // blocks.<i>.rest -> blocks.0.rest
+        std::string in_one = k;
+        if (k.rfind("blocks.", 0) == 0) in_one = "blocks.0" + k.substr(k.find('.', 7));
+        const auto it = one_block.find(in_one);
+        if (it != one_block.end()) shape = it->second;
+      }
+      std::set<std::string> have;
       for (const auto& k : files.keys())
         if (k.rfind("gc_sem_cond.", 0) != 0) have.insert(k);
-      for (const auto& k : want)
-        if (!have.count(k)) problems.push_back(k + ": missing (preset " + name + ")");
+      for (const auto& [k, shape] : want) {
+        if (!have.count(k)) {
+          problems.push_back(k + ": missing (preset " + name + ")");
+          continue;
+        }
+        const auto& got = files.entry(k).shape;
+        if (shape.empty() || got == shape) continue;
+        const bool transposed = got.size() == 2 && shape.size() == 2 && got[0] == shape[1] && got[1] == shape[0];
+        problems.push_back(k + ": shape " + c10::str(at::IntArrayRef(got)) + ", preset " + name + " expects " +
+                           c10::str(at::IntArrayRef(shape)) + (transposed ? " (transposed)" : ""));
+      }
       for (const auto& k : have)
         if (!want.count(k)) problems.push_back(k + ": unexpected for preset " + name);
       if (summary.sem_cond_keys != 0 && summary.sem_cond_keys != 6)

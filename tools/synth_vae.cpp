@@ -86,8 +86,8 @@ SynthVae SynthVae::open(const std::string& root) {
     VDT_CHECK(meta.count(key), path, ": metadata lacks '", key, "'");
   SynthVae vae;
   try {
-    vae.sem_scale_ = std::stoll(meta.at("sem_scale"));
-    const double scale = std::stod(meta.at("latent_scale"));
+    vae.sem_scale_ = metadata_int(meta, "sem_scale", path, 0);
+    const double scale = metadata_double(meta, "latent_scale", path, 0);
     const auto shift = nlohmann::json::parse(meta.at("rgb_shift")).get<std::vector<double>>();
     VDT_CHECK(shift.size() == 3, "rgb_shift must have 3 values");
     vae.set_normalisation({shift[0], shift[1], shift[2]}, scale);

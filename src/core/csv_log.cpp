@@ -49,6 +49,31 @@ std::string fmt_num(double v) {
   return buf;
 }
 
+std::optional<std::string> move_aside(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
+  const fs::path p(path);
+  const std::string stem = (p.parent_path() / p.stem()).string();
+  std::string moved;
+  for (int n = 0;; ++n) {
+    moved = stem + ".old" + std::to_string(n) + p.extension().string();
+    if (!fs::exists(fs::symlink_status(moved, ec))) break;
+  }
+  VDT_CHECK_SYS(::rename(path.c_str(), moved.c_str()), "cannot move ", path, " aside to ", moved);
+  return moved;
+}
+
+int64_t count_rows(const std::string& path, bool has_header) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  int64_t n = 0;
+  std::string line;
+  if (has_header) std::getline(in, line);
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \r") != std::string::npos) ++n;
+  return n;
+}
+
 int64_t CsvLog::keep_rows_through(const std::string& path, double max_first) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return 0;
@@ -88,16 +113,7 @@ CsvLog::CsvLog(const std::string& path, std::vector<std::string> columns) : path
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();
     if (first != header) {
-      const fs::path p(path_);
-      const std::string stem = (p.parent_path() / p.stem()).string();
-      std::string moved;
-      for (int n = 0;; ++n) {
-        moved = stem + ".old" + std::to_string(n) + p.extension().string();
-        if (!fs::exists(moved)) break;
-      }
-      VDT_CHECK_SYS(::rename(path_.c_str(), moved.c_str()), "cannot move ", path_, " (header changed) aside to ",
-                    moved);
-      rotated_ = moved;
+      rotated_ = move_aside(path_);
     } else {
       // A crash mid-row leaves a partial last line; start the next row on a fresh line instead of gluing onto it.
       in.clear();

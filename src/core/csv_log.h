@@ -44,6 +44,12 @@ class CsvLog {
   FILE* file_ = nullptr;
 };
 
+// Moves the file at `path` aside to <stem>.old<N><ext> (the first free N); nullopt when there is no file. A fresh
+// run in a directory that holds an earlier run's logs starts its own (the rows would otherwise mix two runs).
+std::optional<std::string> move_aside(const std::string& path);
+// Data rows of a log: the lines after the CSV header, or every line of a JSON-lines file (`has_header` false).
+int64_t count_rows(const std::string& path, bool has_header);
+
 // Quotes a field (doubling inner quotes) when it holds a comma, a quote, CR or LF (RFC 4180).
 std::string csv_escape(const std::string& s);
 // Compact number: printf %.6g, with non-finite values spelled "nan", "inf", "-inf".

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -82,8 +83,10 @@ TensorEntry parse_entry(const std::string& path, const std::string& key, const n
   for (const auto& d : v["shape"]) {
     VDT_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
               ": shape entries must be non-negative integers, got ", v["shape"].dump());
+    VDT_CHECK(d.is_number_integer() && d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) &&
+                  !__builtin_mul_overflow(numel, d.get<uint64_t>(), &numel),
+              where, ": shape ", v["shape"].dump(), " has more elements than 64 bits count; the header is corrupt");
     e.shape.push_back(d.get<int64_t>());
-    numel *= static_cast<uint64_t>(e.shape.back());
   }
   for (const auto& o : v["data_offsets"])
     VDT_CHECK(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0), where,
@@ -93,7 +96,9 @@ TensorEntry parse_entry(const std::string& path, const std::string& key, const n
   VDT_CHECK(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] has begin > end");
   VDT_CHECK(e.end <= buffer_size, where, ": data_offsets [", e.begin, ", ", e.end,
             "] run past the end of the data buffer (", buffer_size, " bytes); the file is truncated or corrupt");
-  const uint64_t bits = numel * static_cast<uint64_t>(info->bits);
+  uint64_t bits = 0;
+  VDT_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(info->bits), &bits), where, ": shape ",
+            v["shape"].dump(), " of ", e.dtype, " holds more bytes than 64 bits count; the header is corrupt");
   VDT_CHECK(bits % 8 == 0 && e.end - e.begin == bits / 8, where, ": ", e.end - e.begin, " bytes do not match dtype ",
             e.dtype, " x shape ", shape_str(e.shape), " (expected ", bits / 8, " bytes)");
   return e;
@@ -300,6 +305,38 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   fault_point("safetensors: header written");
   for (const auto& [k, t] : order) f.write(t.data_ptr(), t.numel() * t.element_size());
   f.commit("safetensors: data written, not yet renamed");
+}
+
+int64_t metadata_int(const Metadata& m, const std::string& key, const std::string& file, int64_t dflt) {
+  const auto it = m.find(key);
+  if (it == m.end()) return dflt;
+  const std::string& v = it->second;
+  size_t used = 0;
+  int64_t out = 0;
+  try {
+    out = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  VDT_CHECK(used > 0 && used == v.size(), file, ": metadata '", key, "' is \"", v.substr(0, 40),
+            v.size() > 40 ? "..." : "", "\", expected a whole number that fits 64 bits");
+  return out;
+}
+
+double metadata_double(const Metadata& m, const std::string& key, const std::string& file, double dflt) {
+  const auto it = m.find(key);
+  if (it == m.end()) return dflt;
+  const std::string& v = it->second;
+  size_t used = 0;
+  double out = 0;
+  try {
+    out = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  VDT_CHECK(used > 0 && used == v.size() && std::isfinite(out), file, ": metadata '", key, "' is \"", v.substr(0, 40),
+            v.size() > 40 ? "..." : "", "\", expected a finite number");
+  return out;
 }
 
 }  // namespace vdt

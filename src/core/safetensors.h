@@ -76,4 +76,9 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;  // (ch
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const Metadata& metadata = {});
 
+// A metadata value (always a string in safetensors) as a number: `dflt` when the key is absent; an error naming
+// `file` and the key when the value is not a whole number (metadata_int) or a finite number (metadata_double).
+int64_t metadata_int(const Metadata& m, const std::string& key, const std::string& file, int64_t dflt);
+double metadata_double(const Metadata& m, const std::string& key, const std::string& file, double dflt);
+
 }  // namespace vdt

@@ -81,12 +81,42 @@ std::string run_dir_of(const std::string& path) {
   return p.string();
 }
 
-SlotWriter::SlotWriter(const std::string& run_dir, const std::string& keep) : run_dir_(run_dir) {
+void check_state_link(const std::string& run_dir) {
   std::error_code ec;
   const fs::path link = fs::path(run_dir) / "state";
-  VDT_CHECK(!fs::exists(link, ec) || fs::is_symlink(link, ec), link.string(),
-            " exists and is not a link; vdt keeps its state in state_A/ and state_B/ and points `state` at the newest.\n",
+  const bool is_link = fs::is_symlink(link, ec);
+  VDT_CHECK(is_link || !fs::exists(link, ec), link.string(), " exists and is not a link (",
+            fs::is_directory(link, ec) ? "a directory" : "a regular file", "); vdt keeps its state in state_A/ and "
+            "state_B/ and points `state` at the newest.\n",
             "---> HINT: move it away (it may be a copied state; pass it to --resume directly)");
+}
+
+std::vector<std::string> sealed_slots(const std::string& run_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const char* s : kSlots)
+    if (fs::exists(fs::path(run_dir) / s / kManifest, ec)) out.push_back((fs::path(run_dir) / s).string());
+  return out;
+}
+
+std::optional<std::string> repair_state_link(const std::string& run_dir, const std::string& slot_dir) {
+  check_state_link(run_dir);
+  const std::string name = fs::path(slot_dir).lexically_normal().filename().string();
+  VDT_CHECK(is_slot_name(name), slot_dir, ": not a state slot (state_A or state_B)");
+  const std::string old = link_target(run_dir);
+  if (old == name) return std::nullopt;
+  const std::string tmp_link = (fs::path(run_dir) / "state.tmp").string();
+  ::unlink(tmp_link.c_str());
+  VDT_CHECK_SYS(::symlink(name.c_str(), tmp_link.c_str()), tmp_link, ": cannot create the state link");
+  VDT_CHECK_SYS(::rename(tmp_link.c_str(), (fs::path(run_dir) / "state").c_str()), "cannot move ", tmp_link, " to ",
+                run_dir, "/state");
+  fsync_dir(run_dir);
+  return old;
+}
+
+SlotWriter::SlotWriter(const std::string& run_dir, const std::string& keep) : run_dir_(run_dir) {
+  std::error_code ec;
+  check_state_link(run_dir);
   const std::string avoid = keep.empty() ? link_target(run_dir) : fs::path(keep).filename().string();
   name_ = avoid == kSlots[0] ? kSlots[1] : kSlots[0];
   dir_ = (fs::path(run_dir) / name_).string();
@@ -183,9 +213,10 @@ std::optional<SlotInfo> find_slot(const std::string& path, std::vector<std::stri
   std::error_code ec;
   const std::string run = run_dir_of(path);
   const std::string named = fs::path(path).lexically_normal().filename().string();
+  // A named slot is tried first; the `state` link is not trusted over the seals (a kill between sealing a slot and
+  // moving the link leaves it one save behind), so it means the run's newest, as the run directory does.
   std::string preferred;
   if (is_slot_name(named)) preferred = named;
-  if (named == "state") preferred = link_target(run);
   // Candidates in the order to try: the named slot first, then by the step their manifests claim, newest first.
   // Only a candidate that is tried gets its files checksummed (a 5B state is tens of GB).
   std::vector<std::pair<int64_t, std::string>> order;

@@ -44,10 +44,24 @@ struct SlotInfo {
 // "" when the slot at `dir` is complete and every file matches slot.json; otherwise what is wrong, naming the file.
 std::string check_slot(const std::string& dir);
 
-// The slot to resume from. `path` is a run directory (the newest complete slot), a slot directory or the `state`
-// link (that slot; when it is incomplete or corrupt, the other slot of the run, with a note). nullopt when no complete
-// slot exists; `notes` then says, per slot, why.
+// The slot to resume from. `path` is a run directory or the `state` link (either way the newest complete slot by the
+// step its seal records, whatever the link says: a kill between sealing a slot and moving the link leaves the link
+// one save behind), or a slot directory (that slot; when it is incomplete or corrupt, the other slot of the run, with
+// a note). nullopt when no complete slot exists; `notes` then says, per slot, why.
 std::optional<SlotInfo> find_slot(const std::string& path, std::vector<std::string>* notes);
+
+// The slot directories under run_dir that were sealed (their slot.json exists), complete or not. A slot without a
+// seal is one a save never finished (killed or out of disk); a sealed slot that fails check_slot is corrupt.
+std::vector<std::string> sealed_slots(const std::string& run_dir);
+
+// Points <run_dir>/state at `slot_dir` (a slot of run_dir) when it points elsewhere or is missing; returns the old
+// target ("" when there was none) when it moved the link, nullopt when the link was already right. The caller holds
+// the run directory (one writer at a time).
+std::optional<std::string> repair_state_link(const std::string& run_dir, const std::string& slot_dir);
+
+// Throws when <run_dir>/state exists and is not a symlink (a copied state, a file): vdt could neither move it nor
+// tell which slot is newest through it. Called at start-up, before any training.
+void check_state_link(const std::string& run_dir);
 
 // The run directory a slot path belongs to (its parent when `path` names state_A, state_B or state).
 std::string run_dir_of(const std::string& path);

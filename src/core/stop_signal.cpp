@@ -9,6 +9,7 @@ namespace vdt {
 namespace {
 
 std::atomic<int> g_signal{0};
+std::atomic<int> g_depth{0};  // StopOnSignal objects alive (in-process ranks each hold one)
 struct sigaction g_old_term, g_old_int;
 
 void on_signal(int sig) {
@@ -25,7 +26,8 @@ void on_signal(int sig) {
 }  // namespace
 
 StopOnSignal::StopOnSignal() {
-  g_signal.store(0);  // a new run starts without a pending request
+  if (g_depth++ > 0) return;  // nested: the handlers are in place and a pending request stands
+  g_signal.store(0);          // a new run starts without a pending request
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -35,6 +37,7 @@ StopOnSignal::StopOnSignal() {
 }
 
 StopOnSignal::~StopOnSignal() {
+  if (--g_depth > 0) return;
   ::sigaction(SIGTERM, &g_old_term, nullptr);
   ::sigaction(SIGINT, &g_old_int, nullptr);
 }

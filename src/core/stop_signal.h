@@ -8,7 +8,10 @@ namespace vdt {
 
 class StopOnSignal {
  public:
-  StopOnSignal();   // clears any earlier request and installs the handlers (the destructor restores the old ones)
+  // Installs the handlers (the destructor restores the old ones). The outermost one clears any earlier request; a
+  // nested one keeps it, so a signal that arrived while `main` was starting up (it holds one around a trainer's
+  // start-up) still stops the trainer, which then exits 0 before its first step.
+  StopOnSignal();
   ~StopOnSignal();
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;

@@ -153,6 +153,8 @@ SftDataset::SftDataset(const SftDataConfig& cfg, std::shared_ptr<TextTable> tabl
     check_latents_header(root_.latent_path(r.clip_id), info);
     const std::string cond = root_.cond_path(r.clip_id);
     if (!ends_with(cond, ".npz")) check_ids_header(cond, info);
+    // The world-anchored mask reads meta/<clip>.json when the clip is first masked, possibly hours in: parse it now.
+    if (cfg_.split == "train" && cfg_.mask_p > 0) read_meta(root_.meta_path(r.clip_id), info.latent_frames);
   }
 }
 
@@ -216,6 +218,28 @@ void check_no_leak(const SftDataset& train, const SftDataset& val) {
   VDT_CHECK(clips.empty() && runs.empty(), train.root().clips_path(), ": train/val leak: ", clips.size(),
             " clip(s) in both splits (", join_first(clips, 3), ") and ", runs.size(), " run(s) in both splits (",
             join_first(runs, 3), ")\n---> HINT: every clip and every run must belong to one split only");
+}
+
+void check_no_leak(const DataRoot& root) {
+  std::map<std::string, const ClipRow*> train_clip, train_run;
+  for (const auto& r : root.rows())
+    if (r.split == "train") train_clip.emplace(r.clip_id, &r), train_run.emplace(r.run, &r);
+  std::vector<std::string> clips, runs;
+  std::set<std::string> leaked_runs;
+  for (const auto& r : root.rows()) {
+    if (r.split != "val") continue;
+    if (auto it = train_clip.find(r.clip_id); it != train_clip.end())
+      clips.push_back("'" + r.clip_id + "' (lines " + std::to_string(it->second->line) + " and " +
+                      std::to_string(r.line) + ")");
+    if (auto it = train_run.find(r.run); it != train_run.end() && leaked_runs.insert(r.run).second)
+      runs.push_back("'" + r.run + "' (train clip '" + it->second->clip_id + "' line " +
+                     std::to_string(it->second->line) + ", val clip '" + r.clip_id + "' line " +
+                     std::to_string(r.line) + ")");
+  }
+  VDT_CHECK(clips.empty() && runs.empty(), root.clips_path(), ": train/val leak: ", clips.size(),
+            " clip(s) in both splits (", join_first(clips, 3), ") and ", runs.size(), " run(s) in both splits (",
+            join_first(runs, 3), ")\n---> HINT: every clip and every run must belong to one split only (`vdt data "
+            "check` lists them all)");
 }
 
 SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table) {

@@ -99,6 +99,9 @@ class SftDataset {
 
 // A clip or a run in both splits is a leak: throws listing a few of each.
 void check_no_leak(const SftDataset& train, const SftDataset& val);
+// The same over every row of the root's index (dropped rows and clips past --limit / --val_n included), so a leak is
+// found whatever the validation flags.
+void check_no_leak(const DataRoot& root);
 // Stacks samples (same shapes) into a batch; the context holds each distinct text row once.
 SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table);
 

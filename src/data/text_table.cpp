@@ -2,6 +2,9 @@
 // unknown prompt or an out-of-range row.
 #include "data/text_table.h"
 
+#include <torch/torch.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -63,7 +66,25 @@ std::shared_ptr<TextTable> TextTable::open(const std::string& path) {
               "); lookup is by prompt text, so every prompt must be unique");
     t->prompts_.push_back(s);
   }
+  t->check_finite();
   return t;
+}
+
+void TextTable::check_finite() const {
+  // A NaN or Inf embedding passes every shape check and then stops training on a non-finite loss, far from its cause:
+  // one pass over the table at open, in blocks of rows (a 5B table can hold tens of GB).
+  const int64_t n = embeddings_.size(0), block = 256;
+  for (int64_t r0 = 0; r0 < n; r0 += block) {
+    const auto rows = embeddings_.narrow(0, r0, std::min(block, n - r0));  // [b, Lt, text_dim]
+    const auto bad = (~torch::isfinite(rows)).flatten(1).sum(1);            // [b]
+    if (!bad.any().item<bool>()) continue;
+    const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+    const int64_t rows_bad = (bad > 0).sum().item<int64_t>();
+    VDT_FAIL(path_, ": tensor 'embeddings' row ", r0 + i, " (prompt \"", prompts_[static_cast<size_t>(r0 + i)], "\") holds ",
+             bad[i].item<int64_t>(), " NaN/Inf values",
+             rows_bad > 1 ? " (and " + std::to_string(rows_bad - 1) + " more rows of this block)" : std::string(),
+             "\n---> HINT: re-encode the text table; a non-finite embedding makes every loss that uses it NaN");
+  }
 }
 
 int64_t TextTable::row_of(const std::string& prompt) const {

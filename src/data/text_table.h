@@ -16,7 +16,7 @@ class SafetensorsFile;
 
 class TextTable {
  public:
-  // Opens and validates the table (tensors, dtypes, shapes, prompt list, no duplicate prompts).
+  // Opens and validates the table (tensors, dtypes, shapes, prompt list, no duplicate prompts, every embedding finite).
   static std::shared_ptr<TextTable> open(const std::string& path);
 
   int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
@@ -37,6 +37,7 @@ class TextTable {
 
  private:
   TextTable() = default;
+  void check_finite() const;  // every embedding finite, else an error naming the row and its prompt
   std::string path_;
   std::shared_ptr<SafetensorsFile> file_;  // keeps the mapping behind embeddings_ alive
   torch::Tensor embeddings_;              // [N, Lt, text_dim] bf16, view over the mapped file

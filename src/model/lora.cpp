@@ -75,10 +75,10 @@ LoraWeights read_lora(const std::string& path, double default_alpha) {
   }
   const auto& meta = f->metadata();
   for (const char* k : {"alpha", "lora_alpha"})
-    if (meta.count(k)) out.alpha = std::stod(meta.at(k));
+    if (meta.count(k)) out.alpha = metadata_double(meta, k, path, 0);
   if (out.alpha == 0) out.alpha = default_alpha > 0 ? default_alpha : static_cast<double>(out.rank);
   if (meta.count("rank"))
-    VDT_CHECK(std::stoll(meta.at("rank")) == out.rank, path, ": metadata rank ", meta.at("rank"),
+    VDT_CHECK(metadata_int(meta, "rank", path, 0) == out.rank, path, ": metadata rank ", meta.at("rank"),
               " but the tensors have rank ", out.rank);
   if (meta.count("base")) out.base = meta.at("base");
   return out;

@@ -82,9 +82,21 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
     os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given";
     VDT_FAIL(os.str());
   }
+  std::vector<std::string> non_finite;
   for (auto& [name, dst] : targets) {
     const std::string key = stored_key(files, name);
-    if (!key.empty()) dst.copy_(files.get(key));
+    if (key.empty()) continue;
+    dst.copy_(files.get(key));
+    // NaN/Inf weights make the first loss non-finite, whose message would blame --lr or the data: name the file.
+    if (dst.is_floating_point() && !torch::isfinite(dst).all().item<bool>())
+      non_finite.push_back(key + " (" + std::to_string((~torch::isfinite(dst)).sum().item<int64_t>()) + " values)");
+  }
+  if (!non_finite.empty()) {
+    std::string files_str;
+    for (const auto& f : files.files()) files_str += (files_str.empty() ? "" : ", ") + f->path();
+    VDT_FAIL("weights in ", files_str, " hold NaN/Inf values in ", non_finite.size(), " tensor(s):",
+             name_list(non_finite), "\n---> HINT: the weights file is damaged or was saved after a diverged step; "
+             "`vdt ckpt check` lists them. Use an earlier checkpoint");
   }
   return report;
 }

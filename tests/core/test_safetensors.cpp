@@ -117,6 +117,24 @@ TEST(Safetensors, CorruptFilesAreRejectedNamingFileAndKey) {
   expect_error([&] { SafetensorsFile::open(dir.file("missing.safetensors")); }, {"missing.safetensors", "cannot open"});
 }
 
+// A shape whose element count overflows 64 bits wrapped to a small number and was accepted (by `ckpt inspect`) or
+// failed later without the file's name; it is refused at open, naming the file and the tensor. Numeric metadata that
+// is not a number is an error naming the file and the key (not "stoll").
+TEST(Safetensors, OverflowingShapesAndNonNumericMetadataNameTheFile) {
+  TempDir dir;
+  const auto p = dir.file("huge.safetensors");
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})", "");
+  expect_error([&] { SafetensorsFile::open(p); }, {p, "'w'", "64 bits"});
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", "");
+  expect_error([&] { SafetensorsFile::open(p); }, {p, "'w'", "64 bits"});
+  const Metadata m = {{"step", "12x"}, {"alpha", "nan"}, {"rank", "99999999999999999999"}, {"ok", "7"}};
+  expect_error([&] { metadata_int(m, "step", p, 0); }, {p, "'step'", "12x"});
+  expect_error([&] { metadata_int(m, "rank", p, 0); }, {p, "'rank'", "64 bits"});
+  expect_error([&] { metadata_double(m, "alpha", p, 0); }, {p, "'alpha'", "finite"});
+  EXPECT_EQ(metadata_int(m, "ok", p, 0), 7);
+  EXPECT_EQ(metadata_int(m, "absent", p, 5), 5);
+}
+
 TEST(Safetensors, FailedWriteLeavesExistingFileAndNoTemp) {
   TempDir dir;
   const auto p = dir.file("w.safetensors");

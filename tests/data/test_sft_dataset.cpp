@@ -241,5 +241,27 @@ TEST(DataSft, CollateDedupsContext) {
   EXPECT_TRUE(torch::equal(pinned.latents, b.latents));
 }
 
+// A broken meta/<clip>.json stops the run when the train set is built, not when the clip is first masked.
+TEST(DataSft, ABrokenMetaFileFailsAtStartUpNamingIt) {
+  TinyRoot t;
+  TinyRoot::write_text(t.meta("t2"), "{\"world_to_image\": [[1, 0");
+  auto cfg = t.config();
+  cfg.mask_p = 0.5;
+  expect_error([&] { SftDataset ds(cfg); }, {t.meta("t2")});
+  cfg.mask_p = 0;  // never masked: the file is never read
+  SftDataset ds(cfg);
+}
+
+// The leak check over the whole index: a leak among rows the run does not use (dropped, past --limit or --val_n)
+// is still a leak.
+TEST(DataSft, TheRootLeakCheckCoversEveryRow) {
+  TinyRoot t;
+  t.clips()[7].run = "rA";  // v2, a dropped val row, shares run rA with train
+  t.write_index();
+  SftDataset train(t.config()), val(t.config("val"));
+  check_no_leak(train, val);  // the used rows do not show it
+  expect_error([&] { check_no_leak(train.root()); }, {"clips.jsonl", "leak", "1 run(s)", "'rA'", "v2"});
+}
+
 }  // namespace
 }  // namespace vdt

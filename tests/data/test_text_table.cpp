@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "data/text_table.h"
+
+#include <limits>
 #include "data_test_util.h"
 
 namespace vdt {
@@ -51,6 +53,24 @@ TEST(TextTable, ValidationErrors) {
   expect_error([&] { TextTable::open(t.table()); }, {t.table(), "lists 1 prompts", "2 rows"});
   save_safetensors(t.table(), {{"embeddings", torch::zeros({2, 4, 8}, torch::kBFloat16)}});
   expect_error([&] { TextTable::open(t.table()); }, {t.table(), "'lengths'"});
+}
+
+// A NaN or Inf embedding is found when the table is opened (by `vdt data check` and at a trainer's start-up), not
+// as a NaN loss hours later; the error names the file, the row and its prompt.
+TEST(TextTable, NonFiniteEmbeddingsAreRefusedNamingTheRowAndPrompt) {
+  TinyRoot t;
+  auto f = SafetensorsFile::open(t.table());
+  auto emb = f->get("embeddings").clone();
+  const auto lengths = f->get("lengths").clone();
+  const auto prompts = f->metadata().at("prompts");
+  f.reset();
+  emb[2][0][3] = std::numeric_limits<float>::quiet_NaN();
+  emb[2][1][0] = std::numeric_limits<float>::infinity();
+  save_safetensors(t.table(), {{"embeddings", emb}, {"lengths", lengths}}, {{"prompts", prompts}});
+  expect_error([&] { TextTable::open(t.table()); }, {t.table(), "row 2", "\"a blue tree\"", "2 NaN/Inf"});
+  const auto r = test::run_vdt("data check " + t.root());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("NaN/Inf"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -78,6 +78,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--resume", "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
                    "seed's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run directory, "
                    "state_A/B or state of another run: continue exactly from its state, writing into --out", &C::resume},
+      {"--ignore-corrupt-state", "when every sealed state slot in --out is corrupt, continue anyway from the newest "
+                                 "lora_stepNNNNN with fresh AdamW moments (without it that is an error listing the "
+                                 "slots)", &C::ignore_corrupt_state},
       {"--steps", "0 = epochs * samples / world", &C::steps},
       {"--epochs", "epochs over the train windows (when --steps is 0)", &C::epochs},
       {"--lr", "peak learning rate", &C::lr},

@@ -18,6 +18,7 @@ struct CausalConfig {
   // the seed's flags
   std::string out, objective = "df", init_lora;  // init_lora empty: a fresh LoRA (B = 0)
   std::string resume = "auto";  // the SFT trainer's flag: auto (the seed's re-run rule), a LoRA file, or a state
+  bool ignore_corrupt_state = false;  // every sealed slot in --out corrupt: resume as the seed (fresh moments)
   int64_t steps = 0;                              // 0: ceil(epochs * samples / world)
   double epochs = 2.0, lr = 2e-5, lr_min = 1e-6;
   int64_t warmup = 10, save_every = 10, val_clips = 12, max_samples = 0;

@@ -18,6 +18,7 @@
 #include "core/file_checksum.h"
 #include "core/rng.h"
 #include "core/rng_purposes.h"
+#include "core/state_slots.h"
 #include "core/stop_signal.h"
 #include "data/causal_dataset.h"
 #include "data/sampler.h"
@@ -31,6 +32,7 @@
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
+#include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
 #include "train/loop/trace.h"
@@ -42,6 +44,7 @@ namespace fs = std::filesystem;
 struct CausalRun {
   CausalConfig cfg;
   std::unique_ptr<RunContext> ctx;
+  std::unique_ptr<RunDirLock> lock;  // rank 0: this process owns --out
   std::unique_ptr<CausalDataset> ds;
   std::shared_ptr<Denoiser> model;
   NamedTensors lora;  // float32 factors, by checkpoint name
@@ -178,8 +181,14 @@ void resume_exactly(CausalRun& r, const CausalState& st) {
                     ": the same global sample stream continues";
 }
 
-// --resume auto: continue from the newest lora_step file in --out (the seed's rule), exactly when the state slot has
-// that step. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from another run's state.
+bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
+
+// --resume auto: continue exactly from the newest sealed state slot in --out (its LoRA file is written after it, so
+// a kill between the two leaves the slot, and the missing LoRA file is written again from it); LoRA files newer than
+// that slot (a run of an older vdt killed between its LoRA file and its slot) are trained again. Without any slot, the
+// seed's rule: continue from the newest lora_step file with fresh moments. Every sealed slot corrupt is an error
+// unless --ignore-corrupt-state. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from
+// another run's state.
 void build_resume(CausalRun& r) {
   const auto [step, path] = newest_lora_step(r.cfg.out);
   const std::string& resume = r.cfg.resume;
@@ -195,6 +204,28 @@ void build_resume(CausalRun& r) {
               r.total_steps, " steps");
     return resume_exactly(r, *st);
   }
+  VDT_CHECK(step <= r.total_steps, r.cfg.out, " already holds ", path, " (step ", step, ") past this run's ",
+            r.total_steps, " steps; use another --out or more --steps/--epochs");
+  std::vector<std::string> notes;
+  if (auto st = find_causal_state(r.cfg.out, -1, &notes, r.cfg.ignore_corrupt_state)) {
+    VDT_CHECK(st->pos.step <= r.total_steps, r.cfg.out, ": its state ", st->dir, " is at step ", st->pos.step,
+              ", past this run's ", r.total_steps, " steps; use another --out or more --steps/--epochs");
+    resume_exactly(r, *st);
+    r.state_slot = st->dir;
+    if (step > st->pos.step)
+      r.resume_how += "; " + path + " and any LoRA file after step " + std::to_string(st->pos.step) +
+                      " have no state: those steps are trained again and their files rewritten";
+    const std::string own = lora_step_path(r.cfg.out, st->pos.step);
+    if (!fs::exists(own)) {  // killed between sealing the slot and writing its LoRA file: the unit is the slot
+      if (r.ctx->rank == 0) write_lora_file(r.cfg, own, st->pos.step, r.lora);
+      r.resume_how += "; " + own + " was missing (the save was cut after the state) and is written from the state";
+    }
+    if (r.ctx->rank == 0)
+      if (const auto old = repair_state_link(r.cfg.out, st->dir))
+        r.resume_how += "; the state link pointed at " + (old->empty() ? std::string("nothing") : *old) +
+                        " and now points at the newest sealed slot " + fs::path(st->dir).filename().string();
+    return;
+  }
   if (step == 0) {
     const std::string init = is_lora_file(resume) ? resume : r.cfg.init_lora;
     if (!init.empty()) {
@@ -203,14 +234,6 @@ void build_resume(CausalRun& r) {
     } else {
       r.resume_how = "fresh run, new LoRA (B = 0)";
     }
-    return;
-  }
-  VDT_CHECK(step <= r.total_steps, r.cfg.out, " already holds ", path, " (step ", step, ") past this run's ",
-            r.total_steps, " steps; use another --out or more --steps/--epochs");
-  std::vector<std::string> notes;
-  if (auto st = find_causal_state(r.cfg.out, step, &notes)) {
-    resume_exactly(r, *st);
-    r.state_slot = st->dir;
     return;
   }
   r.start_step = step;
@@ -327,12 +350,15 @@ StepStats train_step(CausalRun& r, int64_t it) {
   return st;
 }
 
+// The state slot first, then the LoRA file: the slot is the save's unit. A kill or a full disk before the slot is
+// sealed leaves the previous slot and LoRA file as the newest pair; a kill after it leaves a slot whose LoRA file the
+// re-run writes from it (build_resume). Never a LoRA file without its moments.
 std::string save(CausalRun& r, int64_t step) {
   const std::string path = lora_step_path(r.cfg.out, step);
-  if (r.ctx->rank == 0) write_lora_file(r.cfg, path, step, r.lora);
   const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
   r.state_slot = save_causal_state(r.cfg, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
                                    r.sync->state(), r.ctx->comm);
+  if (r.ctx->rank == 0) write_lora_file(r.cfg, path, step, r.lora);
   if (r.ctx->rank == 0) std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
   return path;
 }
@@ -398,8 +424,8 @@ void print_config(const CausalRun& r) {
 void open_logs(CausalRun& r) {
   if (r.ctx->rank != 0) return;
   write_run_files(r);
-  trim_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(), r.start_step);
-  trim_jsonl((fs::path(r.cfg.out) / "val_log.jsonl").string(), r.start_step);
+  prepare_logs({(fs::path(r.cfg.out) / "train_log.jsonl").string(), (fs::path(r.cfg.out) / "val_log.jsonl").string()},
+               r.start_step, /*jsonl=*/true);
   print_config(r);
 }
 
@@ -407,8 +433,8 @@ void open_logs(CausalRun& r) {
 void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed) {
   if (r.ctx->rank != 0) return;
   const double per_step = elapsed / static_cast<double>(step - r.start_step);
-  std::printf("step %lld/%lld loss_v=%.4f gnorm=%.3f lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",
-              static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss, st.grad_norm, st.lr,
+  std::printf("step %lld/%lld loss_v=%.4f gnorm=%s lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",
+              static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss, fmt_gnorm(st.grad_norm).c_str(), st.lr,
               r.ctx->peak_memory_gb(), per_step, (r.total_steps - step) * per_step / 3600, st.data_time,
               st.clip.c_str());
   append_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(),
@@ -449,11 +475,14 @@ CausalSummary train_causal(const CausalConfig& cfg) {
 }
 
 CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int device_index) {
+  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues); during
+                                // start-up: exit 0 before the first step
   cfg.validate();
   CausalRun r;
   r.cfg = cfg;
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  if (r.ctx->rank == 0) r.lock = hold_run_dir(cfg.out, "--out");
   build_data(r);
   build_model(r);
   build_update(r);
@@ -465,7 +494,13 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   sum.shard_ranks = shard_ranks(r);
   sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
-  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues)
+  if (r.start_step < r.total_steps && r.ctx->stop_requested_anywhere()) {
+    if (r.ctx->rank == 0)
+      std::printf("[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same "
+                  "command to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(r.start_step + 1));
+    sum.stopped = true;
+    return finish(r, sum, 0);
+  }
   StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
   if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
   const auto t_start = std::chrono::steady_clock::now();

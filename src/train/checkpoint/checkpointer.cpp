@@ -122,16 +122,27 @@ int64_t LoadedCheckpoint::optimizer_steps() const {
 }
 
 std::optional<LoadedCheckpoint> load_checkpoint(const std::string& path, bool allow_none, const std::string& trainer,
-                                                const std::string& flag) {
+                                                const std::string& flag, bool allow_corrupt,
+                                                const std::string& corrupt_flag) {
   std::error_code ec;
   VDT_CHECK(fs::exists(path, ec) || allow_none, flag, " ", path, ": no such file or directory");
   std::vector<std::string> notes;
   const auto slot = fs::exists(path, ec) ? find_slot(path, &notes) : std::nullopt;
   for (const auto& n : notes) std::printf("[resume] %s\n", n.c_str());
   if (!slot) {
-    if (allow_none) return std::nullopt;
     std::string why;
     for (const auto& n : notes) why += "\n  " + n;
+    const auto sealed = fs::exists(path, ec) ? sealed_slots(run_dir_of(path)) : std::vector<std::string>{};
+    if (allow_none && !sealed.empty() && !allow_corrupt)
+      throw CorruptStateError(detail::concat(
+          flag, " ", path, ": every sealed state slot is corrupt, so the run cannot continue:", why,
+          "\n---> HINT: restore the run directory from a copy; or pass ", corrupt_flag.empty() ? "a fresh --output" : corrupt_flag,
+          " to start from step 0 on purpose (the corrupt slots are overwritten, the logs are moved aside)"));
+    if (allow_none) {
+      if (!sealed.empty()) std::printf("[resume] %s: every sealed state slot is corrupt; starting from step 0 (%s)\n",
+                                       path.c_str(), corrupt_flag.c_str());
+      return std::nullopt;
+    }
     VDT_FAIL(flag, " ", path, ": no complete state slot (state_A/ or state_B/ with a valid slot.json)",
              why.empty() ? std::string(" was found") : ":" + why,
              "\n---> HINT: pass a run directory written with --save_state, or a step-N.safetensors export to warm "

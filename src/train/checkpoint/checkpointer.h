@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "distributed/communicator.h"
 #include "distributed/grad_sync.h"
@@ -54,10 +55,18 @@ struct LoadedCheckpoint {
   mutable std::map<std::string, torch::Tensor> bucket_cache_;
 };
 
+// Every sealed slot of a run is corrupt: starting from step 0 would silently throw the run away.
+struct CorruptStateError : Error {
+  using Error::Error;
+};
+
 // The newest complete slot behind `path` (a run directory, a slot, or the `state` link), for `trainer`. Prints a note
 // for every unusable slot it skipped. Without any: nullopt when allow_none, else an error listing why each slot is
-// unusable (`flag` names the option in it). A slot another trainer wrote is an error naming both.
+// unusable (`flag` names the option in it). With allow_none, slots that were sealed but are all corrupt are still a
+// CorruptStateError listing them, unless allow_corrupt (`corrupt_flag` names the flag that sets it); slots a save
+// never finished are not. A slot another trainer wrote is an error naming both.
 std::optional<LoadedCheckpoint> load_checkpoint(const std::string& path, bool allow_none, const std::string& trainer,
-                                                const std::string& flag = "--resume");
+                                                const std::string& flag = "--resume", bool allow_corrupt = false,
+                                                const std::string& corrupt_flag = "");
 
 }  // namespace vdt

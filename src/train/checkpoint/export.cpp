@@ -29,7 +29,7 @@ SemCondConfig sem_cond_config_of(const SafetensorsSet& files) {
   c.vocab = meta.at("vocab");
   c.vocab_size = sem_vocab_size(c.vocab);
   VDT_CHECK(meta.count("sem_scale"), where, ": has gc_sem_cond weights but no 'sem_scale' metadata");
-  c.scale = std::stoll(meta.at("sem_scale"));
+  c.scale = metadata_int(meta, "sem_scale", where, 0);
   const auto& w = files.entry("gc_sem_cond.patch.weight").shape;  // [hidden, K, 1, 2s, 2s]
   VDT_CHECK(w.size() == 5 && w[1] == c.vocab_size, where, ": gc_sem_cond.patch.weight has shape incompatible with vocab '",
             c.vocab, "'");

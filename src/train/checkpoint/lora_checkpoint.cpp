@@ -28,7 +28,12 @@ std::pair<int64_t, std::string> newest_lora_step(const std::string& out) {
     std::smatch m;
     const std::string name = e.path().filename().string();
     if (!std::regex_match(name, m, pattern)) continue;
-    const int64_t step = std::stoll(m[1].str());
+    const std::string digits = m[1].str();
+    const auto first = digits.find_first_not_of('0');
+    VDT_CHECK(first == std::string::npos || digits.size() - first <= 18, e.path().string(),
+              ": the step number in this LoRA file name has ", digits.size(), " digits, more than a 64-bit step holds",
+              "\n---> HINT: rename or remove the file (vdt writes lora_stepNNNNN.safetensors)");
+    const int64_t step = std::stoll(digits);
     if (step > best.first) best = {step, e.path().string()};
   }
   return best;
@@ -59,10 +64,14 @@ std::string save_causal_state(const CausalConfig& cfg, const std::string& keep, 
   return save_checkpoint(cfg.out, keep, parts, comm);
 }
 
-std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes) {
+std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes,
+                                             bool allow_corrupt) {
   std::optional<LoadedCheckpoint> ck;
   try {
-    ck = load_checkpoint(out, /*allow_none=*/true, "vdt train causal");
+    ck = load_checkpoint(out, /*allow_none=*/true, "vdt train causal", "--out", allow_corrupt,
+                         "--ignore-corrupt-state");
+  } catch (const CorruptStateError&) {
+    throw;
   } catch (const Error& e) {  // e.g. a slot of an older layout: the seed's resume (fresh moments) still works
     notes->push_back(std::string("the state is not usable: ") + e.what());
     return std::nullopt;

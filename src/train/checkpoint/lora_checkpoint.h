@@ -21,7 +21,7 @@ namespace vdt {
 
 std::string lora_step_path(const std::string& out, int64_t step);  // <out>/lora_step00010.safetensors
 // The newest `lora_step<digits>.safetensors` in `out`: (step, path); (0, "") when there is none (other names, such
-// as a save's temp file, are ignored).
+// as a save's temp file, are ignored). A step number that does not fit 64 bits is an error naming the file.
 std::pair<int64_t, std::string> newest_lora_step(const std::string& out);
 
 // The state after `step`: its position in the global sample stream and the world size that produced it.
@@ -49,7 +49,9 @@ struct CausalState {
   int64_t optimizer_steps() const;  // AdamW's step count (the fused kernel's per-factor count)
 };
 // The newest complete slot behind `out` (a run directory, a slot or the `state` link) whose step is `step` (any
-// step when < 0); nullopt (with a line in `notes` saying why) otherwise.
-std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes);
+// step when < 0); nullopt (with a line in `notes` saying why) otherwise. Sealed slots that are all corrupt are a
+// CorruptStateError unless allow_corrupt.
+std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes,
+                                             bool allow_corrupt = false);
 
 }  // namespace vdt

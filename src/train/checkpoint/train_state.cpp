@@ -71,8 +71,8 @@ std::string save_trainer_state(const std::string& run_dir, const std::string& ke
   return save_checkpoint(run_dir, keep_slot, {"vdt train sft", st.step, st.to_json(), update, config_json}, comm);
 }
 
-std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none) {
-  auto ck = load_checkpoint(path, allow_none, "vdt train sft");
+std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none, bool allow_corrupt) {
+  auto ck = load_checkpoint(path, allow_none, "vdt train sft", "--resume", allow_corrupt, "--ignore_corrupt_state");
   if (!ck) return std::nullopt;
   LoadedState out;
   static_cast<LoadedCheckpoint&>(out) = std::move(*ck);

@@ -58,8 +58,9 @@ struct LoadedState : LoadedCheckpoint {
 
 // The state behind --resume PATH (a run directory, a slot, or the `state` link). Prints a note for every unusable
 // slot it skipped. Without any complete slot: nullopt when allow_none (--resume auto on a fresh run directory), else
-// an error listing why each slot is unusable.
-std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none);
+// an error listing why each slot is unusable. With allow_none, sealed slots that are all corrupt are a
+// CorruptStateError (checkpointer.h) unless allow_corrupt (--ignore_corrupt_state).
+std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none, bool allow_corrupt = false);
 
 // Where a resumed run starts reading: the seed's resume_position. Unchanged geometry -> the next micro batch of the
 // saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state

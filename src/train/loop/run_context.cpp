@@ -52,6 +52,8 @@ torch::Tensor RunContext::all_reduce_step(const std::vector<torch::Tensor>& valu
   return shared;
 }
 
+bool RunContext::stop_requested_anywhere() { return to_host(all_reduce_step({})).stop; }
+
 StepScalars RunContext::to_host(const torch::Tensor& reduced, const std::vector<torch::Tensor>& local) const {
   std::vector<torch::Tensor> all = {reduced.to(torch::kFloat32)};
   for (const auto& t : local) all.push_back(t.detach().to(reduced.device(), torch::kFloat32).reshape({1}));

@@ -33,6 +33,8 @@ class RunContext {
   // Sums `values` (0-dim each) and every rank's stop request over the ranks in one all-reduce, on the device (no host
   // sync): [n + 1] float32, the last element > 0 when a stop signal reached some rank.
   torch::Tensor all_reduce_step(const std::vector<torch::Tensor>& values);
+  // Whether a stop signal reached any rank (one all-reduce and a host sync; for start-up, before the first step).
+  bool stop_requested_anywhere();
   // The one host sync of a step: `reduced` (from all_reduce_step) as means over the ranks, plus this rank's `local`.
   StepScalars to_host(const torch::Tensor& reduced, const std::vector<torch::Tensor>& local = {}) const;
   // Standard-normal noise like `like` (drawn in float32, then cast), from the stream (seed, purpose) at `key`:

@@ -32,6 +32,12 @@ std::string hms(double s) {
 
 }  // namespace
 
+std::string fmt_gnorm(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
 void append_jsonl(const std::string& path, const nlohmann::json& row) {
   std::ofstream(path, std::ios::app) << row.dump() << "\n";
 }
@@ -39,6 +45,7 @@ void append_jsonl(const std::string& path, const nlohmann::json& row) {
 void trim_jsonl(const std::string& path, int64_t step) {
   std::ifstream in(path);
   if (!in) return;
+  // A JSON-lines log's rows through `step`; a torn last line (a kill mid-append) is dropped with the rest.
   std::string line, kept;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
@@ -46,6 +53,31 @@ void trim_jsonl(const std::string& path, int64_t step) {
   }
   in.close();
   write_file_atomic(path, kept);
+}
+
+void prepare_logs(const std::vector<std::string>& paths, int64_t start_step, bool jsonl) {
+  for (const auto& path : paths) {
+    const auto name = std::filesystem::path(path).filename().string();
+    if (start_step == 0) {
+      const int64_t rows = count_rows(path, !jsonl);
+      if (rows == 0) continue;
+      const auto moved = move_aside(path);
+      std::printf("[log] %s held %lld rows of an earlier run in this directory; this run starts at step 0, so they "
+                  "were moved to %s\n", name.c_str(), static_cast<long long>(rows), moved->c_str());
+      continue;
+    }
+    const int64_t before = count_rows(path, !jsonl);
+    int64_t n = 0;
+    if (jsonl) {
+      trim_jsonl(path, start_step);
+      n = before - count_rows(path, false);
+    } else {
+      n = CsvLog::keep_rows_through(path, static_cast<double>(start_step));
+    }
+    if (n > 0)
+      std::printf("[log] %s: dropped %lld rows logged after step %lld (they are trained again)\n", name.c_str(),
+                  static_cast<long long>(n), static_cast<long long>(start_step));
+  }
 }
 
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
@@ -142,13 +174,9 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
               (resumed_step > 0 ? "config_resume" + std::to_string(resumed_step) + ".json" : "config.json"))
                  .string(),
              facts);
-  for (const char* name : {"train_log.csv", "val_log.csv"}) {
-    const auto path = (std::filesystem::path(out_) / name).string();
-    if (const int64_t n = resumed_step > 0 ? CsvLog::keep_rows_through(path, static_cast<double>(resumed_step)) : 0;
-        n > 0)
-      std::printf("[log] %s: dropped %lld rows logged after step %lld (they are trained again)\n", name,
-                  static_cast<long long>(n), static_cast<long long>(resumed_step));
-  }
+  prepare_logs({(std::filesystem::path(out_) / "train_log.csv").string(),
+                (std::filesystem::path(out_) / "val_log.csv").string()},
+               resumed_step, /*jsonl=*/false);
   train_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "train_log.csv").string(), train_columns());
   val_csv_ = std::make_unique<CsvLog>((std::filesystem::path(out_) / "val_log.csv").string(), val_columns());
   for (const auto* csv : {train_csv_.get(), val_csv_.get()})
@@ -180,10 +208,10 @@ void RunLog::step(int64_t step, int64_t max_steps, const std::vector<std::pair<s
   time_only(v["step_time"], v["data_time"]);
   const auto [mean_s, mean_d] = mean_times();
   std::printf("step %lld/%lld loss %.4f (mse %.4f t %.0f sem_rms %.3e x_rms %.3f drop t%.0fc%.0fm%.2f) lr %.2e/%.2e "
-              "gnorm %.3f %.2fs (data %.2fs) mem %.1fGB ETA %s\n",
+              "gnorm %s %.2fs (data %.2fs) mem %.1fGB ETA %s\n",
               static_cast<long long>(step), static_cast<long long>(max_steps), v["loss"], v["mse"], v["timestep"],
               v["sem_rms"], v["x_rms"], v["text_drop"], v["cond_drop"], v["mask_frac"], v["lr"], v["cond_lr"],
-              v["grad_norm"], v["step_time"], v["data_time"], v["mem_gb"], hms(mean_s * (max_steps - step)).c_str());
+              fmt_gnorm(v["grad_norm"]).c_str(), v["step_time"], v["data_time"], v["mem_gb"], hms(mean_s * (max_steps - step)).c_str());
   std::fflush(stdout);
 }
 

@@ -29,8 +29,17 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
 
 // JSON-lines logs (the causal trainer's train_log.jsonl, val_log.jsonl): one object per line, appended; on resume the
 // lines after the resumed step are dropped (a run killed after logging, before saving, trains them again).
+// A gradient norm on the console: 4 significant digits, so 3e-05 reads as 3e-05 and not as 0.000.
+std::string fmt_gnorm(double v);
+
 void append_jsonl(const std::string& path, const nlohmann::json& row);
 void trim_jsonl(const std::string& path, int64_t step);
+
+// A run's logs at start-up (both trainers): resuming at step N > 0 drops the rows logged after N (a run killed after
+// logging, before saving, trains them again); starting at step 0 in a directory that holds an earlier run's rows
+// moves those files aside (<stem>.old<N><ext>), so the rows of two runs never mix. `jsonl`: JSON-lines files (no
+// header). Prints a [log] line for what it did.
+void prepare_logs(const std::vector<std::string>& paths, int64_t start_step, bool jsonl);
 
 class RunLog {
  public:

@@ -2,6 +2,7 @@
 #include "train/sft/sft_config.h"
 
 #include <nlohmann/json.hpp>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -14,11 +15,17 @@ std::vector<double> SftConfig::val_timestep_list() const {
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.find_first_not_of(" ") == std::string::npos) continue;
+    size_t used = 0;
+    double v = 0;
     try {
-      out.push_back(std::stod(item));
+      v = std::stod(item, &used);
     } catch (...) {
-      VDT_FAIL("--val_timesteps: '", item, "' is not a number (expected e.g. 200,500,800)");
+      used = 0;
     }
+    // The whole item must be the number: "200abc" is a typo, not 200.
+    VDT_CHECK(used > 0 && item.find_first_not_of(" ", used) == std::string::npos && std::isfinite(v),
+              "--val_timesteps: '", item, "' is not a number (expected a comma-separated list like 200,500,800)");
+    out.push_back(v);
     VDT_CHECK(out.back() >= 0 && out.back() <= 1000, "--val_timesteps: ", out.back(), " is outside [0, 1000]");
   }
   return out;
@@ -50,6 +57,10 @@ void SftConfig::validate() const {
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '", device, "'");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
+  VDT_CHECK(std::isfinite(grad_clip) && grad_clip >= 0, "--grad_clip ", grad_clip, ": expected a finite number >= 0 "
+            "(the largest global gradient norm; 0 turns clipping off)");
+  VDT_CHECK(sem_hidden >= 0, "--sem_hidden ", sem_hidden, ": expected >= 1 (the gc_sem_cond width), or 0 for "
+            "min(512, model dim)");
   VDT_CHECK(max_steps > 0, "--max_steps must be positive, got ", max_steps);
   VDT_CHECK(batch_size > 0, "--batch_size must be positive, got ", batch_size);
   VDT_CHECK(grad_accum > 0, "--grad_accum must be positive, got ", grad_accum);
@@ -87,7 +98,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--lr", "learning rate of the DiT", &C::lr},
       {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},
       {"--weight_decay", "AdamW weight decay (both groups)", &C::weight_decay},
-      {"--grad_clip", "global gradient-norm clip (logged grad_norm is pre-clip)", &C::grad_clip},
+      {"--grad_clip", "global gradient-norm clip (logged grad_norm is pre-clip); 0 = no clipping", &C::grad_clip},
       {"--warmup_steps", "linear warmup steps, then constant", &C::warmup_steps},
       {"--max_steps", "optimizer steps", &C::max_steps},
       {"--batch_size", "micro batch per process (one timestep per micro batch)", &C::batch_size},
@@ -102,6 +113,8 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--output", "run directory; a relative path is taken from the current directory (the seed resolves it "
                    "against its project root) and recorded absolute in config.json", &C::output, true},
       {"--resume", "X.safetensors: warm start (weights only, step 0); a run directory, state_A/B or state: continue exactly from its newest complete state; auto: the newest state in --output, or a fresh start", &C::resume},
+      {"--ignore_corrupt_state", "with --resume auto: when every sealed state slot in --output is corrupt, start "
+                                 "from step 0 anyway (without it that is an error listing the slots)", &C::ignore_corrupt_state},
       {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
   };
   return f;

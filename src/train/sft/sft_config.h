@@ -31,6 +31,7 @@ struct SftConfig {
   bool save_state = true, val_uncond = true;
   std::string val_timesteps = "200,500,800";
   std::string output, resume;
+  bool ignore_corrupt_state = false;  // --resume auto with every sealed slot corrupt: start from step 0 on purpose
   uint64_t seed = 0;
   bool final_export = true;  // not a flag: `vdt bench step` times steps and skips the last step's export
 

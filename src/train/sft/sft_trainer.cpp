@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "core/safetensors.h"
+#include "core/state_slots.h"
 #include "core/stop_signal.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -30,6 +31,7 @@
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
+#include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
 #include "train/loop/trace.h"
@@ -37,6 +39,7 @@
 namespace vdt {
 namespace {
 
+namespace fs = std::filesystem;
 const std::string kCondPrefix = "gc_sem_cond.";
 
 bool is_cond(const std::string& name) { return name.rfind(kCondPrefix, 0) == 0; }
@@ -44,6 +47,7 @@ bool is_cond(const std::string& name) { return name.rfind(kCondPrefix, 0) == 0; 
 struct SftRun {
   SftConfig cfg;
   std::unique_ptr<RunContext> ctx;
+  std::unique_ptr<RunDirLock> lock;  // rank 0: this process owns --output
   std::shared_ptr<SftDataset> train_ds, val_ds;
   std::unique_ptr<Loader> loader;
   std::shared_ptr<Denoiser> model;
@@ -82,6 +86,7 @@ void build_data(SftRun& r) {
   const auto cells = sft_cells_problem(r.train_ds->info(), r.cfg.data_root + "/dataset.json");
   VDT_CHECK(cells.empty(), cells);
   VDT_CHECK(r.train_ds->size() > 0, r.cfg.data_root, ": no train clips (after dropping drop rows and --limit)");
+  check_no_leak(r.train_ds->root());  // the whole index, whatever --val_every / --val_n
   if (r.cfg.val_every > 0 && r.cfg.val_n > 0) {
     SftDataConfig vc = dc;
     vc.split = "val", vc.limit = r.cfg.val_n, vc.include_dropped = false;
@@ -160,7 +165,7 @@ TrainerState current_state(const SftRun& r, int64_t step) {
 void build_resume(SftRun& r) {
   if (r.cfg.resume.empty() || is_warm_start(r.cfg.resume)) return;
   const bool is_auto = r.cfg.resume == "auto";
-  auto loaded = load_trainer_state(is_auto ? r.cfg.output : r.cfg.resume, is_auto);
+  auto loaded = load_trainer_state(is_auto ? r.cfg.output : r.cfg.resume, is_auto, r.cfg.ignore_corrupt_state);
   if (!loaded) {
     std::printf("[resume] auto: no complete state in %s; starting from step 0\n", r.cfg.output.c_str());
     return;
@@ -188,6 +193,12 @@ void build_resume(SftRun& r) {
   r.resumed_from = std::filesystem::canonical(loaded->slot).string();
   r.state_slot = loaded->slot;
   r.resume_how = rp.how;
+  std::error_code ec;
+  if (r.ctx->rank == 0 && fs::equivalent(run_dir_of(loaded->slot), r.cfg.output, ec))
+    if (const auto old = repair_state_link(r.cfg.output, loaded->slot))  // the link lagged behind the newest seal
+      std::printf("[resume] %s/state pointed at %s; it now points at %s, the newest sealed slot\n",
+                  r.cfg.output.c_str(), old->empty() ? "nothing" : old->c_str(),
+                  fs::path(loaded->slot).filename().c_str());
   std::printf("[resume] %s: step %lld, epoch %lld after %lld micro batches (%s); init_ckpt %s\n",
               r.resumed_from.c_str(), static_cast<long long>(st.step), static_cast<long long>(rp.epoch),
               static_cast<long long>(rp.skip), rp.how.c_str(), r.init_ckpt.empty() ? "(base)" : r.init_ckpt.c_str());
@@ -390,11 +401,15 @@ void open_log(SftRun& r) {
   r.log.open(r.cfg, facts, r.start_step);
 }
 
+// The state is at or past --max_steps: a run killed after its last save and before done.json (or a re-queued job
+// that already finished). done.json is written when missing, so the run reads as finished.
 SftSummary nothing_to_train(SftRun& r, SftSummary& sum) {
   std::printf("[resume] the state is at step %lld >= --max_steps %lld: nothing to train\n",
               static_cast<long long>(r.start_step), static_cast<long long>(r.cfg.max_steps));
   const auto last = std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(r.start_step) + ".safetensors");
   if (std::filesystem::exists(last)) sum.last_export = last.string();
+  if (r.ctx->rank == 0 && !std::filesystem::exists(std::filesystem::path(r.cfg.output) / "done.json"))
+    r.log.done(r.start_step, r.ctx->peak_memory_gb(), sum.last_export);
   return sum;
 }
 
@@ -414,6 +429,16 @@ SftSummary stopped(SftRun& r, int64_t step, bool exported, SftSummary& sum) {
                 r.cfg.save_state ? ("Continue with the same command plus --resume " + r.cfg.output +
                                     " (or --resume auto)").c_str()
                                  : "No state was saved (--no-save_state); the weights are in the export above.");
+  std::fflush(stdout);
+  sum.stopped = true;
+  return sum;
+}
+
+// A signal during start-up: nothing was trained and nothing saved; the run directory is as the last run left it.
+SftSummary stopped_at_start_up(int rank, int64_t start_step, SftSummary& sum) {
+  if (rank == 0)
+    std::printf("[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same command "
+                "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(start_step + 1));
   std::fflush(stdout);
   sum.stopped = true;
   return sum;
@@ -446,6 +471,8 @@ SftSummary train_sft(const SftConfig& cfg) {
 }
 
 SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index) {
+  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0 (during start-up: exit 0
+                                // before the first step)
   cfg.validate();
   SftRun r;
   r.cfg = cfg;
@@ -455,6 +482,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
   std::filesystem::create_directories(r.cfg.output);
+  if (r.ctx->rank == 0) r.lock = hold_run_dir(r.cfg.output, "--output");
   build_data(r);
   build_model(r);
   build_resume(r);
@@ -463,7 +491,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
-  StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0
+  if (r.ctx->stop_requested_anywhere()) return stopped_at_start_up(r.ctx->rank, r.start_step, sum);
   StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
   start_epoch(r, r.skip_micro);
   r.ctx->reset_peak_memory();  // the peak of training, not of the build
