@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   vdt::cli::add_sample(app, exit_code);
   vdt::cli::add_demo(app, exit_code);
   vdt::cli::add_ckpt(app, exit_code);
+  vdt::cli::add_decode(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

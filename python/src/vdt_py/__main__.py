@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, (mod, help_) in COMMANDS.items():
         m = importlib.import_module(f"vdt_py.{mod}")
         p = sub.add_parser(name, help=help_, description=(m.__doc__ or help_).strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           prog=os.environ.get("VDT_PY_PROG") or f"{prog} {name}",
+                           epilog=f"(vdt_py {os.path.dirname(os.path.abspath(__file__))}, python {sys.executable})")
         m.add_args(p)
         mods[name] = m
     args = ap.parse_args(argv)

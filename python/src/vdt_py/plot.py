@@ -62,7 +62,8 @@ def plot_run(run: str, out: str, smooth: int = 5) -> str:
         s, m = by_step(va, "mse")
         ax.plot(s, m, color="tab:red", marker="o", markersize=3, linewidth=1.4, label="val MSE (mean over timesteps)")
     ax.set_ylabel("loss / MSE")
-    ax.set_title(f"vdt run {os.path.basename(os.path.abspath(run))}")
+    parts = os.path.abspath(run).rstrip("/").split("/")
+    ax.set_title(f"training run {'/'.join(parts[-2:])}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
     if has_gaps:
