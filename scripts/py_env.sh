@@ -24,6 +24,12 @@ if [ ! -f "$VENV/.complete" ]; then
 fi
 if [ ! -f "$VENV/.complete" ]; then
   command -v python3 >/dev/null || { say "no python3 on PATH; ---> HINT: install python3 (3.10 or newer)"; exit 1; }
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then   # Debian's python3 needs python3-venv for venvs
+    say "installing Debian package python3-venv"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null \
+      || { say "could not install python3-venv; ---> HINT: install it, or set VDT_PYTHON to a python with vdt's dependencies"; exit 1; }
+  fi
   say "creating $VENV (once): torch from $torch_site, dependencies of python/pyproject.toml from PyPI"
   mkdir -p "$VDT_CACHE"
   tmp="$VENV.partial.$$"
