@@ -10,8 +10,9 @@
 namespace vdt::cli {
 
 void add_ckpt(CLI::App& app, int& exit_code) {
-  auto* ckpt = app.add_subcommand("ckpt", "Inspect, check, compare checkpoints; merge a LoRA");
+  auto* ckpt = app.add_subcommand("ckpt", "Inspect, check, compare checkpoints; merge a LoRA; export to diffusers / ComfyUI");
   ckpt->require_subcommand(1);
+  add_ckpt_export(*ckpt, exit_code);
 
   auto files = std::make_shared<std::vector<std::string>>();
   auto* inspect = ckpt->add_subcommand("inspect", "Summarise a checkpoint (one file or the shards of one)");

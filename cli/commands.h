@@ -75,5 +75,10 @@ void add_sample(CLI::App& app, int& exit_code);
 void add_demo(CLI::App& app, int& exit_code);
 void add_ckpt(CLI::App& app, int& exit_code);
 void add_data_synth(CLI::App& data_cmd, int& exit_code);  // cli/data_synth.cpp, called by add_data
+void add_data_prepare(CLI::App& data_cmd, int& exit_code);  // cli/python_tool.cpp, called by add_data
+void add_decode(CLI::App& app, int& exit_code);             // cli/python_tool.cpp
+// Runs `python -m vdt_py <command> <args...>` (vdt's Python package, docs/python.md) as a child; its exit code.
+int run_python_tool(const std::string& command, const std::vector<std::string>& args);
+void add_ckpt_export(CLI::App& ckpt, int& exit_code);       // cli/ckpt_export.cpp, called by add_ckpt
 
 }  // namespace vdt::cli

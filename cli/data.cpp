@@ -82,7 +82,7 @@ void run_inspect(const std::string& path) {
 }  // namespace
 
 void add_data(CLI::App& app, int& exit_code) {
-  auto* data_cmd = app.add_subcommand("data", "Data roots: check, inspect, synth");
+  auto* data_cmd = app.add_subcommand("data", "Data roots: check, inspect, synth, prepare");
   data_cmd->require_subcommand(1);
 
   auto check = std::make_shared<DataCheckArgs>();
@@ -101,6 +101,7 @@ void add_data(CLI::App& app, int& exit_code) {
   });
 
   add_data_synth(*data_cmd, exit_code);
+  add_data_prepare(*data_cmd, exit_code);
 }
 
 }  // namespace vdt::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   vdt::cli::add_sample(app, exit_code);
   vdt::cli::add_demo(app, exit_code);
   vdt::cli::add_ckpt(app, exit_code);
+  vdt::cli::add_decode(app, exit_code);
   try {
     // argparse's abbreviations: unambiguous flag prefixes are spelled out before CLI11 parses.
     auto args = vdt::cli::expand_flag_prefixes(app, std::vector<std::string>(argv + 1, argv + argc));

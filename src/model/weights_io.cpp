@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/wan_key_names.h"
 
 namespace vdt {
 bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes) {
@@ -25,11 +26,22 @@ std::string name_list(const std::vector<std::string>& names) {
 
 namespace {
 
-// The key as stored in the files: the model's own name, or with DiffSynth's "model." prefix.
-std::string stored_key(const SafetensorsSet& files, const std::string& name) {
-  if (files.contains(name)) return name;
-  if (files.contains("model." + name)) return "model." + name;
-  return {};
+// Our name -> the key as stored in the files: our own name, or with DiffSynth's "model." or ComfyUI's
+// "model.diffusion_model." prefix, or diffusers' WanTransformer3DModel name (model/wan_key_names.h).
+std::map<std::string, std::string> stored_keys(const SafetensorsSet& files) {
+  bool diffusers = false;
+  for (const auto& k : files.keys()) diffusers = diffusers || is_diffusers_wan_key(k);
+  std::map<std::string, std::string> out;
+  for (const auto& k : files.keys()) {
+    const std::string name = wan_canonical_key(k, diffusers);
+    if (!out.count(name) || name == k) out[name] = k;  // a key stored under our exact name wins
+  }
+  return out;
+}
+
+std::string stored_key(const std::map<std::string, std::string>& keys, const std::string& name) {
+  auto it = keys.find(name);
+  return it == keys.end() ? std::string() : it->second;
 }
 
 }  // namespace
@@ -40,6 +52,9 @@ std::vector<std::string> weight_files(const std::string& file_or_dir, const std:
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(file_or_dir))
     if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  // A diffusers pipeline directory (e.g. Wan2.2-TI2V-5B-Diffusers) keeps the DiT under transformer/.
+  if (files.empty() && fs::is_directory(fs::path(file_or_dir) / "transformer"))
+    return weight_files((fs::path(file_or_dir) / "transformer").string(), flag);
   std::sort(files.begin(), files.end());
   VDT_CHECK(!files.empty(), flag, " ", file_or_dir, ": no .safetensors files in this directory");
   return files;
@@ -51,10 +66,11 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> used;
   std::vector<std::pair<std::string, torch::Tensor>> targets;
+  const auto keys = stored_keys(files);
   for (auto& kv : module.named_parameters()) targets.emplace_back(kv.key(), kv.value());
   for (auto& kv : module.named_buffers()) targets.emplace_back(kv.key(), kv.value());
   for (auto& [name, dst] : targets) {
-    const std::string key = stored_key(files, name);
+    const std::string key = stored_key(keys, name);
     if (key.empty()) {
       (has_prefix(name, opts.optional_prefixes) ? report.kept : missing).push_back(name);
       continue;
@@ -79,12 +95,14 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
     if (!missing.empty()) os << "\n  " << missing.size() << " missing key(s):" << name_list(missing);
     if (!unexpected.empty()) os << "\n  " << unexpected.size() << " unexpected key(s):" << name_list(unexpected);
     if (!mismatched.empty()) os << "\n  " << mismatched.size() << " shape mismatch(es):" << name_list(mismatched);
-    os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given";
+    os << "\n---> HINT: check --model (or let vdt detect it from the weights) and that every shard is given; vdt reads "
+          "Wan weights under the original names (blocks.N.self_attn.q.weight), diffusers' WanTransformer3DModel "
+          "names (blocks.N.attn1.to_q.weight) and the \"model.\" / \"model.diffusion_model.\" prefixes";
     VDT_FAIL(os.str());
   }
   std::vector<std::string> non_finite;
   for (auto& [name, dst] : targets) {
-    const std::string key = stored_key(files, name);
+    const std::string key = stored_key(keys, name);
     if (key.empty()) continue;
     dst.copy_(files.get(key));
     // NaN/Inf weights make the first loss non-finite, whose message would blame --lr or the data: name the file.
@@ -116,7 +134,7 @@ std::vector<std::pair<std::string, torch::Tensor>> export_weights(const torch::n
 
 ModelConfig detect_config(const SafetensorsSet& files) {
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& k : files.keys()) shapes[k.rfind("model.", 0) == 0 ? k.substr(6) : k] = files.entry(k).shape;
+  for (const auto& [name, key] : stored_keys(files)) shapes[name] = files.entry(key).shape;
   return detect_config(shapes, files.files().front()->path());
 }
 
