@@ -55,4 +55,10 @@ LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const st
   return w;
 }
 
+LoraShape lora_shape_for(const std::string& preset, const std::string& path) {
+  auto shape = read_lora_shape(path);
+  if (denoiser_family(preset) == "h3" && h3_lora_is_split(read_lora(path))) shape.rank *= 3, shape.alpha *= 3;
+  return shape;
+}
+
 }  // namespace vdt

@@ -29,4 +29,8 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
 // (model/h3/h3_lora.h); anything else unchanged. `where` names the file in errors.
 LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const std::string& where);
 
+// The rank and alpha a LoRA file gives once in `preset`'s naming (lora_for_model): an H3 LoRA in the split naming
+// becomes rank 3r, alpha 3·alpha; anything else as the file says (read_lora_shape).
+LoraShape lora_shape_for(const std::string& preset, const std::string& path);
+
 }  // namespace vdt

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
+#include "model/h3/h3_config.h"
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/causal_test_util.h"
@@ -99,6 +100,35 @@ TEST_F(CausalH3Test, TwoNodesShardWithinEachNode) {
   }
   EXPECT_NEAR(static_cast<double>(nodes[0].shard_bytes) / one[0].shard_bytes, 2.0, 0.05);
   expect_same_lora(nodes[0].lora, one[0].lora);
+}
+
+// --init-lora with an H3 LoRA in diffusers' split naming: the run takes rank 3r and alpha 3·alpha from it (the fused
+// form, model/h3/h3_lora.h) and trains on.
+TEST_F(CausalH3Test, InitLoraInSplitNamingTrainsOn) {
+  const auto hc = h3_preset("h3-tiny");
+  const int64_t r = 2;
+  NamedTensors file;
+  auto add = [&](const std::string& m, int64_t in, int64_t out) {
+    file.emplace_back(m + ".lora_A.weight", torch::randn({r, in}) * 0.1);
+    file.emplace_back(m + ".lora_B.weight", torch::randn({out, r}) * 0.01);
+  };
+  for (int64_t b = 0; b < hc.num_layers + hc.refiner_layers; ++b) {
+    const std::string blk = b < hc.num_layers ? "transformer_blocks." + std::to_string(b)
+                                               : "token_refiner.refiner_blocks." + std::to_string(b - hc.num_layers);
+    for (const char* p : {"to_q", "to_k", "to_v"}) add(blk + ".attn." + p, hc.hidden, hc.inner());
+    add(blk + ".attn.to_out.0", hc.inner(), hc.hidden);
+    add(blk + ".ff.net.0.proj", hc.hidden, 2 * hc.ffn);
+    add(blk + ".ff.net.2", hc.ffn, hc.hidden);
+  }
+  const std::string init = dir_->file("split_init.safetensors");
+  save_safetensors(init, file, {{"alpha", "4"}});
+  auto c = config("split_init", 2);
+  c.init_lora = init, c.lora_rank = 0, c.lora_alpha = 0;  // the file decides
+  const auto sum = train_causal(c);
+  EXPECT_TRUE(std::isfinite(sum.last_loss));
+  const auto meta = SafetensorsFile::open(lora_step_path(c.out, 2))->metadata();
+  EXPECT_EQ(meta.at("rank"), "6");
+  EXPECT_EQ(std::stod(meta.at("alpha")), 12.0);
 }
 
 // `vdt sample --causal` on an H3 LoRA: the base, Picture 1 choice and targets from the LoRA's metadata, the val windows

@@ -93,7 +93,7 @@ void resolve_lora_shape(CausalRun& r) {
   const auto newest = newest_lora_step(r.cfg.out);
   if (newest.first > 0 || is_lora_file(r.cfg.resume) || (r.cfg.resume == "auto" && !r.cfg.init_lora.empty())) {
     source = newest.first > 0 ? newest.second : is_lora_file(r.cfg.resume) ? r.cfg.resume : r.cfg.init_lora;
-    file = read_lora_shape(source);
+    file = lora_shape_for(r.cfg.model, source);  // e.g. an H3 LoRA in diffusers' split naming: rank 3r
   } else if (r.cfg.resume != "auto") {  // another run's state: its flags (config.json) beside its factors
     std::vector<std::string> notes;
     if (auto st = find_causal_state(r.cfg.resume, -1, &notes)) {
@@ -181,7 +181,6 @@ void resume_exactly(CausalRun& r, const CausalState& st) {
                     ": the same global sample stream continues";
 }
 
-bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
 
 // --resume auto: continue exactly from the newest sealed state slot in --out (its LoRA file is written after it, so
 // a kill between the two leaves the slot, and the missing LoRA file is written again from it); LoRA files newer than

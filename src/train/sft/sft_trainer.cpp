@@ -409,7 +409,8 @@ SftSummary nothing_to_train(SftRun& r, SftSummary& sum) {
   const auto last = std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(r.start_step) + ".safetensors");
   if (std::filesystem::exists(last)) sum.last_export = last.string();
   if (r.ctx->rank == 0 && !std::filesystem::exists(std::filesystem::path(r.cfg.output) / "done.json"))
-    r.log.done(r.start_step, r.ctx->peak_memory_gb(), sum.last_export);
+    r.log.done({r.start_step, r.start_step, r.ctx->peak_memory_gb(), r.ctx->peak_memory_gb(), r.epoch,
+                r.epoch_micro, sum.last_export});
   return sum;
 }
 
