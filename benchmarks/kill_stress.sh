@@ -22,11 +22,11 @@ res=$(python3 -c "import json; print(json.load(open('$data/dataset.json'))['res'
 
 cmd_of() {  # trainer out
   if [ "$1" = sft ]; then
-    echo "$VDT train sft --data_root $data --res $res --output $2 --model tiny --device cpu --precision fp32" \
+    echo "$VDT train sft --random-init --data_root $data --res $res --output $2 --model tiny --device cpu --precision fp32" \
          "--no-gradient_checkpointing --batch_size 1 --grad_accum 2 --num_workers 1 --lr 1e-3 --cond_lr 1e-3" \
          "--warmup_steps 2 --val_every 0 --save_every 1 --max_steps ${STEPS:-12} --resume auto"
   else
-    echo "$VDT train causal --data-root $data --out $2 --model tiny --device cpu --precision fp32 --chunk-frames 1" \
+    echo "$VDT train causal --random-init --data-root $data --out $2 --model tiny --device cpu --precision fp32 --chunk-frames 1" \
          "--lora-rank 4 --lora-alpha 4 --val-clips 3 --lr 1e-2 --warmup 2 --save-every 1 --steps ${STEPS:-12}"
   fi
 }

@@ -18,7 +18,7 @@ def test_prepare_check_train_sample_decode(clips, tiny16, tmp_path, vdt):
     r = vdt("data", "check", root, "--res", "64x64")
     assert "ok:" in r.stdout and "train 3, val 1" in r.stdout, r.stdout
 
-    vdt("train", "sft", "--data_root", root, "--output", run, "--model", "tiny", "--device", "cpu", "--precision", "fp32",
+    vdt("train", "sft", "--random-init", "--data_root", root, "--output", run, "--model", "tiny", "--device", "cpu", "--precision", "fp32",
         "--res", "64x64", "--max_steps", "4", "--batch_size", "1", "--grad_accum", "1", "--num_workers", "1",
         "--warmup_steps", "1", "--val_every", "2", "--val_n", "1", "--save_every", "4", "--log_every", "1",
         "--no-save_state", "--seed", "0")

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<std::string> causal_args(const std::string& data, const std::string& out, int64_t steps) {
-  return {"train", "causal", "--data-root", data, "--out", out, "--model", "tiny", "--device", "cpu", "--precision",
+  return {"train", "causal", "--random-init", "--data-root", data, "--out", out, "--model", "tiny", "--device", "cpu", "--precision",
           "fp32", "--chunk-frames", "1", "--lora-rank", "4", "--lora-alpha", "4", "--val-clips", "3", "--lr", "1e-2",
           "--warmup", "1", "--save-every", "1", "--steps", std::to_string(steps)};
 }

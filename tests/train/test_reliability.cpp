@@ -43,6 +43,7 @@ class Reliability : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
   static SftConfig config(const std::string& name, int64_t steps) {
     SftConfig c;
+    c.random_init = true;
     c.data_root = dir_->file("data"), c.output = dir_->file(name), c.res = res_;
     c.model = "tiny", c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
     c.max_steps = steps, c.batch_size = 1, c.grad_accum = 2, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
@@ -127,6 +128,7 @@ TEST_F(Reliability, TwoRunsInOneDirectoryTheSecondIsRefusedNamingTheFirst) {
                                                "pid " + std::to_string(::getpid())});
     auto k = CausalConfig{};
     k.data_root = dir_->file("data"), k.out = c.output, k.model = "tiny", k.device = "cpu", k.steps = 1;
+    k.random_init = true;
     test::expect_error([&] { train_causal(k); }, {"--out", "in use by another vdt process"});
   }
   EXPECT_EQ(train_sft(c).steps, 2);  // released: the run goes ahead
@@ -148,7 +150,7 @@ TEST_F(Reliability, LeftoversOfInterruptedSavesAreRemovedAndOnlyOurs) {
   EXPECT_NE(describe_leftovers(removed).find("removed 4 temp files"), std::string::npos) << describe_leftovers(removed);
   // At start-up, through the binary: the line says what went.
   std::ofstream(c.output + "/step-6.safetensors.tmp.31337") << std::string(5000, 'x');
-  const auto r = test::run_vdt("train sft --data_root " + c.data_root + " --res " + res_ + " --output " + c.output +
+  const auto r = test::run_vdt("train sft --random-init --data_root " + c.data_root + " --res " + res_ + " --output " + c.output +
                                " --model tiny --device cpu --precision fp32 --resume auto --max_steps 2 --val_every 0");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("removed 1 temp file left by an interrupted save"), std::string::npos) << r.output;
@@ -178,6 +180,7 @@ TEST_F(Reliability, ALeakAbortsWhateverTheValidationFlags) {
 
 TEST(ReliabilityFlags, NoFlagIsAcceptedSilently) {
   SftConfig c;
+  c.random_init = true;
   c.data_root = "d", c.output = "o";
   c.validate();
   c.grad_clip = 0;  // documented: no clipping
@@ -262,7 +265,7 @@ TEST_F(Reliability, ASignalDuringStartUpStopsBeforeTheFirstStep) {
   // Through the binary: SIGTERM as soon as the run holds its directory, long before the first step ends.
   const auto out = dir_->file("early_signal_cli");
   pid_t pid = 0;
-  test::spawn_vdt({"train", "sft", "--data_root", dir_->file("data"), "--res", res_, "--output", out, "--model",
+  test::spawn_vdt({"train", "sft", "--random-init", "--data_root", dir_->file("data"), "--res", res_, "--output", out, "--model",
                    "tiny", "--device", "cpu", "--precision", "fp32", "--max_steps", "3"}, {}, &pid);
   for (int i = 0; i < 20000 && !fs::exists(out + "/" + RunDirLock::kFile); ++i) ::usleep(500);
   ::kill(pid, SIGTERM);
@@ -275,7 +278,7 @@ TEST_F(Reliability, ASignalDuringStartUpStopsBeforeTheFirstStep) {
 // Over a file-size limit a save fails with EFBIG, reported like a full disk, instead of SIGXFSZ killing vdt silently.
 TEST_F(Reliability, AFileSizeLimitIsReportedLikeAFullDisk) {
   const auto out = dir_->file("fsize");
-  const std::string cmd = "sh -c 'ulimit -f 64; exec " + std::string(VDT_BINARY) + " train sft --data_root " +
+  const std::string cmd = "sh -c 'ulimit -f 64; exec " + std::string(VDT_BINARY) + " train sft --random-init --data_root " +
                           dir_->file("data") + " --res " + res_ + " --output " + out + " --model tiny --device cpu "
                           "--precision fp32 --max_steps 2 --save_every 1 --val_every 0 --num_workers 1' 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
