@@ -2,7 +2,11 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (SPEC §9) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|all]  (default all)
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|all]
+# (default all)
+# profile: bf16 parity, then one traced step (VDT_TRACE, input shapes) of the 5B SFT bench (CKS, default "block") with
+# the ops that launched align2 GEMMs (benchmarks/trace_ops.py), and of the H3 causal bench step with its allocations
+# (VDT_TRACE_MEMORY=1): kernel time by name and what is live at the allocation peak.
 # h3: bf16 parity of h3_tiny_a, then `vdt bench step --trainer causal --model minimax-h3` (random 33B weights, LoRA r32
 # on the four targets, block-causal) at the peer's geometry (256 text + Picture 1 + 6 chunks of 5 latents at 480x832
 # with their audio = 12,686 rows) on GPU 0 with ATTNS (default "prefix mask"), then sharded over NPROC (default 2)
@@ -203,5 +207,25 @@ if [ "$what" = h3-resume ]; then  # H3 causal LoRA on NPROC GPUs: uninterrupted 
   echo "killed after: $(ls /tmp/vdt_h3_cut | tr '\n' ' ')"
   timeout 300 $tr --out /tmp/vdt_h3_cut > "$OUT/h3_cut_b.log" 2>&1 || rc=1
   grep -E "fresh run|resume|^step|CRC|rror" "$OUT/h3_cut_b.log" | cut -c1-200
+fi
+if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (block checkpointing) and the H3 causal step
+  $build/vdt parity .deps/fixtures/wan_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 | grep -E "PASS|FAIL" || rc=1
+  $build/vdt parity .deps/fixtures/h3_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 | grep -E "PASS|FAIL" || rc=1
+  for ck in ${CKS:-block}; do
+    VDT_TRACE=$OUT/sft_$ck.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --checkpointing $ck \
+      --steps 3 --warmup 2 --work-dir /tmp/vdt_prof_sft_$ck > "$OUT/prof_sft_$ck.log" 2>&1 || rc=1
+    grep -E "^  step|result|rror" "$OUT/prof_sft_$ck.log" | cut -c1-200
+    python3 benchmarks/trace_top.py $OUT/sft_$ck.json 40 > "$OUT/sft_${ck}_top.txt"; head -24 "$OUT/sft_${ck}_top.txt"
+    python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | tee "$OUT/sft_${ck}_align2.txt" | head -60
+    gzip -f $OUT/sft_$ck.json
+  done
+  geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
+  VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=1 timeout 300 $build/vdt bench step $geo --attn prefix \
+    --work-dir /tmp/vdt_prof_h3 > "$OUT/prof_h3.log" 2>&1 || rc=1
+  grep -E "rows per|^  step|result|rror" "$OUT/prof_h3.log" | cut -c1-200
+  python3 benchmarks/trace_top.py $OUT/h3.json 40 > "$OUT/h3_top.txt"; head -30 "$OUT/h3_top.txt"
+  python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
+  python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
+  gzip -f $OUT/h3.json
 fi
 exit $rc

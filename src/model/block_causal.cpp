@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/ranged_attention.h"
 
 namespace vdt {
 
@@ -46,6 +47,22 @@ torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor
 }
 
 namespace {
+// The prefix kernel's calls as query blocks: chunk i of n sees chunks 0..i; with teacher forcing ([clean | noisy]
+// halves) a noisy chunk i sees clean chunks 0..i-1 and itself.
+std::vector<QueryBlock> prefix_blocks(int64_t n, int64_t c, bool teacher_forcing) {
+  std::vector<QueryBlock> blocks;
+  for (int64_t i = 0; i < n; ++i) blocks.push_back({i * c, (i + 1) * c, {{0, (i + 1) * c}}});
+  if (!teacher_forcing) return blocks;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = n * c + i * c;
+    QueryBlock b{at, at + c, {}};
+    if (i > 0) b.keys.emplace_back(0, i * c);
+    b.keys.emplace_back(at, at + c);
+    blocks.push_back(std::move(b));
+  }
+  return blocks;
+}
+
 // Teacher forcing over [clean | noisy] halves of n chunks each.
 torch::Tensor teacher_forcing_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         int64_t chunk_tokens, CausalKernel kernel) {
@@ -56,6 +73,7 @@ torch::Tensor teacher_forcing_attention(const torch::Tensor& q, const torch::Ten
     return at::scaled_dot_product_attention(q, k, v, teacher_forcing_mask(n, chunk_tokens, q.device()));
   if (kernel == CausalKernel::eager)
     return masked_attention_eager(q, k, v, teacher_forcing_mask(n, chunk_tokens, q.device()));
+  if (ranged_attention_supported(q, k, v)) return ranged_attention(q, k, v, prefix_blocks(n, chunk_tokens, true));
   auto clean = block_causal_attention(q.narrow(2, 0, half), k.narrow(2, 0, half), v.narrow(2, 0, half), chunk_tokens,
                                       CausalKernel::prefix);                                  // [B, N, L/2, Dh]
   std::vector<torch::Tensor> out{clean};
@@ -81,7 +99,8 @@ torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor
   const int64_t n = L / chunk_tokens;
   switch (kernel) {
     case CausalKernel::prefix: {
-      std::vector<torch::Tensor> out;
+      if (ranged_attention_supported(q, k, v)) return ranged_attention(q, k, v, prefix_blocks(n, chunk_tokens, false));
+      std::vector<torch::Tensor> out;  // no fused backend (the math one): per-chunk calls through autograd
       for (int64_t i = 0; i < n; ++i) {
         const int64_t end = (i + 1) * chunk_tokens;
         out.push_back(at::scaled_dot_product_attention(q.narrow(2, i * chunk_tokens, chunk_tokens),

@@ -1,7 +1,7 @@
 // Block-causal attention for the causal workflow (SPEC §5, reference/peers.md §1): the token sequence is cut into
 // chunks of `chunk_tokens` (a chunk = some latent frames), and the queries of chunk i see the keys of chunks 0..i.
 // Three ways that must agree, forward and backward: `prefix` — one SDPA call per chunk over its key prefix (no mask,
-// so the fused kernels stay usable); `mask` — one SDPA call with a boolean block mask; `eager` — the slow, obvious
+// so the fused kernels stay usable), all chunks in one autograd node (model/ranged_attention.h); `mask` — one SDPA call with a boolean block mask; `eager` — the slow, obvious
 // softmax(q k^T / sqrt(Dh) + mask) v (the reference in tests). Teacher forcing adds clean context chunks beside the
 // noisy ones: block_causal_mask(..., clean_context) builds that mask.
 // Not here: which tokens form a chunk (the trainer), RoPE (applied to q and k before).

@@ -136,8 +136,13 @@ torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) 
   auto a = kids["lora_A"]->as<torch::nn::Linear>();
   auto b = kids["lora_B"]->as<torch::nn::Linear>();
   // Factors in x's dtype (trainers keep them in float32 beside a bf16 base; the cast is part of the graph).
-  auto h = torch::linear(x, a->weight.to(x.scalar_type()));           // [..., r]
-  return y + torch::linear(h, b->weight.to(x.scalar_type())) * kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+  const int64_t r = a->weight.size(0), out = y.size(-1);
+  auto h = torch::linear(x, a->weight.to(x.scalar_type())).reshape({-1, r});  // [..., r] -> [M, r]
+  // y + scale * h B^T as one GEMM accumulating into y (the BLAS beta = 1 epilogue): no separate full-size scale and
+  // add over the output, forward or backward.
+  const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+  return torch::addmm(y.reshape({-1, out}), h, b->weight.to(x.scalar_type()).t(), /*beta=*/1, /*alpha=*/scale)
+      .view(y.sizes());  // [M, out] -> [..., out]
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,

@@ -78,6 +78,27 @@ TEST(WanDiT, BlockRunnerWrapsEveryBlock) {
   EXPECT_EQ(calls, 2);
 }
 
+// The residual stream and its gradient reach every block row-major: a column-major one (the patch embedding's
+// transpose) hands cuBLAS misaligned leading dimensions in backward (L % 8 != 0 -> align2 fallback kernels).
+TEST(WanDiT, ResidualStreamAndItsGradientAreRowMajor) {
+  TinySetup s;
+  std::vector<bool> inputs, grads;
+  s.model->set_block_runner([&](const BlockCall& call) {
+    inputs.push_back(call.inputs[0].is_contiguous());
+    auto out = call.run(call.inputs);
+    out.register_hook([&](torch::Tensor g) { grads.push_back(g.is_contiguous()); });
+    return out;
+  });
+  auto x = s.x.narrow(3, 0, 2).contiguous();  // 3 x 2 x 6 latents -> an odd token count (3 * 1 * 3 = 9)
+  s.model->forward({x, torch::tensor({1.0, 2.0}), s.ctx}).square().sum().backward();
+  ASSERT_EQ(inputs.size(), 2u);
+  ASSERT_EQ(grads.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(inputs[i]) << "block " << i << " input";
+    EXPECT_TRUE(grads[i]) << "block " << i << " output gradient";
+  }
+}
+
 TEST(WanDiT, BadShapesNameWhatWasExpected) {
   TinySetup s;
   test::expect_error([&] { s.model->forward({torch::randn({1, 5, 3, 4, 6}), torch::ones({1}), s.ctx}); },

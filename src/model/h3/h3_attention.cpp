@@ -42,16 +42,40 @@ H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len) {
   return {freqs.cos(), freqs.sin()};
 }
 
-torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope) {
-  const int64_t rot = rope.cos.size(-1);
-  TORCH_CHECK(x.dim() == 3 && x.size(0) == rope.cos.size(0) && rot <= x.size(-1), "h3 rope: expected x [S=",
-              rope.cos.size(0), ", N, Dh >= ", rot, "], got ", x.sizes());
+namespace {
+// x [S, N, Dh] with cos/sin [S, 1, 6R] in x's dtype: rotate-half over the first 6R channels, the rest unchanged.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rot = cos.size(-1);
   auto x_rot = x.narrow(-1, 0, rot), x_pass = x.narrow(-1, rot, x.size(-1) - rot);
-  auto cos = rope.cos.to(x.scalar_type()).unsqueeze(1);  // [S, 6R] -> [S, 1, 6R]
-  auto sin = rope.sin.to(x.scalar_type()).unsqueeze(1);
   auto halves = x_rot.chunk(2, -1);
   auto rotated = torch::cat({-halves[1], halves[0]}, -1);  // rotate-half: d pairs with d + 3R
   return torch::cat({x_rot * cos + rotated * sin, x_pass}, -1);
+}
+
+// RoPE as one autograd node: its backward is the same rotation with -sin (the tables repeat per half, so the
+// transpose of the rotation is the rotation by the negated angle), and it keeps only the tables, not x's pieces.
+class H3RopeFn : public torch::autograd::Function<H3RopeFn> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotate(x, cos, sin);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], -saved[1]), torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope, bool autograd_reference) {
+  const int64_t rot = rope.cos.size(-1);
+  TORCH_CHECK(x.dim() == 3 && x.size(0) == rope.cos.size(0) && rot <= x.size(-1) && rot % 2 == 0, "h3 rope: expected ",
+              "x [S=", rope.cos.size(0), ", N, Dh >= ", rot, "], got ", x.sizes());
+  auto cos = rope.cos.to(x.scalar_type()).unsqueeze(1);  // [S, 6R] -> [S, 1, 6R]
+  auto sin = rope.sin.to(x.scalar_type()).unsqueeze(1);
+  return autograd_reference ? rotate(x, cos, sin) : H3RopeFn::apply(x, cos, sin);
 }
 
 H3AttentionLayout H3AttentionLayout::segments(const std::vector<int64_t>& bounds, int64_t S) {
@@ -80,7 +104,7 @@ torch::Tensor H3AttentionLayout::dense_mask(int64_t S, torch::Device device) con
 }
 
 torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const H3AttentionLayout& layout, AttentionKernel kernel) {
+                               const H3AttentionLayout& layout, AttentionKernel kernel, bool per_block_autograd) {
   const int64_t S = q.size(0);
   auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };  // [L, N, Dh] -> [1, N, L, Dh]
   if (layout.mask.defined() && kernel == AttentionKernel::sdpa) {
@@ -88,6 +112,11 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
                 layout.mask.sizes(), " for ", S, " rows");
     auto out = at::scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), layout.mask);
     return out.squeeze(0).transpose(0, 1);  // [1, N, S, Dh] -> [S, N, Dh]
+  }
+  if (kernel == AttentionKernel::sdpa && !per_block_autograd && layout.blocks.size() > 1) {
+    auto qh = heads_first(q), kh = heads_first(k), vh = heads_first(v);
+    if (ranged_attention_supported(qh, kh, vh))
+      return ranged_attention(qh, kh, vh, layout.blocks).squeeze(0).transpose(0, 1);  // [1, N, S, Dh] -> [S, N, Dh]
   }
   std::vector<torch::Tensor> parts;
   int64_t next = 0;
@@ -127,9 +156,10 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
   const int64_t S = x.size(0);
   // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
-  auto q = q_norm(qkv.select(2, 0));                                          // [S, N, Dh]
-  auto k = k_norm(qkv.select(2, 1));
-  auto v = qkv.select(2, 2);
+  auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
+  auto q = q_norm(parts[0]);
+  auto k = k_norm(parts[1]);
+  auto v = parts[2];
   if (rope) {
     q = h3_apply_rope(q, *rope);
     k = h3_apply_rope(k, *rope);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/ranged_attention.h"
 
 namespace vdt {
 
@@ -33,14 +34,12 @@ struct H3RopeTable {
 // 1/10000^(i/R) in float32 (the checkpoint's stored rope.inv_freq is never read by the reference).
 H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len);
 // x [S, N, Dh] -> [S, N, Dh]: channels [0, 6R) rotated as rotate-half (d pairs with d + 3R), the rest unchanged.
-torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope);
+// One autograd node with a hand-written backward; `autograd_reference` runs the same ops through autograd (tests).
+torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope, bool autograd_reference = false);
 
 // Which rows see which: query blocks (in row order, covering [0, S)), each with the key ranges its rows attend to.
 // Packed segments are blocks that see themselves; a block-causal chunk sees the prefix and the chunks before it.
-struct H3QueryBlock {
-  int64_t begin = 0, end = 0;                          // query rows [begin, end)
-  std::vector<std::pair<int64_t, int64_t>> keys;       // key ranges [first, second), ascending, disjoint
-};
+using H3QueryBlock = QueryBlock;  // query rows [begin, end), key ranges [first, second), ascending, disjoint
 struct H3AttentionLayout {
   std::vector<H3QueryBlock> blocks;
   torch::Tensor mask;  // optional [S, S] bool (true = attend), the same rule for one masked kernel call (mask())
@@ -52,9 +51,12 @@ struct H3AttentionLayout {
 };
 
 // Attention under a layout: q/k/v [S, N, Dh] -> [S, N, Dh]. With layout.mask defined and the sdpa kernel, one call
-// with the mask; otherwise one call per query block on its keys (a view when they are one range), sdpa or eager.
+// with the mask; otherwise one call per query block on its keys: with sdpa and a fused backend, all blocks in one
+// autograd node (ranged_attention); else (eager, or `per_block_autograd`, the reference) each block through autograd
+// on its keys (a view when they are one range).
 torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const H3AttentionLayout& layout, AttentionKernel kernel);
+                               const H3AttentionLayout& layout, AttentionKernel kernel,
+                               bool per_block_autograd = false);
 // Attention within segments {0, b1, ..., S} (the reference's varlen loop): layout_attention over segments().
 torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const std::vector<int64_t>& bounds, AttentionKernel kernel);

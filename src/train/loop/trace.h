@@ -1,7 +1,9 @@
 // A PyTorch-profiler (Kineto) trace of one training step, for benchmarking: with VDT_TRACE=<file.json> and
 // VDT_TRACE_STEP=<n> in the environment, the trainers record CPU ops and CUDA kernels of step n and write the chrome
 // trace that PyTorch's profiler writes (Perfetto / chrome://tracing; benchmarks/trace_top.py sums kernel time by
-// name). Not a timed test: a trace slows the step it records.
+// name). VDT_MEMORY_SNAPSHOT=<file.pickle> (CUDA builds) also records the caching allocator's history over that step
+// and writes the snapshot PyTorch's memory viz reads (pytorch.org/memory_viz). Not a timed test: a trace slows the
+// step it records.
 #pragma once
 #include <memory>
 #include <string>
@@ -16,9 +18,9 @@ class StepTrace {
   void after_step(int64_t step);
 
  private:
-  std::string path_;
+  std::string path_, snapshot_path_;
   int64_t step_ = 0;
-  bool on_ = false;
+  bool on_ = false, snapshot_on_ = false;
 };
 
 }  // namespace vdt

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Reads a VDT_TRACE chrome trace (recorded with input shapes, and VDT_TRACE_MEMORY=1 for the memory part).
+  trace_ops.py TRACE.json kernels PATTERN [N]  which ops launched the kernels whose name contains PATTERN: op, its
+                                               enclosing autograd node, input dims and strides, summed kernel time
+  trace_ops.py TRACE.json memory [N]           the CUDA allocation peak of the traced span: when, inside which ops,
+                                               and the N largest allocations live at that moment with the op that
+                                               made them"""
+import bisect
+import collections
+import json
+import sys
+
+
+def load(path):
+    events = json.load(open(path))["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and "dur" in e]
+    return events, ops
+
+
+def enclosing(ops_by_tid, tid, ts):
+    """The cpu ops of thread tid that contain ts, outermost first (walks up the nesting from the last op begun)."""
+    if tid not in ops_by_tid:
+        return []
+    v, starts = ops_by_tid[tid]
+    i = bisect.bisect_right(starts, ts) - 1
+    out = []
+    while i >= 0:
+        o = v[i]
+        if o["ts"] <= ts <= o["ts"] + o["dur"]:
+            out.append(o)
+        i = o["_parent"]
+    return out[::-1]
+
+
+def index_ops(ops):
+    """Per thread: ops sorted by start, each with the index of the op that encloses it (-1 for none)."""
+    by = collections.defaultdict(list)
+    for o in ops:
+        by[o["tid"]].append(o)
+    out = {}
+    for tid, v in by.items():
+        v.sort(key=lambda o: (o["ts"], -o["dur"]))
+        stack = []
+        for i, o in enumerate(v):
+            while stack and v[stack[-1]]["ts"] + v[stack[-1]]["dur"] < o["ts"]:
+                stack.pop()
+            o["_parent"] = stack[-1] if stack else -1
+            stack.append(i)
+        out[tid] = (v, [o["ts"] for o in v])
+    return out
+
+
+def kernels(events, ops, pattern, top):
+    by_ext = {o["args"].get("External id"): o for o in ops if "External id" in o.get("args", {})}
+    ops_by_tid = index_ops(ops)
+    groups = collections.defaultdict(lambda: [0.0, 0])
+    for k in events:
+        if k.get("cat") != "kernel" or pattern not in k["name"]:
+            continue
+        op = by_ext.get(k.get("args", {}).get("External id"))
+        if op is None:
+            groups[("?", "", "", "")][0] += k["dur"]
+            groups[("?", "", "", "")][1] += 1
+            continue
+        stack = enclosing(ops_by_tid, op["tid"], op["ts"])
+        parent = next((s["name"] for s in reversed(stack) if "Backward" in s["name"] or "backward" in s["name"]), "forward")
+        key = (op["name"], parent, str(op["args"].get("Input Dims")), str(op["args"].get("Input Strides", "")))
+        groups[key][0] += k["dur"]
+        groups[key][1] += 1
+    for (name, parent, dims, strides), (dur, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{dur / 1e3:9.2f} ms {n:5d}x  {name} in {parent}\n      dims {dims}\n      strides {strides}")
+
+
+def memory(events, ops, top):
+    mem = [e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1]
+    if not mem:
+        sys.exit("no CUDA [memory] events: record with VDT_TRACE_MEMORY=1")
+    mem.sort(key=lambda e: e["ts"])
+    ops_by_tid = index_ops(ops)
+    peak = max(mem, key=lambda e: e["args"]["Total Allocated"])
+    start = mem[0]["args"]["Total Allocated"] - mem[0]["args"]["Bytes"]
+    gib = 1 << 30
+    print(f"allocated at trace start {start / gib:.2f} GiB, peak {peak['args']['Total Allocated'] / gib:.2f} GiB "
+          f"at +{(peak['ts'] - mem[0]['ts']) / 1e3:.1f} ms, end {mem[-1]['args']['Total Allocated'] / gib:.2f} GiB")
+    print("inside: " + " > ".join(o["name"] for o in enclosing(ops_by_tid, peak["tid"], peak["ts"])))
+    live = {}
+    for e in mem:
+        a = e["args"]
+        if a["Bytes"] > 0:
+            stack = enclosing(ops_by_tid, e["tid"], e["ts"])
+            outer = next((s["name"] for s in stack if "Backward" in s["name"]), stack[0]["name"] if stack else "?")
+            live[a["Addr"]] = (a["Bytes"], (stack[-1]["name"] if stack else "?"), outer)
+        else:
+            live.pop(a["Addr"], None)
+        if e is peak:
+            break
+    by = collections.defaultdict(lambda: [0, 0])
+    for b, inner, outer in live.values():
+        by[(inner, outer, b)][0] += b
+        by[(inner, outer, b)][1] += 1
+    total = sum(b for b, _, _ in live.values())
+    print(f"live at the peak, allocated inside the trace: {total / gib:.2f} GiB in {len(live)} blocks")
+    for (inner, outer, b), (s, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{s / gib:8.3f} GiB {n:5d} x {b / (1 << 20):9.1f} MiB  {inner}  (in {outer})")
+    # the timeline, coarse: total allocated every ~2 % of the span
+    t0, t1 = mem[0]["ts"], mem[-1]["ts"]
+    marks = [t0 + (t1 - t0) * i / 50 for i in range(51)]
+    tss = [e["ts"] for e in mem]
+    line = []
+    for m in marks:
+        i = max(0, bisect.bisect_right(tss, m) - 1)
+        line.append(f"{mem[i]['args']['Total Allocated'] / gib:.1f}")
+    print("timeline GiB (50 steps): " + " ".join(line))
+
+
+if __name__ == "__main__":
+    events, ops = load(sys.argv[1])
+    if sys.argv[2] == "kernels":
+        kernels(events, ops, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
+    else:
+        memory(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 25)

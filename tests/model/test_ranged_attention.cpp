@@ -1,0 +1,84 @@
+// ranged_attention (one autograd node, per-block fused SDPA forward and backward) against the per-block autograd
+// reference, forward and every input gradient; and H3's RoPE node against the same ops through autograd.
+#include <torch/torch.h>
+
+#include "model/h3/h3_attention.h"
+#include "model/ranged_attention.h"
+#include "test_util.h"
+
+namespace vdt {
+namespace {
+
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
+}
+
+struct Grads {
+  torch::Tensor out, dq, dk, dv;
+};
+
+// q/k/v [S, N, Dh] leaves; the loss weights every output element differently so each gradient is exercised.
+Grads run(const H3AttentionLayout& layout, bool reference, torch::ScalarType dtype) {
+  torch::manual_seed(11);
+  const int64_t S = 37, N = 3, Dh = 16;
+  auto q = torch::randn({S, N, Dh}).to(dtype).requires_grad_(), k = torch::randn({S, N, Dh}).to(dtype).requires_grad_();
+  auto v = torch::randn({S, N, Dh}).to(dtype).requires_grad_();
+  auto w = torch::randn({S, N, Dh}).to(dtype);
+  auto out = layout_attention(q, k, v, layout, AttentionKernel::sdpa, reference);
+  (out * w).sum().backward();
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+H3AttentionLayout block_causal_layout() {
+  // prefix rows [0, 7); chunks [7, 17), [17, 27), [27, 37): chunk c sees the prefix and chunks <= c; the prefix sees
+  // itself; the last chunk also skips chunk 1 (two key ranges, the gathered path)
+  H3AttentionLayout l;
+  l.blocks = {{0, 7, {{0, 7}}}, {7, 17, {{0, 17}}}, {17, 27, {{0, 27}}}, {27, 37, {{0, 17}, {27, 37}}}};
+  return l;
+}
+
+TEST(RangedAttention, EqualsPerBlockAutogradForwardAndBackward) {
+  auto q = torch::randn({1, 2, 5, 8});
+  ASSERT_TRUE(ranged_attention_supported(q, q, q)) << "the CPU's fused SDPA (flash) backend should take fp32";
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+    auto fast = run(block_causal_layout(), false, dtype), ref = run(block_causal_layout(), true, dtype);
+    EXPECT_LT(rel(fast.out.to(torch::kFloat32), ref.out.to(torch::kFloat32)), tol) << dtype;
+    EXPECT_LT(rel(fast.dq.to(torch::kFloat32), ref.dq.to(torch::kFloat32)), tol) << dtype;
+    EXPECT_LT(rel(fast.dk.to(torch::kFloat32), ref.dk.to(torch::kFloat32)), tol) << dtype;
+    EXPECT_LT(rel(fast.dv.to(torch::kFloat32), ref.dv.to(torch::kFloat32)), tol) << dtype;
+  }
+}
+
+TEST(RangedAttention, KeysNoBlockSeesGetNoGradientAndBadBlocksAreRefused) {
+  H3AttentionLayout l;
+  l.blocks = {{0, 20, {{0, 10}}}, {20, 37, {{0, 10}}}};  // keys 10..37 seen by nobody
+  auto g = run(l, false, torch::kFloat32);
+  EXPECT_EQ(g.dk.narrow(0, 10, 27).abs().max().item<float>(), 0.f);
+  EXPECT_EQ(g.dv.narrow(0, 10, 27).abs().max().item<float>(), 0.f);
+  EXPECT_GT(g.dk.narrow(0, 0, 10).abs().max().item<float>(), 0.f);
+  auto q = torch::randn({1, 2, 10, 8});
+  test::expect_error([&] { ranged_attention(q, q, q, {{0, 4, {{0, 4}}}, {5, 10, {{0, 10}}}}); }, {"in order"});
+  test::expect_error([&] { ranged_attention(q, q, q, {{0, 10, {{0, 11}}}}); }, {"key range 0..11"});
+  test::expect_error([&] { ranged_attention(q, q, q, {{0, 6, {{0, 6}}}}); }, {"end at row 6"});
+}
+
+TEST(H3Attention, RopeNodeBackwardEqualsAutogradThroughTheOps) {
+  torch::manual_seed(5);
+  const int64_t S = 9, N = 2, Dh = 20, R = 3;
+  auto table = h3_rope_table(torch::randn({S, 3}) * 10, R);
+  auto w = torch::randn({S, N, Dh});
+  torch::Tensor out[2], grad[2];
+  for (int ref = 0; ref < 2; ++ref) {
+    torch::manual_seed(6);
+    auto x = torch::randn({S, N, Dh}).requires_grad_();
+    out[ref] = h3_apply_rope(x, table, ref == 1);
+    (out[ref] * w).sum().backward();
+    grad[ref] = x.grad();
+  }
+  EXPECT_TRUE(torch::equal(out[0], out[1]));
+  EXPECT_LT(rel(grad[0], grad[1]), 1e-6);
+}
+
+}  // namespace
+}  // namespace vdt
