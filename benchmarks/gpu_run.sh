@@ -219,6 +219,12 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
     python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | tee "$OUT/sft_${ck}_align2.txt" | head -60
     gzip -f $OUT/sft_$ck.json
   done
+  for m in ${CAUSAL_MODELS:-}; do  # the Wan causal LoRA step (prefix), e.g. CAUSAL_MODELS="wan2.2-ti2v-5b"
+    hw="--height 30 --width 52"; [ $m = wan2.1-t2v-1.3b ] && hw="--height 60 --width 104"
+    timeout 150 $build/vdt bench step --trainer causal --model $m --frames 18 $hw --steps 4 --warmup 2 \
+      --work-dir /tmp/vdt_prof_causal_$m > "$OUT/prof_causal_$m.log" 2>&1 || rc=1
+    grep -E "result|rror" "$OUT/prof_causal_$m.log" | cut -c1-200
+  done
   geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
   VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=1 timeout 300 $build/vdt bench step $geo --attn prefix \
     --work-dir /tmp/vdt_prof_h3 > "$OUT/prof_h3.log" 2>&1 || rc=1
