@@ -1,9 +1,13 @@
 // `vdt bench step`: times the trainers' own steps at the given geometry (SPEC §9, tools/step_bench.h). Fixed-format
 // output: one line per step, then a `result` line of key=value pairs (parsed by benchmarks/ scripts). Under torchrun
 // it runs sharded as training does; rank 0 prints.
+// `vdt bench kernels`: the fused CUDA kernels against their references at real shapes (tools/kernel_bench.h); exit
+// code 1 when any check fails.
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "model/kernels/fused_ops.h"
+#include "tools/kernel_bench.h"
 #include "tools/step_bench.h"
 
 namespace vdt::cli {
@@ -29,6 +33,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
+  step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
+                   "reference ops (also VDT_FUSED=0)")->capture_default_str();
   step->add_option(spellings("--peak-tflops"), cfg->peak_tflops, "dense rate for MFU")->capture_default_str();
   step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared storage)");
   step->callback([cfg, &exit_code] {
@@ -54,6 +60,31 @@ void add_bench(CLI::App& app, int& exit_code) {
                   env.world);
     }
     exit_code = 0;
+  });
+
+  auto kcfg = std::make_shared<KernelBenchConfig>();
+  auto* kern = bench->add_subcommand("kernels", "The fused elementwise kernels (model/kernels) against their reference "
+                                                "ops: errors of the output and every gradient (PASS/FAIL) and fwd+bwd "
+                                                "time, at the Wan 5B and H3 widths");
+  kern->add_option(spellings("--device"), kcfg->device, "cuda, or cpu (the ATen fallback; with --shapes small)")
+      ->capture_default_str();
+  kern->add_option(spellings("--shapes"), kcfg->shapes, "real (Wan 5B: L 8190 D 3072; H3: S 12686 D 5120) or small")
+      ->capture_default_str();
+  kern->add_option(spellings("--dtypes"), kcfg->dtypes, "comma-separated: bf16, fp32")->capture_default_str();
+  kern->add_option(spellings("--iters"), kcfg->iters, "timed fwd+bwd passes per path")->capture_default_str();
+  kern->add_option(spellings("--warmup"), kcfg->warmup, "untimed passes per path")->capture_default_str();
+  kern->callback([kcfg, &exit_code] {
+    std::printf("bench kernels: device %s shapes %s dtypes %s cuda kernels built %s\n", kcfg->device.c_str(),
+                kcfg->shapes.c_str(), kcfg->dtypes.c_str(), kernels::cuda_kernels_built() ? "yes" : "no");
+    std::fflush(stdout);
+    const auto r = run_kernel_bench(*kcfg, [](const std::string& line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    });
+    int failed = 0;
+    for (const auto& k : r) failed += k.pass() ? 0 : 1;
+    std::printf("result checks=%zu failed=%d\n", r.size(), failed);
+    exit_code = failed == 0 ? 0 : 1;
   });
 }
 

@@ -25,6 +25,7 @@ struct StepBenchConfig {
   std::string attn = "prefix";             // causal: prefix | mask
   std::string act_offload = "off";         // causal: on | off
   int64_t lora_rank = 32;                  // causal
+  std::string fused_kernels = "on";        // on | off (model/kernels)
   double peak_tflops = 790;                // dense bf16 rate used for MFU (SPEC §9)
   std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
                                            // (several nodes: give one on storage every rank sees)

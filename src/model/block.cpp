@@ -4,21 +4,17 @@
 
 #include <torch/torch.h>
 
+#include "model/kernels/fused_ops.h"
 #include "model/lora.h"
 
 namespace vdt {
 
 torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
-  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = shift.size(1);
-  auto h = torch::layer_norm(x, {D}, {}, {}, eps).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
-  // Modulation in the dtype of shift/scale (float32: the official Wan's fp32 island), result in x's dtype.
-  // (h is promoted inside the kernel: no separate float32 copy of it)
-  return torch::addcmul(shift, h, 1 + scale).to(x.scalar_type()).view({B, L, D});  // -> [B, L, D]
+  return kernels::modulated_norm(x, shift, scale, eps);  // fused (model/kernels), or the reference with the switch off
 }
 
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
-  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = gate.size(1);
-  return x + (y.view({B, G, L / G, D}) * gate).to(x.scalar_type()).view({B, L, D});  // y promoted in the kernel
+  return kernels::gated_add(x, y, gate);
 }
 
 WanBlockImpl::WanBlockImpl(int64_t dim, int64_t ffn_dim, int64_t num_heads, double eps) : eps_(eps) {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "model/kernels/fused_ops.h"
 #include "model/lora.h"
 
 namespace vdt {
@@ -32,11 +33,11 @@ std::vector<torch::Tensor> H3AdaLNImpl::forward(const torch::Tensor& t_emb) {
 
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                           const torch::Tensor& rows) {
-  return (x * (1.0 + scale.index_select(0, rows)) + shift.index_select(0, rows)).to(x.scalar_type());
+  return kernels::h3_modulate(x, shift, scale, rows);  // fused (model/kernels), or the reference with the switch off
 }
 
 torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y, const torch::Tensor& rows) {
-  return (x + gate.index_select(0, rows) * y).to(x.scalar_type());
+  return kernels::h3_gate(x, gate, y, rows);
 }
 
 H3RefinerBlockImpl::H3RefinerBlockImpl(int64_t dim, int64_t heads, int64_t head_dim, int64_t ffn, double eps,

@@ -38,6 +38,8 @@ void CausalConfig::validate() const {
   VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights, " contradict each other; give one");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
   shard_mode();
+  VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '", fused_kernels,
+            "'");
 }
 
 CausalConfig::Objective CausalConfig::objective_mode() const {
@@ -108,6 +110,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
                        "equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
+      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
   };
   return f;

@@ -36,6 +36,7 @@ struct CausalConfig {
   static constexpr int64_t kDefaultLoraRank = 32;
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
+  std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
   int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
 

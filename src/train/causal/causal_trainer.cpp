@@ -26,6 +26,7 @@
 #include "distributed/block_shards.h"
 #include "distributed/grad_sync.h"
 #include "model/denoiser_registry.h"
+#include "model/kernels/fused_ops.h"
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "train/checkpoint/lora_checkpoint.h"
@@ -477,6 +478,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues); during
                                 // start-up: exit 0 before the first step
   cfg.validate();
+  const kernels::FusedKernelsScope fused(cfg.fused_kernels == "on");
   CausalRun r;
   r.cfg = cfg;
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,

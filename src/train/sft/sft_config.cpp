@@ -70,6 +70,8 @@ void SftConfig::validate() const {
   const auto x = res.find('x');
   VDT_CHECK(x != std::string::npos && x > 0 && x + 1 < res.size(), "--res: expected WIDTHxHEIGHT like 832x480, got '", res, "'");
   val_timestep_list();
+  VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '", fused_kernels,
+            "'");
 }
 
 const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
@@ -94,6 +96,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--precision", "mixed (bf16 compute, fp32 master), bf16 (pure bf16) or fp32", &C::precision},
       {"--device", "auto, cpu or cuda", &C::device},
       {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
+      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
       {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim))", &C::sem_hidden},
       {"--lr", "learning rate of the DiT", &C::lr},
       {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},

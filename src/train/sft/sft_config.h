@@ -22,6 +22,7 @@ struct SftConfig {
   std::string model = "wan2.2-ti2v-5b", model_dir, precision = "mixed", device = "auto";
   bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   bool gradient_checkpointing = true;
+  std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation
   double lr = 1e-5, cond_lr = 1e-4, weight_decay = 0.01, grad_clip = 1.0;

@@ -24,6 +24,7 @@
 #include "diffusion/flow_match.h"
 #include "distributed/grad_sync.h"
 #include "model/denoiser_registry.h"
+#include "model/kernels/fused_ops.h"
 #include "model/weights_io.h"
 #include "train/checkpoint/export.h"
 #include "train/checkpoint/train_state.h"
@@ -475,6 +476,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0 (during start-up: exit 0
                                 // before the first step)
   cfg.validate();
+  const kernels::FusedKernelsScope fused(cfg.fused_kernels == "on");
   SftRun r;
   r.cfg = cfg;
   // A relative --output is taken from the current directory (the seed joins it to its project root) and recorded

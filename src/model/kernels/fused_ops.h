@@ -1,0 +1,61 @@
+// Fused elementwise chains of the blocks, each a custom autograd Function with a hand-written backward: Wan's
+// LayerNorm + modulate and gate + residual, H3's modulate (on the RMSNorm output, per-token row index) and gate +
+// residual. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu, one block per row, fp32
+// math, built when LibTorch has CUDA and nvcc is found: VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops
+// (any device). Numerics are the reference's (reference_ops.h): fp32 inside, each intermediate rounded to the dtype
+// the reference op would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (not fused yet).
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+namespace vdt::kernels {
+
+// The process-wide switch. On by default; `--fused-kernels off` (both trainers, `vdt bench step`) or VDT_FUSED=0 in
+// the environment (either one is enough) runs the reference path instead.
+void set_fused_kernels(bool on);
+bool fused_kernels_on();
+bool fused_kernels_switch();  // the value set, without the environment
+// Sets the switch for its lifetime and restores the previous value (a trainer's run).
+class FusedKernelsScope {
+ public:
+  explicit FusedKernelsScope(bool on) : previous_(fused_kernels_switch()) { set_fused_kernels(on); }
+  ~FusedKernelsScope() { set_fused_kernels(previous_); }
+  FusedKernelsScope(const FusedKernelsScope&) = delete;
+  FusedKernelsScope& operator=(const FusedKernelsScope&) = delete;
+
+ private:
+  bool previous_;
+};
+// Whether this binary has the CUDA kernels (nvcc found at configure time, LibTorch with CUDA).
+bool cuda_kernels_built();
+
+// Which implementation a fused op runs: automatic = the CUDA kernel when x is on a CUDA device the kernels were built
+// for (sm_90a) and the dtypes are supported (x float32 or bfloat16; modulation float32 or x's dtype), else the ATen
+// fallback; aten = the fallback always (tests, `vdt bench kernels`).
+enum class FusedPath { automatic, aten };
+// "cuda" or "aten": what FusedPath::automatic picks for these operands.
+std::string fused_backend(const torch::Tensor& x, const torch::Tensor& mod);
+
+// What the blocks call: the fused op when the switch is on, else the reference (reference_ops.h).
+torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
+torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                          const torch::Tensor& rows);
+torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y, const torch::Tensor& rows);
+
+// The fused ops themselves, whatever the switch says. Shapes as reference_ops.h:
+// x [B, L, D] (float32/bfloat16/half), shift/scale [B, G, 1, D] with G dividing L -> [B, L, D] in x's dtype
+torch::Tensor fused_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                   double eps, FusedPath path = FusedPath::automatic);
+// x, y [B, L, D] (same dtype), gate [B, G, 1, D] -> x + (y * gate).to(x's dtype)
+torch::Tensor fused_gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
+                              FusedPath path = FusedPath::automatic);
+// x [S, D], shift/scale [R, D] (same dtype), rows [S] int64 in [0, R) -> x * (1 + scale[rows]) + shift[rows]
+torch::Tensor fused_h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                const torch::Tensor& rows, FusedPath path = FusedPath::automatic);
+// x, y [S, D] (same dtype), gate [R, D], rows [S] int64 in [0, R) -> x + gate[rows] * y
+torch::Tensor fused_h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y,
+                            const torch::Tensor& rows, FusedPath path = FusedPath::automatic);
+
+}  // namespace vdt::kernels

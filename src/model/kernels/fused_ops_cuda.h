@@ -1,0 +1,43 @@
+// Host launchers of the CUDA kernels (fused_ops_cuda.cu), called by fused_ops.cpp only when VDT_WITH_CUDA_KERNELS is
+// defined. No CUDA header here, so the C++ side compiles without nvcc. Every tensor is on one CUDA device; x/y/go are
+// float32 or bfloat16, modulation tensors float32 or x's dtype (fused_ops.cpp checks before it calls). "Rows" of the
+// modulation: Wan groups (token row i of [B, L, D] uses row (i / L) * G + (i % L) / (L / G) of [B*G, D]) or an H3 index
+// tensor (row rows[i] of [R, D]).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+
+namespace vdt::kernels::cuda {
+
+// True when the kernels have an image for this device (checked once per device).
+bool device_supported(int device_index);
+
+// Wan LayerNorm + modulate: -> (out [B, L, D] x's dtype, mean [B*L] f32, rstd [B*L] f32)
+std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_forward(const at::Tensor& x, const at::Tensor& shift,
+                                                                      const at::Tensor& scale, double eps);
+// dx of the LayerNorm + modulate: go, x [B, L, D], mean/rstd [B*L], scale [B, G, 1, D] -> [B, L, D] in x's dtype
+at::Tensor modulated_norm_backward_x(const at::Tensor& go, const at::Tensor& x, const at::Tensor& mean,
+                                     const at::Tensor& rstd, const at::Tensor& scale);
+// Sums over each group's tokens: (sum go * h, sum go) [B, G, 1, D] float32, h = LN(x) rounded to x's dtype (norm) or
+// h = other; the second is undefined unless want_plain.
+std::tuple<at::Tensor, at::Tensor> group_sums(const at::Tensor& go, const at::Tensor& other, const at::Tensor& mean,
+                                              const at::Tensor& rstd, int64_t G, bool norm, bool want_plain);
+// Wan gate + residual: x + (y * gate).to(x) with gate [B, G, 1, D]
+at::Tensor gated_add_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate);
+// (go * gate).to(dtype) with gate [B, G, 1, D]
+at::Tensor group_scale(const at::Tensor& go, const at::Tensor& gate, at::ScalarType dtype);
+
+// H3 modulate, x [S, D], shift/scale [R, D], rows [S]
+at::Tensor h3_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                               const at::Tensor& rows);
+// H3 gate + residual
+at::Tensor h3_gate_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& rows);
+// (go * m[rows]).to(dtype), m = (1 + mod) rounded to mod's dtype when one_plus, else mod
+at::Tensor rows_scale(const at::Tensor& go, const at::Tensor& mod, const at::Tensor& rows, bool one_plus,
+                      at::ScalarType dtype);
+// Sums over the tokens of each row r: (sum go * other, sum go) [R, D] float32; the second only when want_plain
+std::tuple<at::Tensor, at::Tensor> row_sums(const at::Tensor& go, const at::Tensor& other, const at::Tensor& rows,
+                                            int64_t R, bool want_plain);
+
+}  // namespace vdt::kernels::cuda

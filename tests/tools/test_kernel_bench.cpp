@@ -1,0 +1,44 @@
+#include <torch/torch.h>
+
+#include "model/kernels/fused_ops.h"
+#include "test_util.h"
+#include "tools/kernel_bench.h"
+
+namespace vdt {
+namespace {
+
+// `vdt bench kernels` on the CPU (the ATen fallback at small shapes): every op at both dtypes is checked and passes,
+// and the switch is left as it was.
+TEST(KernelBench, SmallShapesOnCpuPass) {
+  KernelBenchConfig cfg;
+  cfg.device = "cpu", cfg.shapes = "small", cfg.iters = 1, cfg.warmup = 0;
+  kernels::set_fused_kernels(false);
+  const auto r = run_kernel_bench(cfg);
+  EXPECT_FALSE(kernels::fused_kernels_switch());
+  kernels::set_fused_kernels(true);
+  ASSERT_EQ(r.size(), 8u);  // 4 ops x 2 dtypes
+  for (const auto& k : r) {
+    EXPECT_TRUE(k.pass()) << k.op << " " << k.dtype;
+    EXPECT_EQ(k.backend, "aten");
+    EXPECT_EQ(k.tensors.size(), 4u) << k.op;  // the output and three gradients
+    EXPECT_GT(k.fused_ms, 0);
+  }
+}
+
+TEST(KernelBench, BadFlagsNameTheFlag) {
+  KernelBenchConfig cfg;
+  cfg.device = "cpu", cfg.dtypes = "bf16,fp8";
+  EXPECT_THROW(
+      {
+        try {
+          cfg.validate();
+        } catch (const std::exception& e) {
+          EXPECT_NE(std::string(e.what()).find("--dtypes"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      std::exception);
+}
+
+}  // namespace
+}  // namespace vdt

@@ -1,0 +1,181 @@
+// The fused-op check and timing of `vdt bench kernels` (tools/kernel_bench.h).
+#include "tools/kernel_bench.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/kernels/fused_ops.h"
+#include "model/kernels/reference_ops.h"
+
+namespace vdt {
+namespace {
+
+using Op = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+struct OpCase {
+  std::string name, shape;
+  Op fused, reference;
+  std::vector<torch::Tensor> inputs;  // the differentiable ones first, then indices
+  std::vector<std::string> names;     // of the differentiable inputs
+  torch::Tensor go;                   // upstream gradient (float32)
+};
+
+// Output and gradients of every differentiable input, on fresh leaves (in `as` when given: the float64 truth).
+std::vector<torch::Tensor> outputs(const OpCase& c, const Op& op, std::optional<torch::ScalarType> as = std::nullopt) {
+  std::vector<torch::Tensor> leaves;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    auto t = c.inputs[i].detach();
+    if (i < c.names.size()) t = (as ? t.to(*as) : t.clone()).requires_grad_(true);
+    leaves.push_back(t);
+  }
+  auto out = op(leaves);
+  out.backward(c.go.to(out.scalar_type()));
+  std::vector<torch::Tensor> r{out.detach()};
+  for (size_t i = 0; i < c.names.size(); ++i) r.push_back(leaves[i].grad());
+  return r;
+}
+
+void sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+// Mean milliseconds of one forward + backward.
+double time_ms(const OpCase& c, const Op& op, int warmup, int iters) {
+  std::vector<torch::Tensor> leaves;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    leaves.push_back(i < c.names.size() ? c.inputs[i].detach().clone().requires_grad_(true) : c.inputs[i]);
+  const auto go = c.go.to(c.inputs[0].scalar_type());
+  const auto device = c.inputs[0].device();
+  auto pass = [&] {
+    for (size_t i = 0; i < c.names.size(); ++i) leaves[i].mutable_grad() = torch::Tensor();
+    op(leaves).backward(go);
+  };
+  for (int i = 0; i < warmup; ++i) pass();
+  sync(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) pass();
+  sync(device);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+double max_abs(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+double max_rel(const torch::Tensor& a, const torch::Tensor& ref) {
+  return max_abs(a, ref) / std::max(ref.to(torch::kFloat64).abs().max().item<double>(), 1e-30);
+}
+
+std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
+  const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const bool real = cfg.shapes == "real";
+  const auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+  // Wan 5B SFT: one sample, 21 frames of 390 tokens, per-frame modulation groups; H3: 12,686 rows, 7 timesteps x 3
+  // modalities of AdaLN rows in the activations' dtype (the release's bf16 AdaLN).
+  const int64_t B = real ? 1 : 2, L = real ? 8190 : 42, D = real ? 3072 : 40, G = real ? 21 : 3;
+  const int64_t S = real ? 12686 : 50, Dh3 = real ? 5120 : 40, R = 21;
+  torch::manual_seed(0);
+  std::vector<OpCase> out;
+  const auto wan_shape = "x [" + std::to_string(B) + ", " + std::to_string(L) + ", " + std::to_string(D) + "] G " +
+                         std::to_string(G);
+  const auto h3_shape = "x [" + std::to_string(S) + ", " + std::to_string(Dh3) + "] R " + std::to_string(R);
+  const auto x = (torch::randn({B, L, D}, f32) * 2 + 0.3).to(dt), y = torch::randn({B, L, D}, f32).to(dt);
+  const auto shift = torch::randn({B, G, 1, D}, f32) * 0.3, scale = torch::randn({B, G, 1, D}, f32) * 0.3;
+  const auto go = torch::randn({B, L, D}, f32);
+  out.push_back({"modulated_norm", wan_shape,
+                 [](const auto& t) { return kernels::fused_modulated_norm(t[0], t[1], t[2], 1e-6); },
+                 [](const auto& t) { return kernels::reference_modulated_norm(t[0], t[1], t[2], 1e-6); },
+                 {x, shift, scale}, {"x", "shift", "scale"}, go});
+  out.push_back({"gated_add", wan_shape, [](const auto& t) { return kernels::fused_gated_add(t[0], t[1], t[2]); },
+                 [](const auto& t) { return kernels::reference_gated_add(t[0], t[1], t[2]); }, {x, y, shift},
+                 {"x", "y", "gate"}, go});
+  const auto hx = torch::randn({S, Dh3}, f32).to(dt), hy = torch::randn({S, Dh3}, f32).to(dt);
+  const auto hs = (torch::randn({R, Dh3}, f32) * 0.3).to(dt), hc = (torch::randn({R, Dh3}, f32) * 0.3).to(dt);
+  const auto rows = torch::randint(0, R, {S}, f32.dtype(torch::kInt64));
+  const auto hgo = torch::randn({S, Dh3}, f32);
+  out.push_back({"h3_modulate", h3_shape,
+                 [](const auto& t) { return kernels::fused_h3_modulate(t[0], t[1], t[2], t[3]); },
+                 [](const auto& t) { return kernels::reference_h3_modulate(t[0], t[1], t[2], t[3]); },
+                 {hx, hs, hc, rows}, {"x", "shift", "scale"}, hgo});
+  out.push_back({"h3_gate", h3_shape, [](const auto& t) { return kernels::fused_h3_gate(t[0], t[1], t[2], t[3]); },
+                 [](const auto& t) { return kernels::reference_h3_gate(t[0], t[1], t[2], t[3]); },
+                 {hx, hs, hy, rows}, {"x", "gate", "y"}, hgo});
+  return out;
+}
+
+std::string fmt(const char* f, double a, double b, double c, double d) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+}  // namespace
+
+void KernelBenchConfig::validate() const {
+  VDT_CHECK(device == "cuda" || device == "cpu", "--device: expected cuda or cpu, got '", device, "'");
+  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible (use --device "
+            "cpu --shapes small to check the ATen fallback here)");
+  VDT_CHECK(shapes == "real" || shapes == "small", "--shapes: expected real or small, got '", shapes, "'");
+  VDT_CHECK(iters > 0 && warmup >= 0, "--iters must be > 0 and --warmup >= 0");
+  std::stringstream ss(dtypes);
+  for (std::string d; std::getline(ss, d, ',');)
+    VDT_CHECK(d == "bf16" || d == "fp32", "--dtypes: expected a comma-separated list of bf16 and fp32, got '", d, "'");
+}
+
+bool KernelCheck::pass() const {
+  for (const auto& t : tensors)
+    if (!t.pass) return false;
+  return !tensors.empty();
+}
+
+std::vector<KernelCheck> run_kernel_bench(const KernelBenchConfig& cfg, void (*print)(const std::string&)) {
+  cfg.validate();
+  const bool was_on = kernels::fused_kernels_on();
+  kernels::set_fused_kernels(true);
+  std::vector<KernelCheck> results;
+  std::stringstream ss(cfg.dtypes);
+  for (std::string dname; std::getline(ss, dname, ',');) {
+    const auto dt = dname == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+    // Tolerances of fused vs reference (max error over max |reference|): a bf16 rounding of the output; gradients
+    // that the reference rounds to bf16 on the way (and sums in bf16 for H3's bf16 AdaLN rows). A tensor also passes
+    // when the fused op is no further from the float64 truth than 1.5x the reference is.
+    const double out_tol = dt == torch::kFloat32 ? 1e-5 : 8e-3, grad_tol = dt == torch::kFloat32 ? 1e-4 : 5e-2;
+    for (const auto& c : cases(cfg, dt)) {
+      KernelCheck k;
+      k.op = c.name, k.dtype = dname, k.shape = c.shape;
+      k.backend = kernels::fused_backend(c.inputs[0], c.inputs[1]);
+      const auto f = outputs(c, c.fused), r = outputs(c, c.reference), truth = outputs(c, c.reference, torch::kFloat64);
+      for (size_t i = 0; i < f.size(); ++i) {
+        KernelCheck::Checked t;
+        t.name = i == 0 ? "out" : "d" + c.names[i - 1];
+        t.max_abs = max_abs(f[i], r[i]), t.max_rel = max_rel(f[i], r[i]);
+        t.fused_vs_truth = max_rel(f[i], truth[i]), t.ref_vs_truth = max_rel(r[i], truth[i]);
+        t.pass = f[i].scalar_type() == r[i].scalar_type() && f[i].sizes() == r[i].sizes() &&
+                 (t.max_rel <= (i == 0 ? out_tol : grad_tol) || t.fused_vs_truth <= 1.5 * t.ref_vs_truth + 1e-7);
+        k.tensors.push_back(t);
+        if (print)
+          print("  " + c.name + " " + dname + " " + t.name +
+                fmt(" max_abs=%.3e max_rel=%.3e fused_vs_f64=%.3e ref_vs_f64=%.3e", t.max_abs, t.max_rel,
+                    t.fused_vs_truth, t.ref_vs_truth) +
+                (t.pass ? "  PASS" : "  FAIL"));
+      }
+      k.fused_ms = time_ms(c, c.fused, cfg.warmup, cfg.iters);
+      k.reference_ms = time_ms(c, c.reference, cfg.warmup, cfg.iters);
+      if (print)
+        print("kernel op=" + c.name + " dtype=" + dname + " backend=" + k.backend + " shape=\"" + c.shape + "\"" +
+              fmt(" fused_ms=%.3f reference_ms=%.3f speedup=%.2f", k.fused_ms, k.reference_ms,
+                  k.reference_ms / std::max(k.fused_ms, 1e-9), 0) +
+              (k.pass() ? " PASS" : " FAIL"));
+      results.push_back(k);
+    }
+  }
+  kernels::set_fused_kernels(was_on);
+  return results;
+}
+
+}  // namespace vdt
