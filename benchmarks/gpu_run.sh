@@ -209,15 +209,19 @@ if [ "$what" = h3-resume ]; then  # H3 causal LoRA on NPROC GPUs: uninterrupted 
   grep -E "fresh run|resume|^step|CRC|rror" "$OUT/h3_cut_b.log" | cut -c1-200
 fi
 if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (block checkpointing) and the H3 causal step
-  $build/vdt parity .deps/fixtures/wan_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 | grep -E "PASS|FAIL" || rc=1
-  $build/vdt parity .deps/fixtures/h3_tiny_a.safetensors --device cuda --dtype bfloat16 2>&1 | grep -E "PASS|FAIL" || rc=1
+  for dt in bfloat16 float32; do
+    for f in wan_tiny_a h3_tiny_a; do
+      $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 | grep -E "PASS|FAIL" || rc=1
+    done
+  done
+  timeout 200 $build/vdt bench kernels --device cuda 2>&1 | grep -E "^kernel|FAIL" | cut -c1-200 || rc=1
   for ck in ${CKS:-block}; do
     VDT_TRACE=$OUT/sft_$ck.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --checkpointing $ck \
       --steps 3 --warmup 2 --work-dir /tmp/vdt_prof_sft_$ck > "$OUT/prof_sft_$ck.log" 2>&1 || rc=1
     grep -E "^  step|result|rror" "$OUT/prof_sft_$ck.log" | cut -c1-200
-    python3 benchmarks/trace_top.py $OUT/sft_$ck.json 40 > "$OUT/sft_${ck}_top.txt"; head -24 "$OUT/sft_${ck}_top.txt"
-    python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | tee "$OUT/sft_${ck}_align2.txt" | head -60
-    gzip -f $OUT/sft_$ck.json
+    python3 benchmarks/trace_top.py $OUT/sft_$ck.json 40 | head -${TOPN:-24}
+    python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | head -30
+    rm -f $OUT/sft_$ck.json
   done
   for m in ${CAUSAL_MODELS:-}; do  # the Wan causal LoRA step (prefix), e.g. CAUSAL_MODELS="wan2.2-ti2v-5b"
     hw="--height 30 --width 52"; [ $m = wan2.1-t2v-1.3b ] && hw="--height 60 --width 104"
@@ -226,11 +230,11 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
     grep -E "result|rror" "$OUT/prof_causal_$m.log" | cut -c1-200
   done
   geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
-  VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=1 timeout 300 $build/vdt bench step $geo --attn prefix \
+  VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=${H3_MEMORY:-1} timeout 300 $build/vdt bench step $geo --attn prefix \
     --work-dir /tmp/vdt_prof_h3 > "$OUT/prof_h3.log" 2>&1 || rc=1
   grep -E "rows per|^  step|result|rror" "$OUT/prof_h3.log" | cut -c1-200
   python3 benchmarks/trace_top.py $OUT/h3.json 40 > "$OUT/h3_top.txt"; head -30 "$OUT/h3_top.txt"
-  python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
+  [ "${H3_MEMORY:-1}" = 1 ] && python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
   python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
   gzip -f $OUT/h3.json
 fi

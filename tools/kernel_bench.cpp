@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "model/kernels/fused_ops.h"
+#include "model/kernels/qk_norm_rope.h"
 #include "model/kernels/reference_ops.h"
 
 namespace vdt {
@@ -105,6 +106,23 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
   out.push_back({"h3_gate", h3_shape, [](const auto& t) { return kernels::fused_h3_gate(t[0], t[1], t[2], t[3]); },
                  [](const auto& t) { return kernels::reference_h3_gate(t[0], t[1], t[2], t[3]); },
                  {hx, hs, hy, rows}, {"x", "gate", "y"}, hgo});
+  // H3 q/k RMSNorm + RoPE: the fused projection [S, N, 3, Dh] of 56 heads of 128 (96 rotated channels); q, k, v
+  // compared as one [S, N, 3 Dh] tensor.
+  const int64_t N = real ? 56 : 3, Dh = real ? 128 : 20, Rr = real ? 16 : 3;
+  const auto qkv = torch::randn({S, N, 3, Dh}, f32).to(dt);
+  const auto wq = (1 + 0.3 * torch::randn({Dh}, f32)).to(dt), wk = (1 + 0.3 * torch::randn({Dh}, f32)).to(dt);
+  const auto angles = torch::rand({S, 6 * Rr}, f32) * 60;
+  const auto qk_go = torch::randn({S, N, 3 * Dh}, f32);
+  auto qk = [](bool fused) {
+    return [fused](const std::vector<torch::Tensor>& t) {
+      auto r = fused ? kernels::fused_h3_qk_norm_rope(t[0], t[1], t[2], 1e-6, t[3], t[4], /*aten=*/false)
+                     : kernels::h3_qk_norm_rope_reference(t[0], t[1], t[2], 1e-6, t[3], t[4]);
+      return torch::cat({std::get<0>(r), std::get<1>(r), std::get<2>(r)}, -1);  // 3 x [S, N, Dh] -> [S, N, 3 Dh]
+    };
+  };
+  out.push_back({"h3_qk_norm_rope", "qkv [" + std::to_string(S) + ", " + std::to_string(N) + ", 3, " +
+                 std::to_string(Dh) + "]", qk(true), qk(false), {qkv, wq, wk, angles.cos(), angles.sin()},
+                 {"qkv", "w_q", "w_k"}, qk_go});
   return out;
 }
 

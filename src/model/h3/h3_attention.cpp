@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "model/kernels/qk_norm_rope.h"
 #include "model/lora.h"
 
 namespace vdt {
@@ -42,40 +43,12 @@ H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len) {
   return {freqs.cos(), freqs.sin()};
 }
 
-namespace {
-// x [S, N, Dh] with cos/sin [S, 1, 6R] in x's dtype: rotate-half over the first 6R channels, the rest unchanged.
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t rot = cos.size(-1);
-  auto x_rot = x.narrow(-1, 0, rot), x_pass = x.narrow(-1, rot, x.size(-1) - rot);
-  auto halves = x_rot.chunk(2, -1);
-  auto rotated = torch::cat({-halves[1], halves[0]}, -1);  // rotate-half: d pairs with d + 3R
-  return torch::cat({x_rot * cos + rotated * sin, x_pass}, -1);
-}
-
-// RoPE as one autograd node: its backward is the same rotation with -sin (the tables repeat per half, so the
-// transpose of the rotation is the rotation by the negated angle), and it keeps only the tables, not x's pieces.
-class H3RopeFn : public torch::autograd::Function<H3RopeFn> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin) {
-    ctx->save_for_backward({cos, sin});
-    return rotate(x, cos, sin);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    return {rotate(grads[0], saved[0], -saved[1]), torch::Tensor(), torch::Tensor()};
-  }
-};
-}  // namespace
-
-torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope, bool autograd_reference) {
+torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope) {
   const int64_t rot = rope.cos.size(-1);
   TORCH_CHECK(x.dim() == 3 && x.size(0) == rope.cos.size(0) && rot <= x.size(-1) && rot % 2 == 0, "h3 rope: expected ",
               "x [S=", rope.cos.size(0), ", N, Dh >= ", rot, "], got ", x.sizes());
-  auto cos = rope.cos.to(x.scalar_type()).unsqueeze(1);  // [S, 6R] -> [S, 1, 6R]
-  auto sin = rope.sin.to(x.scalar_type()).unsqueeze(1);
-  return autograd_reference ? rotate(x, cos, sin) : H3RopeFn::apply(x, cos, sin);
+  // [S, 6R] -> [S, 1, 6R] in x's dtype
+  return kernels::rotate(x, rope.cos.to(x.scalar_type()).unsqueeze(1), rope.sin.to(x.scalar_type()).unsqueeze(1));
 }
 
 H3AttentionLayout H3AttentionLayout::segments(const std::vector<int64_t>& bounds, int64_t S) {
@@ -144,7 +117,7 @@ torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, 
 }
 
 H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps)
-    : heads_(heads), head_dim_(head_dim) {
+    : heads_(heads), head_dim_(head_dim), qk_eps_(qk_eps) {
   qkv_proj = register_module("qkv_proj", h3_linear(dim, 3 * heads * head_dim, /*bias=*/false));
   q_norm = register_module("q_norm", RMSNorm(head_dim, qk_eps));
   k_norm = register_module("k_norm", RMSNorm(head_dim, qk_eps));
@@ -156,13 +129,12 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
   const int64_t S = x.size(0);
   // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
-  auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
-  auto q = q_norm(parts[0]);
-  auto k = k_norm(parts[1]);
-  auto v = parts[2];
-  if (rope) {
-    q = h3_apply_rope(q, *rope);
-    k = h3_apply_rope(k, *rope);
+  torch::Tensor q, k, v;  // [S, N, Dh]
+  if (rope) {  // per-head RMSNorm, weight and RoPE of q and k as one node (model/kernels/qk_norm_rope.h)
+    std::tie(q, k, v) = kernels::h3_qk_norm_rope(qkv, q_norm->weight, k_norm->weight, qk_eps_, rope->cos, rope->sin);
+  } else {
+    auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
+    q = q_norm(parts[0]), k = k_norm(parts[1]), v = parts[2];
   }
   auto out = layout_attention(q, k, v, layout, kernel);       // [S, N, Dh]
   return lora_or_linear(out_proj, out.reshape({S, heads_ * head_dim_}));  // [S, N, Dh] -> [S, N*Dh] -> [S, D]

@@ -34,8 +34,8 @@ struct H3RopeTable {
 // 1/10000^(i/R) in float32 (the checkpoint's stored rope.inv_freq is never read by the reference).
 H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len);
 // x [S, N, Dh] -> [S, N, Dh]: channels [0, 6R) rotated as rotate-half (d pairs with d + 3R), the rest unchanged.
-// One autograd node with a hand-written backward; `autograd_reference` runs the same ops through autograd (tests).
-torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope, bool autograd_reference = false);
+// (H3Attention runs it inside the fused q/k node, model/kernels/qk_norm_rope.h.)
+torch::Tensor h3_apply_rope(const torch::Tensor& x, const H3RopeTable& rope);
 
 // Which rows see which: query blocks (in row order, covering [0, S)), each with the key ranges its rows attend to.
 // Packed segments are blocks that see themselves; a block-causal chunk sees the prefix and the chunks before it.
@@ -72,6 +72,7 @@ class H3AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, head_dim_;
+  double qk_eps_;
 };
 TORCH_MODULE(H3Attention);
 
