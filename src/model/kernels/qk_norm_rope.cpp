@@ -1,5 +1,5 @@
 // The q/k RMSNorm + RoPE node (qk_norm_rope.h): dispatch, the autograd Function and its ATen fallback.
-// Backward per part p in {q, k}, rows of Dh (float32): gy = rope(g, cos, -sin) (the rotation's transpose), gn = gy * w,
+// Backward per part p in {q, k}, rows of Dh (float32): gy = rope^T(g) (the rotation's transpose), gn = gy * w,
 // nf = x * rstd, dx = rstd * (gn - nf * mean(gn * nf)); dw = sum over rows of gy * n (n = nf rounded, as forward).
 #include "model/kernels/qk_norm_rope.h"
 
@@ -18,6 +18,15 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Triple = std::tuple<Tensor, Tensor, Tensor>;
+
+// The transpose of rotate (its backward): g [S, N, Dh], cos / sin [S, 1, 6R] -> g cos + rot^T(g sin) on the rotated
+// channels, where rot^T(z) = [z2 | -z1]; exact for any tables (for H3's, whose halves repeat, it is rotate(g, cos, -sin)).
+Tensor rotate_transpose(const Tensor& g, const Tensor& cos, const Tensor& sin) {
+  const int64_t rot = cos.size(-1);
+  auto g_rot = g.narrow(-1, 0, rot), g_pass = g.narrow(-1, rot, g.size(-1) - rot);
+  auto z = (g_rot * sin).chunk(2, -1);
+  return torch::cat({g_rot * cos + torch::cat({z[1], -z[0]}, -1), g_pass}, -1);
+}
 
 Tensor norm_weight(const Tensor& x, const Tensor& w, double eps) {
   return at::rms_norm(x, {x.size(-1)}, std::nullopt, eps) * w;  // as RMSNormImpl: cast before the weight multiply
@@ -67,14 +76,16 @@ struct QkNormRopeFn : torch::autograd::Function<QkNormRopeFn> {
 #endif
     }
     if (!dqkv.defined() || want_w) {
-      const auto c = cos.to(torch::kFloat32).unsqueeze(1), s = sin.to(torch::kFloat32).unsqueeze(1);  // [S, 1, 6R]
+      // the tables as forward used them (rounded to qkv's dtype), [S, 6R] -> [S, 1, 6R] float32
+      const auto c = cos.to(qkv.scalar_type()).to(torch::kFloat32).unsqueeze(1);
+      const auto s = sin.to(qkv.scalar_type()).to(torch::kFloat32).unsqueeze(1);
       std::vector<Tensor> parts;
       for (int p = 0; p < 2; ++p) {
         const auto& w = p == 0 ? w_q : w_k;
         const auto x = qkv.select(2, p).to(torch::kFloat32);                                  // [S, N, Dh]
         const auto rstd = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);           // [S, N, 1]
         const auto nf = x * rstd;
-        const auto gy = rotate(grad(p).to(torch::kFloat32), c, -s);
+        const auto gy = rotate_transpose(grad(p).to(torch::kFloat32), c, s);
         if (want_w) dw[p] = (gy * nf.to(qkv.scalar_type()).to(torch::kFloat32)).sum(std::vector<int64_t>{0, 1}).to(w.scalar_type());
         const auto gn = gy * w.to(torch::kFloat32);
         parts.push_back(rstd * (gn - nf * (gn * nf).mean(-1, /*keepdim=*/true)));

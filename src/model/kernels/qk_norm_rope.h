@@ -13,7 +13,7 @@
 namespace vdt::kernels {
 
 // H3's RoPE op by op: x [S, N, Dh], cos / sin [S, 1, 6R] in x's dtype -> [S, N, Dh], channels [0, 6R) rotated as
-// rotate-half (d pairs with d + 3R), the rest unchanged. rotate(g, cos, -sin) is its transpose (backward).
+// rotate-half (d pairs with d + 3R), the rest unchanged.
 torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // qkv [S, N, 3, Dh] (any strides with Dh contiguous), w_q / w_k [Dh] in qkv's dtype, cos / sin [S, 6R] float32
