@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "model/kept_ops.h"
 #include "model/lora.h"
 
 namespace vdt {
@@ -134,7 +135,9 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
     q = h3_apply_rope(q, *rope);
     k = h3_apply_rope(k, *rope);
   }
-  auto out = layout_attention(q, k, v, layout, kernel);       // [S, N, Dh]
+  auto out = kept_attention({q, k, v}, [&](const std::vector<torch::Tensor>& t) {  // [S, N, Dh]
+    return layout_attention(t[0], t[1], t[2], layout, kernel);
+  });
   return lora_or_linear(out_proj, out.reshape({S, heads_ * head_dim_}));  // [S, N, Dh] -> [S, N*Dh] -> [S, D]
 }
 
