@@ -60,8 +60,9 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
   auto a = kept_attention(  // [B, N, L, Dh]
       {qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2)}, [&](const std::vector<torch::Tensor>& t) {
-        return pattern.causal() ? block_causal_attention(t[0], t[1], t[2], pattern.chunk_tokens, ck, pattern.teacher_forcing)
-                                : attention(t[0], t[1], t[2], kernel);
+        return pattern.causal()
+                   ? block_causal_attention(t[0], t[1], t[2], pattern.chunk_tokens, ck, pattern.teacher_forcing)
+                   : attention(t[0], t[1], t[2], kernel);
       });
   return lora_or_linear(o, merge_heads(a));
 }
