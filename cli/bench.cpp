@@ -26,7 +26,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--text-len"), cfg->text_len, "text tokens")->capture_default_str();
   step->add_option(spellings("--steps"), cfg->steps, "timed steps")->capture_default_str();
   step->add_option(spellings("--warmup"), cfg->warmup, "untimed warm-up steps")->capture_default_str();
-  step->add_option(spellings("--checkpointing"), cfg->checkpointing, "sft: block or none")->capture_default_str();
+  step->add_option(spellings("--checkpointing"), cfg->checkpointing, "block, selective or none (sft only)")->capture_default_str();
   step->add_option(spellings("--precision"), cfg->precision, "sft: bf16 (weights and moments), mixed or fp32; causal: bf16 or fp32")
       ->capture_default_str();
   step->add_option(spellings("--device"), cfg->device, "cuda or cpu")->capture_default_str();

@@ -12,6 +12,7 @@
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
+#include "train/loop/activation_checkpoint.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt {
@@ -19,8 +20,9 @@ namespace fs = std::filesystem;
 
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
-  VDT_CHECK(checkpointing == "block" || checkpointing == "none", "--checkpointing: expected block or none, got '",
-            checkpointing, "'");
+  parse_checkpointing(checkpointing, "--checkpointing");
+  VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
+            "checkpoints; expected block or selective");
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
             fused_kernels, "'");
   VDT_CHECK(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '", device, "'");
@@ -63,7 +65,8 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     SftConfig c;
     c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision;
-    c.gradient_checkpointing = cfg.checkpointing == "block", c.fused_kernels = cfg.fused_kernels;
+    c.gradient_checkpointing = cfg.checkpointing != "none", c.fused_kernels = cfg.fused_kernels;
+    c.checkpointing = cfg.checkpointing == "none" ? "block" : cfg.checkpointing;
     c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
     c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
     c.res = std::to_string(cfg.width * 16) + "x" + std::to_string(cfg.height * 16);
@@ -76,6 +79,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
     c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.checkpointing = cfg.checkpointing;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);

@@ -18,7 +18,7 @@ struct StepBenchConfig {
   std::string model = "wan2.2-ti2v-5b";
   int64_t frames = 21, height = 30, width = 52, text_len = 512;  // latent geometry: 21x30x52 = 8190 tokens
   int steps = 8, warmup = 3;
-  std::string checkpointing = "block";     // sft: block | none (the causal trainer always checkpoints blocks)
+  std::string checkpointing = "block";     // block | selective | none (none: sft only; the causal trainer always checkpoints)
   std::string precision = "bf16";          // sft: bf16 (weights and AdamW moments, as the peer) | mixed | fp32;
                                            // causal: bf16 (frozen base) | fp32
   std::string device = "cuda";

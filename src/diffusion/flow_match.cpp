@@ -68,7 +68,7 @@ SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise,
   ex.x_t.select(2, 0).copy_(x0.select(2, 0));  // frame 0 is the clean conditioning latent, whatever first_frame_cond
   ex.target = velocity_target(x0, noise);
   const int64_t B = x0.size(0), F = x0.size(2);
-  ex.t = torch::full({B, F}, ex.model_timestep, x0.options().dtype(torch::kFloat32));
+  ex.t = torch::full({B, F}, ex.model_timestep, torch::kFloat32);  // on the host: model_inputs finds its rows there
   if (first_frame_cond) ex.t.select(1, 0).zero_();
   return ex;
 }

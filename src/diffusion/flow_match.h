@@ -31,7 +31,7 @@ int64_t nearest_index(const FlowGrid& grid, double t);
 struct SftExample {
   torch::Tensor x_t;     // [B, C, F, H, W] noisy latents; frame 0 is always the clean latent
   torch::Tensor t;       // [B, F] model timesteps: the grid value rounded to the compute dtype (frame 0 -> 0 under
-                         // first-frame conditioning)
+                         // first-frame conditioning); on the host (model_inputs moves it, with its distinct rows)
   torch::Tensor target;  // [B, C, F, H, W] velocity target
   double sigma = 0, weight = 0;
   double timestep = 0;        // the exact float32 grid value (what the seed logs)

@@ -37,7 +37,9 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
   ex.target = velocity_target(x0.to(torch::kFloat32), noise.to(torch::kFloat32)).to(x0.scalar_type());
   // The model sees each timestep rounded to the compute dtype (x0's), as the SFT objective; sigma, the mixing and the
   // weights above come from the exact level (SPEC §1).
-  ex.t = (sig * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, F}).contiguous();  // [B, F]
+  // (on the host, as the SFT example's: model_inputs finds the distinct rows there without a device sync)
+  ex.t = (torch::tensor(sigma_f) * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, F})
+             .contiguous();  // [B, F]
   return ex;
 }
 

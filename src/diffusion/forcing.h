@@ -26,7 +26,7 @@ double df_sigma(double u, double shift);
 struct DfExample {
   torch::Tensor x_t;            // [B, C, F, H, W], F = chunks * chunk_frames; teacher forcing: [B, C, 2F, H, W]
   torch::Tensor t;              // [B, F] per-frame model timesteps (float32 tensor holding values rounded to x0's
-                                // dtype, the compute dtype); teacher forcing: [B, 2F]
+                                // dtype, the compute dtype), on the host; teacher forcing: [B, 2F]
   torch::Tensor target;         // [B, C, F, H, W] velocity target
   std::vector<double> sigmas;   // per chunk
   std::vector<double> weights;  // per chunk: bell weight of the chunk's t

@@ -6,6 +6,7 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
+#include "model/kept_ops.h"
 #include "model/lora.h"
 
 namespace vdt {
@@ -52,14 +53,17 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern) {
-  auto qh = apply_rope(norm_q(lora_or_linear(q, x)).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
-  auto kh = apply_rope(norm_k(lora_or_linear(k, x)).unflatten(-1, {heads_, -1}), rope);
-  auto vh = lora_or_linear(v, x).unflatten(-1, {heads_, -1});
-  auto a = pattern.causal()  // [B, N, L, Dh]
-               ? block_causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), pattern.chunk_tokens,
-                                        kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel,
-                                        pattern.teacher_forcing)
-               : attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), kernel);
+  const auto qkv = lora_or_linear_shared_input({&q, &k, &v}, x, fuse_lora_qkv);  // 3 x [B, L, D]
+  auto qh = apply_rope(norm_q(qkv[0]).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
+  auto kh = apply_rope(norm_k(qkv[1]).unflatten(-1, {heads_, -1}), rope);
+  auto vh = qkv[2].unflatten(-1, {heads_, -1});
+  const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
+  auto a = kept_attention(  // [B, N, L, Dh]
+      {qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2)}, [&](const std::vector<torch::Tensor>& t) {
+        return pattern.causal()
+                   ? block_causal_attention(t[0], t[1], t[2], pattern.chunk_tokens, ck, pattern.teacher_forcing)
+                   : attention(t[0], t[1], t[2], kernel);
+      });
   return lora_or_linear(o, merge_heads(a));
 }
 
@@ -78,8 +82,9 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
     vc = vc.index_select(0, idx).unflatten(0, {B, ctx_ids.size(1)});
     ctx = kc;  // only its shape is read below
   }
+  auto attend = [this](const std::vector<torch::Tensor>& t) { return attention(t[0], t[1], t[2], kernel); };
   if (ctx.dim() == 3) {
-    auto a = attention(split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_), kernel);
+    auto a = kept_attention({split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_)}, attend);
     return lora_or_linear(o, merge_heads(a));  // [B, L, D]
   }
   // Per-cell text: fold frames into the batch so frame f's tokens see only cell f.
@@ -88,7 +93,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   auto qf = qx.reshape({B * F, L / F, D});   // [B, L, D] -> [B*F, L/F, D]
   auto kf = kc.reshape({B * F, Lt, D});      // [B, F, Lt, D] -> [B*F, Lt, D]
   auto vf = vc.reshape({B * F, Lt, D});
-  auto a = attention(split_heads(qf, heads_), split_heads(kf, heads_), split_heads(vf, heads_), kernel);
+  auto a = kept_attention({split_heads(qf, heads_), split_heads(kf, heads_), split_heads(vf, heads_)}, attend);
   return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
 }
 

@@ -40,6 +40,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;
   CausalKernel causal_kernel = CausalKernel::prefix;
+  bool fuse_lora_qkv = true;  // one GEMM for the LoRA A factors of q, k, v (lora_or_linear_shared_input); off: three
 
  protected:
   int64_t heads_;

@@ -42,6 +42,11 @@ struct DenoiserInputs {
   // (side_streams(): the noisy stream under its name, [B, ..., A] with steps last, and its timesteps [B, A] under
   // name + ".t"; under teacher forcing both hold [clean | noisy] along the steps, as x does along the frames).
   std::map<std::string, torch::Tensor> extra;
+  // Optional (last, so brace-initialised inputs keep their order): t as its distinct values t_rows [U] float32 and
+  // each group's row t_index [B, G] int64 (t's shape, [B] as [B, 1]), found on the host by distinct_timestep_rows
+  // (model/embeddings.h) so no device sync is needed. A family may then run its time MLP on U rows (SFT: frame 0 at 0
+  // and the rest at t, U = 2 per sample; causal: one per chunk) instead of B * G; t stays the reference.
+  torch::Tensor t_rows, t_index;
 };
 
 // Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.

@@ -17,6 +17,15 @@ torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t freq_dim, tor
   return torch::cat({torch::cos(angle), torch::sin(angle)}, -1).to(dtype);
 }
 
+TimestepRows distinct_timestep_rows(const torch::Tensor& t) {
+  VDT_CHECK(t.dim() == 1 || t.dim() == 2, "timesteps: expected t [B] or [B, G], got ", t.sizes());
+  VDT_CHECK(!t.is_cuda(), "timesteps: distinct rows are found on the host (a device search would sync); got t on ",
+            t.device());
+  auto t2 = (t.dim() == 1 ? t.unsqueeze(1) : t).to(torch::kFloat32);  // [B, G]
+  auto [rows, inverse, counts] = at::_unique2(t2, /*sorted=*/true, /*return_inverse=*/true);
+  return {rows, inverse.reshape(t2.sizes()).to(torch::kLong)};
+}
+
 RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device) {
   VDT_CHECK(head_dim % 2 == 0, "rope: head dim ", head_dim, " must be even");
   const int64_t hw_dims = 2 * (head_dim / 6);

@@ -11,6 +11,14 @@ namespace vdt {
 // t: any shape [...] on the 0..1000 scale -> [..., freq_dim] in `dtype`; computed in float64 as the reference.
 torch::Tensor sinusoidal_embedding(const torch::Tensor& t, int64_t freq_dim, torch::ScalarType dtype);
 
+// Timesteps t [B] or [B, G] (on the host: the search for distinct values must not sync a device) as their distinct
+// values `rows` [U] (float32, ascending) and the row of each entry `index` [B, G] int64 (t [B] as [B, 1]), so that
+// rows.index_select(0, index.flatten()) equals t exactly.
+struct TimestepRows {
+  torch::Tensor rows, index;
+};
+TimestepRows distinct_timestep_rows(const torch::Tensor& t);
+
 // RoPE rotation table for a token grid: cos and sin, each [L, Dh/2] float32 (angles computed in float64), token order
 // (f, h, w) row-major. The frame axis takes the first Dh - 4*(Dh//6) real dims, height and width 2*(Dh//6) each
 // (Dh 128: 22/21/21 complex pairs).

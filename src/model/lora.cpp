@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/kept_ops.h"
 
 namespace vdt {
 namespace {
@@ -130,19 +131,53 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
 }
 
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) {
-  auto y = linear(x);
+  // GEMMs through kept_linear (model/kept_ops.h): selective checkpointing keeps the base output and A's [.., r]
+  // output; B's GEMM (r x out, ~1 % of the base's) is recomputed with the elementwise work.
+  auto y = kept_linear(x, linear->weight, linear->bias);
   if (linear->children().empty()) return y;  // no LoRA attached: the plain Linear
   const auto kids = linear->named_children();
   auto a = kids["lora_A"]->as<torch::nn::Linear>();
   auto b = kids["lora_B"]->as<torch::nn::Linear>();
   // Factors in x's dtype (trainers keep them in float32 beside a bf16 base; the cast is part of the graph).
   const int64_t r = a->weight.size(0), out = y.size(-1);
-  auto h = torch::linear(x, a->weight.to(x.scalar_type())).reshape({-1, r});  // [..., r] -> [M, r]
+  auto h = kept_linear(x, a->weight.to(x.scalar_type())).reshape({-1, r});  // [..., r] -> [M, r]
   // y + scale * h B^T as one GEMM accumulating into y (the BLAS beta = 1 epilogue): no separate full-size scale and
   // add over the output, forward or backward.
   const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
   return torch::addmm(y.reshape({-1, out}), h, b->weight.to(x.scalar_type()).t(), /*beta=*/1, /*alpha=*/scale)
       .view(y.sizes());  // [M, out] -> [..., out]
+}
+
+std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::nn::Linear*>& linears,
+                                                       const torch::Tensor& x, bool fuse_lora_a) {
+  bool fuse = fuse_lora_a && linears.size() > 1;
+  for (auto* l : linears) fuse = fuse && !(*l)->children().empty();
+  std::vector<torch::Tensor> out;
+  if (!fuse) {  // the reference: one lora_or_linear per Linear
+    for (auto* l : linears) out.push_back(lora_or_linear(*l, x));
+    return out;
+  }
+  std::vector<torch::Tensor> as;
+  std::vector<int64_t> ranks;
+  for (auto* l : linears) {
+    auto a = (*l)->named_children()["lora_A"]->as<torch::nn::Linear>();
+    as.push_back(a->weight.to(x.scalar_type()));
+    ranks.push_back(a->weight.size(0));
+  }
+  // One GEMM against the stacked A factors: [..., in] x [sum r, in]^T -> [..., sum r], split per Linear
+  const auto h = kept_linear(x, torch::cat(as, 0)).split_with_sizes(ranks, -1);
+  for (size_t i = 0; i < linears.size(); ++i) {
+    auto& lin = *linears[i];
+    const auto kids = lin->named_children();
+    auto b = kids["lora_B"]->as<torch::nn::Linear>();
+    auto y = kept_linear(x, lin->weight, lin->bias);
+    const int64_t out_dim = y.size(-1);
+    const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+    out.push_back(torch::addmm(y.reshape({-1, out_dim}), h[i].reshape({-1, ranks[i]}), b->weight.to(x.scalar_type()).t(),
+                               /*beta=*/1, /*alpha=*/scale)
+                      .view(y.sizes()));  // as lora_or_linear: [M, out] -> [..., out]
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,

@@ -63,6 +63,11 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
 
 // The Linear's output, plus scale * B(A(x)) when a LoRA is attached to it (the model's attention and FFN call this).
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x);
+// lora_or_linear of several Linears on one input x (self-attention's q, k, v), in order. When `fuse_lora_a` and every
+// one carries a LoRA, their A factors run as one GEMM of x against [A_1; A_2; ...] whose [..., sum r] result is split
+// (one launch and one read of x instead of three); otherwise, and as the reference, one lora_or_linear each.
+std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::nn::Linear*>& linears,
+                                                       const torch::Tensor& x, bool fuse_lora_a = true);
 
 // Attaches LoRA factors to every Linear of `model` whose name is a target: A [r, in] with PyTorch's default Linear
 // init drawn from `seed`, B [out, r] zero (so the model's output is unchanged), in the base weight's dtype and

@@ -56,6 +56,10 @@ void WanDiTImpl::set_causal_kernel(CausalKernel k) {
   for (auto& b : *blocks) b->as<WanBlockImpl>()->self_attn->causal_kernel = k;
 }
 
+void WanDiTImpl::set_fused_lora_qkv(bool on) {
+  for (auto& b : *blocks) b->as<WanBlockImpl>()->self_attn->fuse_lora_qkv = on;
+}
+
 void WanDiTImpl::set_attention_kernel(AttentionKernel k) {
   for (auto& b : *blocks) b->as<WanBlockImpl>()->set_attention_kernel(k);
 }
@@ -181,9 +185,25 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
     const auto& l = *m.as<torch::nn::LinearImpl>();
     return torch::linear(x, l.weight.to(torch::kFloat32), l.bias.to(torch::kFloat32));
   };
-  auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
-                                                         sinusoidal_embedding(t, cfg_.freq_dim, torch::kFloat32))));
-  auto e0 = lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim});
+  auto time_mlp = [&](const torch::Tensor& tt) {  // [...] -> e [..., D], e0 [..., 6, D]
+    auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
+                                                           sinusoidal_embedding(tt, cfg_.freq_dim, torch::kFloat32))));
+    return std::make_pair(e, lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim}));
+  };
+  torch::Tensor e, e0;
+  if (distinct_time_rows_ && in.t_rows.defined()) {
+    // The MLP on the U distinct timesteps only, then each group picks its row: [U, D] -> [B, G, D] (the per-token
+    // broadcast happens inside modulated_norm / gated_add, which view x per group).
+    TORCH_CHECK(in.t_rows.dim() == 1 && in.t_index.defined() && in.t_index.sizes() == t.sizes(), "WanDiT: expected "
+                "t_rows [U] and t_index of t's shape ", t.sizes(), ", got ", in.t_rows.sizes(), " and ",
+                in.t_index.defined() ? in.t_index.sizes() : at::IntArrayRef{});
+    auto [eu, e0u] = time_mlp(in.t_rows.to(x.device()));        // [U, D], [U, 6, D]
+    const auto idx = in.t_index.to(x.device()).flatten();          // [B*G]
+    e = eu.index_select(0, idx).view({t.size(0), t.size(1), -1});  // -> [B, G, D]
+    e0 = e0u.index_select(0, idx).view({t.size(0), t.size(1), 6, cfg_.dim});  // -> [B, G, 6, D]
+  } else {
+    std::tie(e, e0) = time_mlp(t);  // the reference: one row per timestep group
+  }
 
   // Text: [B, Lt, text_dim] -> [B, Lt, D]; per cell: rows [R, Lt, text_dim] -> [R, Lt, D] -> [B, F', Lt, D]
   torch::Tensor ctx_ids;

@@ -51,6 +51,11 @@ class WanDiTImpl : public Denoiser {
   void init_random_base(uint64_t seed) override;
   void set_block_runner(BlockRunner runner) override { block_runner_ = std::move(runner); }
   void set_attention_kernel(AttentionKernel k);
+  // With t_rows / t_index given (DenoiserInputs), the time MLP and projection run on the distinct timesteps only
+  // (default); off: one row per timestep group, the reference the shortcut is tested against.
+  void set_distinct_time_rows(bool on) { distinct_time_rows_ = on; }
+  // Self-attention's LoRA A factors of q, k, v as one GEMM (default) or three (the reference).
+  void set_fused_lora_qkv(bool on);
   void set_causal_kernel(CausalKernel k) override;
   const ModelConfig& config() const { return cfg_; }
 
@@ -77,6 +82,7 @@ class WanDiTImpl : public Denoiser {
   torch::Tensor unpatchify(const torch::Tensor& out, std::array<int64_t, 3> grid) const;
   ModelConfig cfg_;
   BlockRunner block_runner_;
+  bool distinct_time_rows_ = true;
 };
 TORCH_MODULE(WanDiT);
 

@@ -4,6 +4,7 @@
 
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "model/attention.h"
 #include "model/lora.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
@@ -137,6 +138,61 @@ TEST(Lora, AttachedModelEqualsTheMergedModelOnAForward) {
   partial.modules.erase("blocks.1.ffn.2");
   test::expect_error([&] { load_lora(*again, partial, "partial.safetensors"); },
                      {"partial.safetensors", "blocks.1.ffn.2"});
+}
+
+
+// Self-attention's q, k, v LoRA A factors as one GEMM against [A_q; A_k; A_v]: the same outputs and the same
+// gradients (factors and input) as three lora_or_linear calls, on the whole model (bidirectional and block-causal) and
+// on one shared-input group.
+TEST(Lora, FusedQkvAGemmEqualsThreeCalls) {
+  auto run = [](bool fused, int64_t causal) {
+    torch::manual_seed(0);
+    WanDiT m(preset_config("tiny"));
+    m->init_random_base(5);
+    LoraConfig lc;
+    lc.rank = 3;
+    auto lora = attach_lora(*m, lc, 7);
+    {
+      torch::NoGradGuard ng;
+      for (auto& [n, p] : lora) p.normal_(0, 0.1);
+    }
+    m->set_fused_lora_qkv(fused);
+    auto x = torch::randn({1, 16, 2, 4, 4}).requires_grad_(true);
+    DenoiserInputs in{x, torch::tensor({{300.0, 700.0}}), torch::randn({1, 5, 64})};
+    if (causal) in.attention = AttentionPattern::block_causal(causal);
+    auto out = m->forward(in);
+    (out * torch::linspace(-1, 1, out.numel()).view_as(out)).sum().backward();
+    std::map<std::string, torch::Tensor> g;
+    for (auto& [n, p] : lora) g[n] = p.grad().clone();
+    g["x"] = x.grad().clone();
+    g["out"] = out.detach();
+    return g;
+  };
+  for (int64_t causal : {0, 1}) {
+    auto ref = run(false, causal), fused = run(true, causal);
+    for (auto& [k, v] : ref) {
+      EXPECT_GT(v.abs().max().item<double>(), 0.0) << k;
+      EXPECT_LT((v - fused[k]).abs().max().item<double>(), 1e-6 * (1 + v.abs().max().item<double>())) << k;
+    }
+  }
+  // One group: the stacked A is one GEMM of x; without LoRA on every member the group is the plain calls.
+  torch::manual_seed(1);
+  SelfAttention a(8, 2, 1e-6);
+  LoraConfig lc;
+  lc.rank = 2, lc.targets = {"q", "k", "v"};
+  auto f = attach_lora(*a, lc, 3);
+  {
+    torch::NoGradGuard ng;
+    for (auto& [n, p] : f) p.normal_(0, 0.3);
+  }
+  auto x = torch::randn({2, 5, 8});
+  const auto fused = lora_or_linear_shared_input({&a->q, &a->k, &a->v}, x, true);
+  const auto plain = lora_or_linear_shared_input({&a->q, &a->k, &a->v}, x, false);
+  ASSERT_EQ(fused.size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((fused[i] - plain[i]).abs().max().item<double>(), 1e-6 * (1 + plain[i].abs().max().item<double>())) << i;
+  EXPECT_TRUE(torch::equal(plain[0], lora_or_linear(a->q, x)));
+  EXPECT_TRUE(torch::equal(lora_or_linear_shared_input({&a->o, &a->q}, x, true)[0], lora_or_linear(a->o, x)));
 }
 
 }  // namespace

@@ -36,6 +36,33 @@ TEST(StepBench, TimesBothTrainersOwnStepsOnCpu) {
   }
 }
 
+// `--checkpointing selective` in both trainers' steps: the same losses as block checkpointing (the gradients are equal
+// to fp32 rounding, so later steps' losses are too); none is SFT only.
+TEST(StepBench, SelectiveCheckpointingRunsBothTrainersWithBlocksLosses) {
+  for (const char* trainer : {"sft", "causal"}) {
+    SCOPED_TRACE(trainer);
+    std::vector<double> losses[2];
+    int i = 0;
+    for (const char* mode : {"block", "selective"}) {
+      test::TempDir dir;
+      StepBenchConfig cfg;
+      cfg.trainer = trainer, cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+      cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 3, cfg.warmup = 0;
+      cfg.checkpointing = mode, cfg.work_dir = dir.file("bench");
+      auto single = make_single_rank();
+      losses[i++] = run_step_bench(cfg, *single).losses;
+    }
+    ASSERT_EQ(losses[0].size(), 3u);
+    ASSERT_EQ(losses[1].size(), 3u);
+    for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(losses[0][s], losses[1][s], 1e-5 * (1 + std::abs(losses[0][s]))) << s;
+  }
+  StepBenchConfig bad;
+  bad.trainer = "causal", bad.checkpointing = "none";
+  test::expect_error([&] { bad.validate(); }, {"--checkpointing none", "block or selective"});
+  bad.trainer = "sft", bad.checkpointing = "layers";
+  test::expect_error([&] { bad.validate(); }, {"--checkpointing", "layers", "selective"});
+}
+
 // Several ranks: rank 0 writes the synthetic root into the directory every rank reads (the default temp directory
 // is named the same on every rank), the trainer runs sharded (ZeRO-2), and every rank gets the timings.
 TEST(StepBench, SeveralRanksShareOneRootAndRunSharded) {

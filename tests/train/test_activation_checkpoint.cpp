@@ -1,10 +1,16 @@
 #include <torch/torch.h>
 
 #include "diffusion/flow_match.h"
+#include "model/h3/h3_causal.h"
+#include "model/h3/h3_dit.h"
+#include "model/kept_ops.h"
 #include "model/lora.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 #include "train/loop/activation_checkpoint.h"
+#include "train/loop/model_inputs.h"
+#include "train/sft/sft_config.h"
+#include "train/causal/causal_config.h"
 
 namespace vdt {
 namespace {
@@ -84,6 +90,141 @@ TEST(ActivationCheckpoint, LoraOnAFrozenBaseGetsEveryGradientAndHooksWrapEachRun
     EXPECT_GT(v.abs().max().item<double>(), 0.0) << k;
     EXPECT_LT((v - ckpt[k]).abs().max().item<double>(), 1e-6 + 1e-5 * v.abs().max().item<double>()) << k;
   }
+}
+
+
+// --- selective checkpointing -------------------------------------------------------------------------------------
+
+enum class Family { wan, h3 };
+
+// A tiny base of either family with its inputs (x a leaf that requires grad), optionally a LoRA (B non-zero) on a
+// frozen base, and the checkpointing mode. Returns the gradient of every trainable parameter and of the latents.
+std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk) {
+  torch::manual_seed(0);
+  std::shared_ptr<Denoiser> m;
+  DenoiserInputs in;
+  if (family == Family::wan) {
+    auto w = WanDiT(preset_config("tiny"));
+    w->init_random_base(5);
+    m = w.ptr();
+    in.x = torch::randn({1, 16, 4, 4, 4});
+    in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});
+    in.context = torch::randn({1, 5, 64});
+  } else {
+    auto h = H3DiT(h3_preset("h3-tiny"));
+    h->init_random_base(5);
+    m = h.ptr();
+    in.x = torch::randn({1, 24, 4, 4, 4});
+    in.t = torch::rand({1, 4}) * 1000;
+    in.context = torch::randn({1, 6, 48});
+    in.extra["picture1"] = torch::randn({1, 24, 1, 2, 4});
+    in.extra["audio"] = torch::randn({1, 2, 32, h3_span_audio_steps(4)});
+    in.extra["audio.t"] = torch::rand({1, h3_span_audio_steps(4)}) * 1000;
+    in.extra["text_tags"] = torch::tensor({{1, 0, 0, 1, 1, 1}});
+  }
+  if (causal_chunk > 0) in.attention = AttentionPattern::block_causal(causal_chunk);
+  std::vector<std::pair<std::string, torch::Tensor>> trainable;
+  if (lora) {
+    LoraConfig lc;
+    lc.rank = 2, lc.targets = m->lora_targets();
+    trainable = attach_lora(*m, lc, 3);
+    torch::NoGradGuard ng;
+    for (auto& [n, p] : trainable) p.normal_(0, 0.1);
+  } else {
+    for (auto& kv : m->named_parameters()) trainable.emplace_back(kv.key(), kv.value());
+  }
+  if (mode != Checkpointing::none) {
+    CheckpointOptions o;
+    o.selective = mode == Checkpointing::selective;
+    enable_block_checkpointing(*m, o);
+  }
+  in.x = in.x.clone().requires_grad_(true);
+  DenoiserAux aux;
+  auto out = m->forward(in, &aux);
+  auto loss = (out * torch::linspace(-1, 1, out.numel()).view_as(out)).sum();
+  for (auto& [name, s] : aux.streams) loss = loss + s.square().mean();
+  loss.backward();
+  std::map<std::string, torch::Tensor> g;
+  for (auto& [n, p] : trainable) g[n] = p.grad().defined() ? p.grad().clone() : torch::zeros_like(p);
+  g["input x"] = in.x.grad().clone();
+  if (lora)  // a frozen base: no weight gradient anywhere outside the factors
+    for (auto& kv : m->named_parameters())
+      if (kv.key().find(".lora_") == std::string::npos) {
+        EXPECT_FALSE(kv.value().requires_grad()) << kv.key();
+        EXPECT_FALSE(kv.value().grad().defined()) << kv.key();
+      }
+  return g;
+}
+
+void expect_same_grads(const std::map<std::string, torch::Tensor>& ref, const std::map<std::string, torch::Tensor>& got,
+                       const std::string& what) {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  int nonzero = 0;
+  for (auto& [k, v] : ref) {
+    const double scale = v.abs().max().item<double>();
+    nonzero += scale > 0;
+    EXPECT_LT((v - got.at(k)).abs().max().item<double>(), 1e-6 + 1e-5 * scale) << k << " " << what;
+  }
+  EXPECT_GT(nonzero, static_cast<int>(ref.size()) / 2) << what;  // the comparison is not of zeros
+}
+
+// Selective checkpointing: full-parameter and LoRA on a frozen base, bidirectional and block-causal, Wan tiny and
+// h3-tiny: every trainable parameter's gradient and the latents' gradient equal the plain graph's (and block
+// checkpointing's).
+TEST(ActivationCheckpoint, SelectiveGradientsEqualPlainBackward) {
+  for (const auto family : {Family::wan, Family::h3})
+    for (const bool lora : {false, true})
+      for (const int64_t causal : {0, family == Family::wan ? 1 : 2}) {
+        const std::string what = std::string(family == Family::wan ? "wan" : "h3") + (lora ? " lora" : " full") +
+                                  (causal ? " causal" : " bidirectional");
+        const auto plain = grads_of(family, Checkpointing::none, lora, causal);
+        expect_same_grads(plain, grads_of(family, Checkpointing::selective, lora, causal), what + " selective");
+        expect_same_grads(plain, grads_of(family, Checkpointing::block, lora, causal), what + " block");
+      }
+}
+
+// Without a policy installed, the model's marked calls are the plain ops.
+TEST(ActivationCheckpoint, KeptOpsWithoutAPolicyAreThePlainOps) {
+  auto x = torch::randn({2, 3, 8}), w = torch::randn({5, 8}), b = torch::randn({5});
+  EXPECT_TRUE(torch::equal(kept_linear(x, w, b), torch::linear(x, w, b)));
+  int calls = 0;
+  auto y = kept_attention({x}, [&](const std::vector<torch::Tensor>& t) {
+    ++calls;
+    return t[0] * 2;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(torch::equal(y, x * 2));
+}
+
+TEST(ActivationCheckpoint, CheckpointingFlagsNameTheChoices) {
+  EXPECT_EQ(parse_checkpointing("selective", "--checkpointing"), Checkpointing::selective);
+  test::expect_error([] { parse_checkpointing("layer", "--checkpointing"); },
+                     {"--checkpointing", "layer", "none", "block", "selective"});
+  SftConfig sft;
+  sft.data_root = "d", sft.output = "o", sft.random_init = true;
+  sft.checkpointing = "selective";
+  EXPECT_EQ(sft.checkpointing_mode(), Checkpointing::selective);
+  sft.gradient_checkpointing = false;
+  test::expect_error([&] { sft.validate(); }, {"--checkpointing selective", "--no-gradient_checkpointing"});
+  sft.checkpointing = "block";
+  EXPECT_EQ(sft.checkpointing_mode(), Checkpointing::none);
+  CausalConfig causal;
+  causal.checkpointing = "selective";
+  EXPECT_EQ(causal.checkpointing_mode(), Checkpointing::selective);
+  causal.checkpointing = "none";
+  test::expect_error([&] { causal.checkpointing_mode(); }, {"--checkpointing", "'none'", "block, selective"});
+}
+
+
+// model_inputs finds the distinct timesteps of a host t (where the objectives build it) without touching a device.
+TEST(ModelInputs, HostTimestepsComeWithTheirDistinctRows) {
+  WanDiT m(preset_config("tiny"));
+  auto t = torch::tensor({{0.0, 500.0, 500.0}});
+  auto in = model_inputs(*m, torch::zeros({1, 16, 3, 4, 4}), t, torch::zeros({1, 5, 64}), {});
+  ASSERT_TRUE(in.t_rows.defined());
+  EXPECT_TRUE(torch::equal(in.t_rows, torch::tensor({0.0f, 500.0f})));
+  EXPECT_TRUE(torch::equal(in.t_index, torch::tensor({{0, 1, 1}}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(in.t, t));
 }
 
 }  // namespace

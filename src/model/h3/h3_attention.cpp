@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "model/kept_ops.h"
 #include "model/kernels/qk_norm_rope.h"
 #include "model/lora.h"
 
@@ -136,7 +137,9 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
     auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
     q = q_norm(parts[0]), k = k_norm(parts[1]), v = parts[2];
   }
-  auto out = layout_attention(q, k, v, layout, kernel);       // [S, N, Dh]
+  auto out = kept_attention({q, k, v}, [&](const std::vector<torch::Tensor>& t) {  // [S, N, Dh]
+    return layout_attention(t[0], t[1], t[2], layout, kernel);
+  });
   return lora_or_linear(out_proj, out.reshape({S, heads_ * head_dim_}));  // [S, N, Dh] -> [S, N*Dh] -> [S, D]
 }
 

@@ -25,6 +25,7 @@ void CausalConfig::validate() const {
             "Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
   attn_kernel();
   act_offload_on();
+  checkpointing_mode();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '",
             device, "'");
@@ -52,6 +53,11 @@ CausalKernel CausalConfig::attn_kernel() const {
   VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
             "call per chunk; the seed's fa3) or mask (one masked call; the seed's flex), got '", attn, "'");
   return causal_kernel_from_string(attn);
+}
+
+Checkpointing CausalConfig::checkpointing_mode() const {
+  // Always checkpointed: the block runner is also where sharded frozen blocks are gathered.
+  return parse_checkpointing(checkpointing, "--checkpointing", {Checkpointing::block, Checkpointing::selective});
 }
 
 bool CausalConfig::act_offload_on() const {
@@ -96,6 +102,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--attn", "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex mean the same two", &C::attn},
       {"--level-shift", "DF: flow shift of the per-chunk noise levels", &C::level_shift},
       {"--act-offload", "on: checkpointed block inputs in pinned host memory", &C::act_offload},
+      {"--checkpointing", "block (keep block inputs) or selective (also keep GEMM and attention outputs, recompute "
+                          "the elementwise work)", &C::checkpointing},
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/block_causal.h"
+#include "train/loop/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
 
 namespace vdt {
@@ -24,6 +25,7 @@ struct CausalConfig {
   int64_t warmup = 10, save_every = 10, val_clips = 12, max_samples = 0;
   uint64_t seed = 0;
   std::string picture1 = "native", attn = "prefix", act_offload = "off";
+  std::string checkpointing = "block";  // block or selective
   double level_shift = 3.0;
   // ours
   std::string data_root, text_table, model = "wan2.2-ti2v-5b", weights, device = "auto", precision = "bf16";
@@ -49,6 +51,7 @@ struct CausalConfig {
   Objective objective_mode() const;
   CausalKernel attn_kernel() const;  // prefix (the seed's fa3) or mask (flex)
   bool act_offload_on() const;
+  Checkpointing checkpointing_mode() const;
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected

@@ -3,9 +3,19 @@
 // (its block and its run function, which holds everything else the block needs) and the options travel as opaque
 // pointers: the call is copied to the heap in forward and freed after its recompute in backward. Blocks are
 // deterministic (no dropout), so the recomputation needs no RNG state.
+// Selective: forward runs the block with a Recorder installed (model/kept_ops.h): each GEMM's output is kept, each
+// attention runs with grad on detached copies of its inputs so its graph (q, k, v, output, softmax statistics) is
+// kept. The recompute runs with a Replayer: a GEMM returns its kept output through CachedLinear (backward: dgrad, and
+// wgrad only for a weight that needs one), an attention through KeptAttentionFn (backward: the kept graph's). So the
+// recompute costs the elementwise work only, and the calls must come in the same order (checked).
 #include "train/loop/activation_checkpoint.h"
 
 #include <torch/torch.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/kept_ops.h"
 
 namespace vdt {
 namespace {
@@ -21,6 +31,131 @@ torch::Tensor to_host(const torch::Tensor& x) {
   return host;
 }
 
+struct KeptAttention {
+  torch::Tensor out;                  // with its graph, rooted at `leaves`
+  std::vector<torch::Tensor> leaves;  // detached copies of the attention's inputs
+};
+
+// What one block's selective forward kept, in call order.
+struct KeptRecord {
+  std::vector<torch::Tensor> linears;
+  std::vector<KeptAttention> attentions;
+};
+
+// A block call on the heap between forward and backward, with what its forward kept (selective only).
+struct HeldCall {
+  BlockCall call;
+  KeptRecord record;
+};
+
+class Recorder : public KeptOps {
+ public:
+  explicit Recorder(KeptRecord* r) : r_(r) {}
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
+    auto y = torch::linear(x, w, b);  // grad mode is off here
+    r_->linears.push_back(y);
+    return y;
+  }
+  torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn& fn) override {
+    KeptAttention a;
+    for (const auto& t : inputs) a.leaves.push_back(t.detach().requires_grad_(t.is_floating_point()));
+    {
+      torch::AutoGradMode grad_on(true);
+      a.out = fn(a.leaves);
+    }
+    auto y = a.out.detach();
+    r_->attentions.push_back(std::move(a));
+    return y;
+  }
+
+ private:
+  KeptRecord* r_;
+};
+
+// A GEMM whose output was kept: forward hands it back, backward is the linear's. The inputs come as a list, x
+// [..., in], w [out, in] and, when there is one, b [out] (a custom Function takes no undefined tensor).
+class CachedLinear : public torch::autograd::Function<CachedLinear> {
+ public:
+  static variable_list forward(AutogradContext* ctx, at::TensorList xwb, const torch::Tensor* kept) {
+    ctx->save_for_backward({xwb[0], xwb[1]});
+    ctx->saved_data["has_bias"] = xwb.size() == 3;
+    return {kept->detach()};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& w = saved[1];
+    const auto& g = grad_out[0];                        // [..., out]
+    const auto g2 = g.reshape({-1, g.size(-1)});        // -> [rows, out]
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    variable_list grads(has_bias ? 4 : 3);  // x, w, (b), kept
+    if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
+    if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
+    if (has_bias && ctx->needs_input_grad(2)) grads[2] = g2.sum(0);                   // [out]
+    return grads;
+  }
+};
+
+// An attention whose output and graph were kept: forward hands the output back, backward runs the kept graph.
+class KeptAttentionFn : public torch::autograd::Function<KeptAttentionFn> {
+ public:
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, KeptAttention* kept) {
+    ctx->saved_data["kept"] = reinterpret_cast<int64_t>(kept);
+    return {kept->out.detach()};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto* kept = reinterpret_cast<KeptAttention*>(ctx->saved_data["kept"].toInt());
+    std::vector<torch::Tensor> wanted;
+    for (const auto& l : kept->leaves)
+      if (l.requires_grad()) wanted.push_back(l);
+    auto grads = torch::autograd::grad({kept->out}, wanted, {grad_out[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    variable_list out;
+    size_t j = 0;
+    for (const auto& l : kept->leaves) out.push_back(l.requires_grad() ? grads[j++] : torch::Tensor());
+    out.push_back(torch::Tensor());  // kept
+    kept->out = torch::Tensor(), kept->leaves.clear();  // the graph's memory goes now, not with the block's call
+    return out;
+  }
+};
+
+class Replayer : public KeptOps {
+ public:
+  explicit Replayer(KeptRecord* r) : r_(r) {}
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
+    VDT_CHECK(li_ < r_->linears.size(), "selective checkpointing: the block's recompute made more GEMM calls than its "
+              "forward (", r_->linears.size(), "); a block must run the same ops both times");
+    const auto& kept = r_->linears[li_++];
+    VDT_CHECK(kept.size(-1) == w.size(0) && kept.numel() / kept.size(-1) == x.numel() / x.size(-1),
+              "selective checkpointing: GEMM call ", li_, " of the recompute is ", x.sizes(), " x ", w.sizes(),
+              "^T, the forward's output was ", kept.sizes());
+    std::vector<torch::Tensor> xwb = {x, w};
+    if (b.defined()) xwb.push_back(b);
+    auto y = CachedLinear::apply(at::TensorList(xwb), &kept)[0];
+    return y;
+  }
+  torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn&) override {
+    VDT_CHECK(ai_ < r_->attentions.size(), "selective checkpointing: the block's recompute made more attention calls "
+              "than its forward (", r_->attentions.size(), ")");
+    auto& kept = r_->attentions[ai_++];
+    VDT_CHECK(inputs.size() == kept.leaves.size(), "selective checkpointing: attention call ", ai_, " has ",
+              inputs.size(), " inputs, its forward had ", kept.leaves.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      VDT_CHECK(inputs[i].sizes() == kept.leaves[i].sizes(), "selective checkpointing: attention call ", ai_,
+                " input ", i, " is ", inputs[i].sizes(), " in the recompute, ", kept.leaves[i].sizes(), " in forward");
+    return KeptAttentionFn::apply(at::TensorList(inputs), &kept)[0];
+  }
+  void check_done() const {
+    VDT_CHECK(li_ == r_->linears.size() && ai_ == r_->attentions.size(), "selective checkpointing: the recompute made ",
+              li_, " GEMM and ", ai_, " attention calls, the forward ", r_->linears.size(), " and ",
+              r_->attentions.size(), "; a block must run the same ops both times");
+  }
+
+ private:
+  KeptRecord* r_;
+  size_t li_ = 0, ai_ = 0;
+};
+
 class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
  public:
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs, const BlockCall* call,
@@ -32,17 +167,24 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     c10::List<bool> needs;
     for (const auto& t : inputs) needs.push_back(t.requires_grad());
     ctx->saved_data["needs_grad"] = needs;
-    ctx->saved_data["call"] = reinterpret_cast<int64_t>(new BlockCall(*call));
+    auto* held = new HeldCall{*call, {}};
+    ctx->saved_data["call"] = reinterpret_cast<int64_t>(held);
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     if (opts->before) opts->before(call->block);
-    auto y = call->run(inputs.vec());  // grad off: nothing kept
+    torch::Tensor y;
+    {
+      Recorder rec(&held->record);
+      KeptOpsScope scope(opts->selective ? &rec : nullptr);
+      y = call->run(inputs.vec());  // grad off: nothing kept (selective: the GEMM and attention outputs)
+    }
     if (opts->after) opts->after(call->block);
     return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    std::unique_ptr<BlockCall> call(reinterpret_cast<BlockCall*>(ctx->saved_data["call"].toInt()));
+    std::unique_ptr<HeldCall> held(reinterpret_cast<HeldCall*>(ctx->saved_data["call"].toInt()));
+    const BlockCall* call = &held->call;
     const auto* opts = reinterpret_cast<const CheckpointOptions*>(ctx->saved_data["opts"].toInt());
     const auto needs = ctx->saved_data["needs_grad"].toBoolList();
     if (grad_out[0].is_cuda() && !saved[0].is_cuda())  // offloaded: back to the block's device
@@ -53,7 +195,10 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     torch::Tensor y;
     {
       torch::AutoGradMode grad_on(true);  // grad mode is off inside backward unless create_graph
+      Replayer rep(&held->record);
+      KeptOpsScope scope(opts->selective ? &rep : nullptr);
       y = call->run(in);
+      if (opts->selective) rep.check_done();
     }
     torch::autograd::backward({y}, {grad_out[0]});
     if (opts->after) opts->after(call->block);
@@ -72,6 +217,19 @@ bool has_trainable(const torch::nn::Module& block) {
 }
 
 }  // namespace
+
+Checkpointing parse_checkpointing(const std::string& value, const std::string& flag,
+                                  const std::vector<Checkpointing>& allowed) {
+  static const std::vector<std::pair<std::string, Checkpointing>> names = {
+      {"none", Checkpointing::none}, {"block", Checkpointing::block}, {"selective", Checkpointing::selective}};
+  std::string choices;
+  for (const auto& [n, m] : names)
+    if (std::find(allowed.begin(), allowed.end(), m) != allowed.end()) {
+      if (n == value) return m;
+      choices += (choices.empty() ? "" : ", ") + n;
+    }
+  VDT_FAIL(flag, ": expected one of ", choices, ", got '", value, "'");
+}
 
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {
   auto shared = std::make_shared<const CheckpointOptions>(std::move(opts));

@@ -5,17 +5,33 @@
 // run of a block, forward and recompute (the causal trainer gathers sharded frozen weights there,
 // distributed/block_shards.h). A block whose inputs need no gradient but whose parameters do (a LoRA on a frozen base:
 // block 0's inputs come from frozen embeddings) still gets its gradients: its input is then made a leaf that
-// requires grad.
+// requires grad. Selective checkpointing (docs/architecture.md) is the same runner keeping more: the block's GEMM and
+// attention outputs, so that only the elementwise chains are recomputed.
 #pragma once
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "model/denoiser.h"
 
 namespace vdt {
 
+// `--checkpointing` of both trainers and `vdt bench step`: none (every activation kept), block (each block's inputs
+// kept, the whole block recomputed in backward), selective (each block's inputs and its GEMM and attention outputs
+// kept, only the elementwise work between them recomputed).
+enum class Checkpointing { none, block, selective };
+// Throws naming `flag` and the choices (`allowed`: the modes that flag takes).
+Checkpointing parse_checkpointing(const std::string& value, const std::string& flag,
+                                  const std::vector<Checkpointing>& allowed = {Checkpointing::none, Checkpointing::block,
+                                                                               Checkpointing::selective});
+
 struct CheckpointOptions {
   bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned when CUDA is present)
   std::function<void(torch::nn::Module&)> before, after;  // around each forward and each recompute of a block
+  // Selective: the forward also keeps the outputs of the block's kept_linear / kept_attention calls
+  // (model/kept_ops.h); the recompute takes them from there instead of running the GEMMs and attention again, and
+  // their backward (dgrad, wgrad where the weight needs one, the attention's own backward) uses them.
+  bool selective = false;
 };
 
 // Installs the checkpointing runner on every block of `model` (replaces any runner set before).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/causal_dataset.h"
+#include "model/embeddings.h"
 
 namespace vdt {
 
@@ -16,6 +17,11 @@ DenoiserInputs model_inputs(const Denoiser& model, const torch::Tensor& x, const
   const auto dtype = model.compute_dtype();
   DenoiserInputs in;
   in.x = x.to(device, dtype, /*non_blocking=*/true);
+  if (!t.is_cuda() && t.dim() <= 2) {  // distinct timesteps found on the host, where they cost no sync
+    auto rows = distinct_timestep_rows(t);
+    in.t_rows = rows.rows.to(device, /*non_blocking=*/true);
+    in.t_index = rows.index.to(device, /*non_blocking=*/true);
+  }
   in.t = t.to(device, /*non_blocking=*/true);
   in.context = context.to(device, dtype, /*non_blocking=*/true);
   if (context_ids.defined()) in.context_ids = context_ids.to(device, /*non_blocking=*/true);

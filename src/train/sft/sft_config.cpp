@@ -39,6 +39,13 @@ Precision SftConfig::precision_mode() const {
   return Precision::fp32;
 }
 
+Checkpointing SftConfig::checkpointing_mode() const {
+  const auto m = parse_checkpointing(checkpointing, "--checkpointing");
+  VDT_CHECK(gradient_checkpointing || m != Checkpointing::selective, "--checkpointing selective and "
+            "--no-gradient_checkpointing contradict each other; give one (--checkpointing none turns it off too)");
+  return gradient_checkpointing ? m : Checkpointing::none;
+}
+
 void SftConfig::validate() const {
   VDT_CHECK(!data_root.empty(), "--data_root is required (a data root as in docs/data_format.md)");
   VDT_CHECK(!output.empty(), "--output is required (the run directory)");
@@ -54,6 +61,7 @@ void SftConfig::validate() const {
   for (auto [name, p] : {std::pair{"--text_dropout", text_dropout}, {"--cond_dropout", cond_dropout}, {"--mask_p", mask_p}})
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   precision_mode();
+  checkpointing_mode();
   VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '", device, "'");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
@@ -97,6 +105,8 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--device", "auto, cpu or cuda", &C::device},
       {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
       {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
+      {"--checkpointing", "block (keep block inputs), selective (also keep GEMM and attention outputs, recompute "
+                          "the elementwise work) or none", &C::checkpointing},
       {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim))", &C::sem_hidden},
       {"--lr", "learning rate of the DiT", &C::lr},
       {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "train/loop/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
 
 namespace vdt {
@@ -23,6 +24,7 @@ struct SftConfig {
   bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   bool gradient_checkpointing = true;
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
+  std::string checkpointing = "block";  // block or selective while gradient_checkpointing is on; none: off
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation
   double lr = 1e-5, cond_lr = 1e-4, weight_decay = 0.01, grad_clip = 1.0;
@@ -41,6 +43,7 @@ struct SftConfig {
   std::vector<double> val_timestep_list() const;
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   Precision precision_mode() const;
+  Checkpointing checkpointing_mode() const;  // none when --no-gradient_checkpointing
   std::string to_json() const;  // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };

@@ -145,7 +145,11 @@ void build_model(SftRun& r) {
   r.sync = make_grad_sync(named_parameters(*r.model), o, r.ctx->comm);
   if (o.fp32_masters) r.model->to(r.ctx->dtype);
   r.sync->attach(named_parameters(*r.model));
-  if (r.cfg.gradient_checkpointing) enable_block_checkpointing(*r.model);
+  if (const auto mode = r.cfg.checkpointing_mode(); mode != Checkpointing::none) {
+    CheckpointOptions co;
+    co.selective = mode == Checkpointing::selective;
+    enable_block_checkpointing(*r.model, co);
+  }
   r.model->train();
   r.grid = training_grid();
   r.grid_weights = training_weights(r.grid);
