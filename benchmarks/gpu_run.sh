@@ -4,6 +4,8 @@
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|all]
 # (default all)
+# speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
+# --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
 # profile: bf16 parity, then one traced step (VDT_TRACE, input shapes) of the 5B SFT bench (CKS, default "block") with
 # the ops that launched align2 GEMMs (benchmarks/trace_ops.py), and of the H3 causal bench step with its allocations
 # (VDT_TRACE_MEMORY=1): kernel time by name and what is live at the allocation peak.
@@ -237,5 +239,29 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
   [ "${H3_MEMORY:-1}" = 1 ] && python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
   python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
   gzip -f $OUT/h3.json
+fi
+if [ "$what" = speed ]; then  # issue 15 / 14 speed table in one call, most important first; a summary line per result
+  sum="$OUT/summary.txt"
+  for dt in bfloat16 float32; do
+    for f in wan_tiny_a h3_tiny_a; do
+      echo "parity $f $dt: $($build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 \
+        | grep -cE "PASS") PASS lines, $($build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 | grep -cE "FAIL") FAIL" | tee -a $sum
+    done
+  done
+  bench() {  # name, args...
+    local name=$1; shift
+    timeout 240 $build/vdt bench step "$@" --work-dir /tmp/vdt_speed_$name > "$OUT/$name.log" 2>&1
+    echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-120)" | tee -a $sum
+  }
+  h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
+  bench h3_block $h3 --attn prefix
+  bench sft_selective --trainer sft --checkpointing selective --steps 4 --warmup 2
+  bench causal5b_selective --trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --checkpointing selective --steps 4 --warmup 2
+  timeout 120 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL" | cut -c1-160 | tee -a $sum
+  bench h3_selective $h3 --attn prefix --checkpointing selective
+  bench sft_block --trainer sft --checkpointing block --steps 4 --warmup 2
+  bench causal5b_block --trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps 4 --warmup 2
+  bench causal13b_selective --trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --checkpointing selective --steps 4 --warmup 2
+  bench sft_none --trainer sft --checkpointing none --steps 4 --warmup 2
 fi
 exit $rc
