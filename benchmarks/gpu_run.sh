@@ -257,11 +257,9 @@ if [ "$what" = speed ]; then  # issue 15 / 14 speed table in one call, most impo
   bench h3_block $h3 --attn prefix
   bench sft_selective --trainer sft --checkpointing selective --steps 4 --warmup 2
   bench causal5b_selective --trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --checkpointing selective --steps 4 --warmup 2
+  bench h3_selective${SEL:-20} $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20}
   timeout 120 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL" | cut -c1-160 | tee -a $sum
-  bench h3_selective $h3 --attn prefix --checkpointing selective
-  bench sft_block --trainer sft --checkpointing block --steps 4 --warmup 2
-  bench causal5b_block --trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps 4 --warmup 2
   bench causal13b_selective --trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --checkpointing selective --steps 4 --warmup 2
-  bench sft_none --trainer sft --checkpointing none --steps 4 --warmup 2
+  bench sft_block --trainer sft --checkpointing block --steps 4 --warmup 2
 fi
 exit $rc

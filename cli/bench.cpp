@@ -32,6 +32,9 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--device"), cfg->device, "cuda or cpu")->capture_default_str();
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
+  step->add_option(spellings("--selective-blocks"), cfg->selective_blocks,
+                   "causal, with --checkpointing selective: the first N blocks keep GEMM/attention outputs (-1: all)")
+      ->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
                    "reference ops (also VDT_FUSED=0)")->capture_default_str();

@@ -79,7 +79,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
     c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
-    c.checkpointing = cfg.checkpointing;
+    c.checkpointing = cfg.checkpointing, c.selective_blocks = cfg.selective_blocks;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);

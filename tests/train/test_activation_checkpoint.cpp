@@ -99,7 +99,8 @@ enum class Family { wan, h3 };
 
 // A tiny base of either family with its inputs (x a leaf that requires grad), optionally a LoRA (B non-zero) on a
 // frozen base, and the checkpointing mode. Returns the gradient of every trainable parameter and of the latents.
-std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk) {
+std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk,
+                                              int64_t selective_blocks = -1) {
   torch::manual_seed(0);
   std::shared_ptr<Denoiser> m;
   DenoiserInputs in;
@@ -135,7 +136,7 @@ std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode,
   }
   if (mode != Checkpointing::none) {
     CheckpointOptions o;
-    o.selective = mode == Checkpointing::selective;
+    o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
     enable_block_checkpointing(*m, o);
   }
   in.x = in.x.clone().requires_grad_(true);
@@ -180,7 +181,19 @@ TEST(ActivationCheckpoint, SelectiveGradientsEqualPlainBackward) {
         const auto plain = grads_of(family, Checkpointing::none, lora, causal);
         expect_same_grads(plain, grads_of(family, Checkpointing::selective, lora, causal), what + " selective");
         expect_same_grads(plain, grads_of(family, Checkpointing::block, lora, causal), what + " block");
+        // the first block keeps, the second recomputes whole (--selective-blocks 1)
+        expect_same_grads(plain, grads_of(family, Checkpointing::selective, lora, causal, 1), what + " selective 1");
       }
+}
+
+TEST(ActivationCheckpoint, SelectiveBlocksNeedsSelective) {
+  CausalConfig c;
+  c.data_root = "d", c.out = "o", c.random_init = true, c.selective_blocks = 3;
+  test::expect_error([&] { c.validate(); }, {"--selective-blocks 3", "--checkpointing selective"});
+  c.checkpointing = "selective";
+  c.validate();
+  c.selective_blocks = -2;
+  test::expect_error([&] { c.validate(); }, {"--selective-blocks -2"});
 }
 
 // Without a policy installed, the model's marked calls are the plain ops.

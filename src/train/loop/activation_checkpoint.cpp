@@ -46,6 +46,7 @@ struct KeptRecord {
 struct HeldCall {
   BlockCall call;
   KeptRecord record;
+  bool selective = false;  // this block keeps its GEMM and attention outputs
 };
 
 class Recorder : public KeptOps {
@@ -167,14 +168,14 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     c10::List<bool> needs;
     for (const auto& t : inputs) needs.push_back(t.requires_grad());
     ctx->saved_data["needs_grad"] = needs;
-    auto* held = new HeldCall{*call, {}};
+    auto* held = new HeldCall{*call, {}, opts->selective && opts->keeps(call->block)};
     ctx->saved_data["call"] = reinterpret_cast<int64_t>(held);
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     if (opts->before) opts->before(call->block);
     torch::Tensor y;
     {
       Recorder rec(&held->record);
-      KeptOpsScope scope(opts->selective ? &rec : nullptr);
+      KeptOpsScope scope(held->selective ? &rec : nullptr);
       y = call->run(inputs.vec());  // grad off: nothing kept (selective: the GEMM and attention outputs)
     }
     if (opts->after) opts->after(call->block);
@@ -196,9 +197,9 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     {
       torch::AutoGradMode grad_on(true);  // grad mode is off inside backward unless create_graph
       Replayer rep(&held->record);
-      KeptOpsScope scope(opts->selective ? &rep : nullptr);
+      KeptOpsScope scope(held->selective ? &rep : nullptr);
       y = call->run(in);
-      if (opts->selective) rep.check_done();
+      if (held->selective) rep.check_done();
     }
     torch::autograd::backward({y}, {grad_out[0]});
     if (opts->after) opts->after(call->block);
@@ -232,6 +233,12 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
 }
 
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {
+  if (opts.selective && opts.selective_blocks >= 0) {
+    auto set = std::make_shared<std::unordered_set<const torch::nn::Module*>>();
+    const auto blocks = model.block_modules();
+    for (int64_t i = 0; i < std::min<int64_t>(opts.selective_blocks, blocks.size()); ++i) set->insert(blocks[i]);
+    opts.selective_set = set;
+  }
   auto shared = std::make_shared<const CheckpointOptions>(std::move(opts));
   model.set_block_runner([shared](const BlockCall& call) {
     if (!torch::GradMode::is_enabled()) {

@@ -9,6 +9,8 @@
 // attention outputs, so that only the elementwise chains are recomputed.
 #pragma once
 #include <functional>
+#include <memory>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,12 @@ struct CheckpointOptions {
   // (model/kept_ops.h); the recompute takes them from there instead of running the GEMMs and attention again, and
   // their backward (dgrad, wgrad where the weight needs one, the attention's own backward) uses them.
   bool selective = false;
+  // With selective: only the first N blocks in forward order keep those outputs (-1: all); the others recompute
+  // whole, as block. The memory of one block's kept outputs times N is the knob (33B H3: ~2.3 GB per block).
+  int64_t selective_blocks = -1;
+  // Set by enable_block_checkpointing from selective_blocks: the blocks that keep (null: all).
+  std::shared_ptr<const std::unordered_set<const torch::nn::Module*>> selective_set;
+  bool keeps(const torch::nn::Module& block) const { return !selective_set || selective_set->count(&block) > 0; }
 };
 
 // Installs the checkpointing runner on every block of `model` (replaces any runner set before).
