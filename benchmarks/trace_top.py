@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Sums a chrome trace's GPU kernel time by kernel name (VDT_TRACE files): total, busy share of the traced span,
-and the top kernels. Usage: trace_top.py TRACE.json [N]"""
+and the top kernels, and the split GEMM / attention / elementwise / optimizer. Usage: trace_top.py TRACE.json [N]"""
 import collections
 import json
 import sys
@@ -21,3 +21,12 @@ for e in kernels:
 print(f"kernels {len(kernels)}  span {(end - start) / 1e3:.1f} ms  busy {busy / 1e3:.1f} ms ({100 * busy / (end - start):.0f} %)")
 for name, (dur, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]:
     print(f"{dur / 1e3:9.2f} ms {100 * dur / busy:5.1f} % {n:6d}x  {name}")
+
+split = collections.defaultdict(float)
+for name, (dur, n) in by.items():
+    low = name.lower()
+    kind = ("attention" if "sdpa" in low or "flash" in low or "fmha" in low or "cudnn" in low else
+            "gemm" if "nvjet" in low or "gemm" in low or "cutlass" in low else
+            "optimizer" if "multi_tensor_apply" in low or "fusedopti" in low else "elementwise and copies")
+    split[kind] += dur
+print("split: " + ", ".join(f"{k} {v / 1e3:.0f} ms" for k, v in sorted(split.items(), key=lambda kv: -kv[1])))
