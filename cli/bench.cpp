@@ -25,7 +25,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--checkpointing"), cfg->checkpointing, "sft: block or none")->capture_default_str();
   step->add_option(spellings("--precision"), cfg->precision, "sft: bf16 (weights and moments), mixed or fp32; causal: bf16 or fp32")
       ->capture_default_str();
-  step->add_option(spellings("--device"), cfg->device, "cuda or cpu")->capture_default_str();
+  step->add_option(spellings("--device"), cfg->device, "cuda, cuda:N or cpu (torchrun: each rank takes GPU LOCAL_RANK)")->capture_default_str();
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
