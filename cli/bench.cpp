@@ -29,7 +29,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--checkpointing"), cfg->checkpointing, "block, selective or none (sft only)")->capture_default_str();
   step->add_option(spellings("--precision"), cfg->precision, "sft: bf16 (weights and moments), mixed or fp32; causal: bf16 or fp32")
       ->capture_default_str();
-  step->add_option(spellings("--device"), cfg->device, "cuda or cpu")->capture_default_str();
+  step->add_option(spellings("--device"), cfg->device, "cuda, cuda:N or cpu (torchrun: each rank takes GPU LOCAL_RANK)")->capture_default_str();
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
   step->add_option(spellings("--selective-blocks"), cfg->selective_blocks,

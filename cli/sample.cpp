@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/png.h"
@@ -105,11 +106,11 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--cfg"), o->cfg, "guidance scale")->capture_default_str();
   s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid")->capture_default_str();
-  s->add_option(spellings("--device"), o->device, "cpu or cuda")->capture_default_str();
+  s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
   s->callback([o, &exit_code] {
-    const torch::Device device(o->device == "cuda" ? torch::kCUDA : torch::kCPU);
+    const torch::Device device = resolve_device(o->device);
     if (o->causal) {
       exit_code = sample_causal(*o, device);
       return;

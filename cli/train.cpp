@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/device_flag.h"
 #include "distributed/communicator.h"
 #include "train/causal/causal_trainer.h"
 #include "train/sft/sft_trainer.h"
@@ -52,7 +53,10 @@ std::string HelpFormatter::make_option_name(const CLI::Option* opt, bool is_posi
 
 std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string& device) {
   if (env.world > 1 && device == "auto") device = "cuda";
-  return make_communicator(env, device == "cpu" ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, env.local_rank));
+  // One process: the trainer resolves --device after validating its config. Several: NCCL binds the rank's GPU now
+  // (cuda -> GPU LOCAL_RANK; cuda:N is an error there, core/device_flag.h).
+  return make_communicator(env, env.world > 1 ? resolve_device(device, env.local_rank, env.world, "--device")
+                                              : torch::Device(torch::kCPU));
 }
 
 void add_train(CLI::App& app, int& exit_code) {
@@ -60,7 +64,7 @@ void add_train(CLI::App& app, int& exit_code) {
   train->require_subcommand(1);
   auto c = std::make_shared<SftConfig>();
   if (const char* res = std::getenv("GC_RES")) c->res = res;  // the seed's environment override
-  auto* s = train->add_subcommand("sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (seed gc25d)");
+  auto* s = train->add_subcommand("sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (the flags of gc25d/train.py)");
   bind_fields(s, c, SftConfig::fields());
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
@@ -84,7 +88,7 @@ void add_train(CLI::App& app, int& exit_code) {
 void add_train_causal(CLI::App& train, int& exit_code) {
   auto c = std::make_shared<CausalConfig>();
   auto* s = train.add_subcommand("causal", "Causal LoRA on a frozen Wan base with diffusion forcing on block-causal "
-                                           "6-chunk spans (seed rtcwm)");
+                                           "6-chunk spans (the flags of rtcwm/train/train.py)");
   bind_fields(s, c, CausalConfig::fields());
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process

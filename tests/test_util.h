@@ -1,4 +1,5 @@
-// Shared helpers for the test suite: paths to ../shared fixtures, temp directories, running the vdt binary.
+// Shared helpers for the test suite: paths to the reference fixtures (tests/fixtures), temp directories, running the
+// vdt binary.
 #pragma once
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -18,11 +19,12 @@ extern char** environ;
 
 namespace vdt::test {
 
-inline std::string shared_dir() {
-  const char* env = std::getenv("VDT_SHARED");
-  return env ? env : VDT_SHARED_DIR;
+// The reference fixtures (tests/fixtures/FIXTURES.md); VDT_FIXTURES points elsewhere.
+inline std::string fixtures_dir() {
+  const char* env = std::getenv("VDT_FIXTURES");
+  return env ? env : VDT_FIXTURES_DIR;
 }
-inline std::string fixture(const std::string& name) { return shared_dir() + "/fixtures/" + name; }
+inline std::string fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
 
 // A fresh directory under the system temp dir, removed at destruction.
 class TempDir {

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/config.h"
+#include "model/h3/h3_lora.h"
 #include "model/lora.h"
 #include "model/wan_key_names.h"
 #include "model/weights_io.h"
@@ -126,11 +127,31 @@ ExportReport export_dit(const ExportConfig& cfg, const SafetensorsSet& files) {
   return rep;
 }
 
+// diffusers' names exist here for the Wan modules only (model/wan_key_names.h). An H3 LoRA (vdt's names are the
+// release's fused attn.qkv_proj / mlp.fc1 / ..., or diffusers' split to_q / ff.net.0.proj / ... when read from one)
+// would come out under names no diffusers loader knows, so it is refused rather than written wrong.
+void check_diffusers_names(const LoraWeights& lora, const std::string& file) {
+  std::string foreign;
+  for (const auto& [module, pair] : lora.modules)
+    if (foreign.empty() && wan_to_diffusers(module) == module) foreign = module;
+  const bool h3 = lora.base == "cwm" || h3_lora_is_split(lora) ||
+                  foreign.find(".qkv_proj") != std::string::npos || foreign.find(".mlp.fc") != std::string::npos ||
+                  foreign.find(".out_proj") != std::string::npos;
+  VDT_CHECK(!h3, file, ": --format diffusers: this is an H3 (MiniMax-H3) LoRA, and vdt writes diffusers LoRA names "
+            "for Wan bases only (H3 module '", foreign.empty() ? lora.modules.begin()->first : foreign, "')",
+            "\n---> HINT: use the LoRA file as it is (vdt's names are the H3 release's module names), or fold it into the "
+            "base weights with `vdt ckpt merge-lora --base <H3 weights> --lora ", file, " --out merged.safetensors`");
+  VDT_CHECK(foreign.empty(), file, ": --format diffusers: LoRA module '", foreign,
+            "' is not a Wan DiT module with a diffusers name (attention q/k/v/o, ffn.0, ffn.2, embeddings, head)",
+            "\n---> HINT: export it with --format comfy (vdt's module names), or use the LoRA file as it is");
+}
+
 ExportReport export_lora(const ExportConfig& cfg) {
   ExportReport rep;
   rep.kind = "lora";
   VDT_CHECK(cfg.files.size() == 1, "ckpt export: a LoRA is one file; got ", cfg.files.size());
   const auto lora = read_lora(cfg.files.front());
+  if (cfg.format == "diffusers") check_diffusers_names(lora, cfg.files.front());
   NamedTensors out;
   Metadata meta = {{"format", "pt"}};
   if (cfg.format == "diffusers") {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "model/h3/h3_dit.h"
 #include "model/h3/h3_packer.h"
@@ -134,7 +135,7 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
     return files.get(k).clone();  // clone: the mapped bytes are read-only and may be unaligned
   };
 
-  const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const torch::Device device = resolve_device(cfg.device);
   if (cfg.dtype == "float32") {  // float32 parity means float32 arithmetic (no TF32 on Hopper)
     at::globalContext().setAllowTF32CuBLAS(false);
     at::globalContext().setAllowTF32CuDNN(false);

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "diffusion/flow_match.h"
@@ -15,9 +16,8 @@
 namespace vdt {
 
 void ParityConfig::validate() const {
-  VDT_CHECK(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '", device, "'");
   VDT_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype: expected float32 or bfloat16, got '", dtype, "'");
-  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
+  resolve_device(device);
 }
 
 double ParityConfig::tolerance() const { return tol >= 0 ? tol : (dtype == "float32" ? 1e-4 : 3e-2); }
@@ -78,7 +78,7 @@ ParityResult run_parity(const ParityConfig& cfg) {
   for (const char* k : {"fixture.x", "fixture.context", "fixture.timestep", "fixture.out"})
     VDT_CHECK(files.contains(k), cfg.fixture, ": fixture tensor '", k, "' is missing");
 
-  const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const torch::Device device = resolve_device(cfg.device);
   // float32 parity means float32 arithmetic: cuDNN convolutions default to TF32 on Hopper (~1e-3 relative error).
   if (cfg.dtype == "float32") {
     at::globalContext().setAllowTF32CuDNN(false);

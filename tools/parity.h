@@ -15,7 +15,7 @@ namespace vdt {
 
 struct ParityConfig {
   std::string fixture;
-  std::string device = "cpu";     // cpu | cuda
+  std::string device = "cpu";     // cpu | cuda | cuda:N
   std::string dtype = "float32";  // float32 | bfloat16
   double tol = -1;                // < 0: 1e-4 for float32, 3e-2 for bfloat16
   void validate() const;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
@@ -25,8 +26,7 @@ void StepBenchConfig::validate() const {
             "checkpoints; expected block or selective");
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
             fused_kernels, "'");
-  VDT_CHECK(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '", device, "'");
-  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
+  resolve_device(device);  // early: a missing GPU stops before the synthetic root is written
   VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
   VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0, "--frames (> 1), --height, --width, --text-len must be positive");
   VDT_CHECK(trainer != "causal" || frames % 6 == 0, "--frames ", frames, ": the causal trainer's span is 6 chunks; "

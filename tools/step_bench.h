@@ -21,7 +21,7 @@ struct StepBenchConfig {
   std::string checkpointing = "block";     // block | selective | none (none: sft only; the causal trainer always checkpoints)
   std::string precision = "bf16";          // sft: bf16 (weights and AdamW moments, as the peer) | mixed | fp32;
                                            // causal: bf16 (frozen base) | fp32
-  std::string device = "cuda";
+  std::string device = "cuda";  // cuda | cuda:N | cpu
   std::string attn = "prefix";             // causal: prefix | mask
   std::string act_offload = "off";         // causal: on | off
   int64_t selective_blocks = -1;           // causal, with --checkpointing selective: blocks that keep (-1: all)

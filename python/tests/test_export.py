@@ -13,9 +13,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-SHARED = os.environ.get("VDT_SHARED") or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))), "shared")
-FIXTURE = os.path.join(SHARED, "fixtures", "wan_tiny_a.safetensors")
+FIXTURES = os.environ.get("VDT_FIXTURES") or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tests", "fixtures")
+FIXTURE = os.path.join(FIXTURES, "wan_tiny_a.safetensors")
 
 
 def rel_l2(a, b):
@@ -24,7 +24,7 @@ def rel_l2(a, b):
 
 def load_fixture():
     if not os.path.isfile(FIXTURE):
-        pytest.skip(f"no fixture {FIXTURE} (set VDT_SHARED)")
+        pytest.skip(f"no fixture {FIXTURE} (set VDT_FIXTURES)")
     with safe_open(FIXTURE, "pt") as f:
         return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 

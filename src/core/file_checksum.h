@@ -1,6 +1,6 @@
 // CRC-32 (zlib's) and size of whole files, so a run can name exactly which weights it started from (the start-up table
 // and config.json list each base weight file with its checksum). Reads the file once, in 8 MiB blocks.
-// Not here: the state slots' own integrity sums (core/state_slots.cpp verifies what it wrote).
+// Also the state slots' integrity sums (core/state_slots.cpp checks each slot file against slot.json with it).
 #pragma once
 #include <cstdint>
 #include <string>

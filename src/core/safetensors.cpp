@@ -307,36 +307,43 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   f.commit("safetensors: data written, not yet renamed");
 }
 
-int64_t metadata_int(const Metadata& m, const std::string& key, const std::string& file, int64_t dflt) {
-  const auto it = m.find(key);
-  if (it == m.end()) return dflt;
-  const std::string& v = it->second;
+namespace {
+
+// The whole of `v` parsed by `parse` (std::stoll / std::stod), or nothing when it is empty, has trailing text or does
+// not fit the type (the parsers throw std::out_of_range on overflow). The error names the file, the key and `expected`.
+template <typename T, typename Parse>
+T parse_metadata(const std::string& v, const std::string& key, const std::string& file, const char* expected,
+                 Parse parse) {
   size_t used = 0;
-  int64_t out = 0;
+  T out{};
   try {
-    out = std::stoll(v, &used);
+    out = parse(v, &used);
   } catch (const std::exception&) {
     used = 0;
   }
   VDT_CHECK(used > 0 && used == v.size(), file, ": metadata '", key, "' is \"", v.substr(0, 40),
-            v.size() > 40 ? "..." : "", "\", expected a whole number that fits 64 bits");
+            v.size() > 40 ? "..." : "", "\", expected ", expected);
   return out;
+}
+
+}  // namespace
+
+int64_t metadata_int(const Metadata& m, const std::string& key, const std::string& file, int64_t dflt) {
+  const auto it = m.find(key);
+  if (it == m.end()) return dflt;
+  return parse_metadata<int64_t>(it->second, key, file, "a whole number that fits 64 bits",
+                                 [](const std::string& v, size_t* used) { return std::stoll(v, used); });
 }
 
 double metadata_double(const Metadata& m, const std::string& key, const std::string& file, double dflt) {
   const auto it = m.find(key);
   if (it == m.end()) return dflt;
-  const std::string& v = it->second;
-  size_t used = 0;
-  double out = 0;
-  try {
-    out = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  VDT_CHECK(used > 0 && used == v.size() && std::isfinite(out), file, ": metadata '", key, "' is \"", v.substr(0, 40),
-            v.size() > 40 ? "..." : "", "\", expected a finite number");
-  return out;
+  // stod accepts "inf" and "nan" spelled out; those are not numbers a config can use.
+  return parse_metadata<double>(it->second, key, file, "a finite number", [](const std::string& v, size_t* used) {
+    const double d = std::stod(v, used);
+    if (!std::isfinite(d)) *used = 0;
+    return d;
+  });
 }
 
 }  // namespace vdt

@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/file_checksum.h"
 
 namespace fs = std::filesystem;
 
@@ -30,33 +30,6 @@ void fsync_dir(const std::string& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
-}
-
-struct Sum {
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-};
-
-Sum checksum(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  VDT_CHECK_SYS(fd, path, ": cannot open to checksum");
-  std::vector<unsigned char> buf(8 << 20);
-  Sum s;
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      VDT_CHECK_SYS(-1, path, ": read while checksumming");
-    }
-    if (n == 0) break;
-    crc = ::crc32(crc, buf.data(), static_cast<uInt>(n));
-    s.bytes += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  s.crc = static_cast<uint32_t>(crc);
-  return s;
 }
 
 std::string link_target(const std::string& run_dir) {
@@ -150,8 +123,8 @@ void SlotWriter::commit(const nlohmann::ordered_json& info) {
   VDT_CHECK(!names.empty(), dir_, ": nothing was written into the state slot");
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
   for (const auto& n : names) {
-    const Sum s = checksum(path(n));
-    files.push_back({{"name", n}, {"bytes", s.bytes}, {"crc32", s.crc}});
+    const FileChecksum s = file_checksum(path(n));
+    files.push_back({{"name", n}, {"bytes", s.bytes}, {"crc32", s.crc32}});
   }
   fsync_dir(dir_);
   fault_point("slot: files checksummed");
@@ -196,14 +169,14 @@ std::string check_slot(const std::string& dir) {
     if (fs::file_size(p, ec) != bytes)
       return name + ": " + std::to_string(fs::file_size(p, ec)) + " bytes, slot.json says " + std::to_string(bytes) +
              " (truncated?)";
-    Sum s;
+    FileChecksum s;
     try {
-      s = checksum(p.string());
+      s = file_checksum(p.string());
     } catch (const std::exception& e) {
       return e.what();
     }
-    if (s.crc != f.value("crc32", uint32_t{0}))
-      return name + ": CRC-32 " + std::to_string(s.crc) + " does not match slot.json's " +
+    if (s.crc32 != f.value("crc32", uint32_t{0}))
+      return name + ": CRC-32 " + std::to_string(s.crc32) + " does not match slot.json's " +
              std::to_string(f.value("crc32", uint32_t{0})) + " (corrupt)";
   }
   return "";

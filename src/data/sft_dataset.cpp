@@ -207,19 +207,6 @@ SftSample SftDataset::load(size_t index, const SftDraws& d) const {
   return s;
 }
 
-void check_no_leak(const SftDataset& train, const SftDataset& val) {
-  std::vector<std::string> clips, runs;
-  const std::set<std::string> train_clips(train.clip_ids().begin(), train.clip_ids().end());
-  for (const auto& c : val.clip_ids())
-    if (train_clips.count(c)) clips.push_back(c);
-  const auto train_runs = train.runs();
-  for (const auto& r : val.runs())
-    if (train_runs.count(r)) runs.push_back(r);
-  VDT_CHECK(clips.empty() && runs.empty(), train.root().clips_path(), ": train/val leak: ", clips.size(),
-            " clip(s) in both splits (", join_first(clips, 3), ") and ", runs.size(), " run(s) in both splits (",
-            join_first(runs, 3), ")\n---> HINT: every clip and every run must belong to one split only");
-}
-
 void check_no_leak(const DataRoot& root) {
   std::map<std::string, const ClipRow*> train_clip, train_run;
   for (const auto& r : root.rows())

@@ -97,10 +97,9 @@ class SftDataset {
   std::array<uint8_t, 256> fold_{};  // stored id -> training vocabulary id
 };
 
-// A clip or a run in both splits is a leak: throws listing a few of each.
-void check_no_leak(const SftDataset& train, const SftDataset& val);
-// The same over every row of the root's index (dropped rows and clips past --limit / --val_n included), so a leak is
-// found whatever the validation flags.
+// A clip or a run in both splits is a leak: throws listing a few of each with their clips.jsonl lines. Checks every
+// row of the root's index (dropped rows and clips past --limit / --val_n included), so a leak is found whatever the
+// validation flags, and the splits a run uses (subsets of those rows) need no check of their own.
 void check_no_leak(const DataRoot& root);
 // Stacks samples (same shapes) into a batch; the context holds each distinct text row once.
 SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table);

@@ -130,5 +130,29 @@ TEST(CkptExport, LoraAlphaWhereDiffusersAndComfyReadIt) {
   EXPECT_EQ(back.alpha, 8.0);
 }
 
+// diffusers' LoRA names exist for Wan modules only: an H3 LoRA (vdt's fused names, with or without the trainer's
+// base=cwm metadata, or diffusers' split names) is refused naming the format and what to use instead, not written
+// under names no loader knows. ComfyUI's layout (vdt's names) still exports.
+TEST(CkptExport, AnH3LoraIsRefusedForDiffusers) {
+  test::TempDir d;
+  const auto a = torch::randn({4, 64}), b = torch::randn({192, 4});
+  const NamedTensors fused = {{"blocks.0.attn.qkv_proj.lora_A.weight", a}, {"blocks.0.attn.qkv_proj.lora_B.weight", b}};
+  save_safetensors(d.file("h3.safetensors"), fused, {{"base", "cwm"}, {"alpha", "4"}});
+  save_safetensors(d.file("h3_nometa.safetensors"), fused, {});
+  save_safetensors(d.file("h3_split.safetensors"),
+                   {{"transformer_blocks.0.attn.to_q.lora_A.weight", a},
+                    {"transformer_blocks.0.attn.to_q.lora_B.weight", torch::randn({64, 4})}}, {});
+  for (const char* f : {"h3.safetensors", "h3_nometa.safetensors", "h3_split.safetensors"})
+    test::expect_error([&] { export_ckpt({{d.file(f)}, "diffusers", d.file("out.safetensors"), false}); },
+                       {d.file(f), "--format diffusers", "H3", "merge-lora"});
+  EXPECT_FALSE(std::filesystem::exists(d.file("out.safetensors")));
+  // A module that has no diffusers name at all is refused the same way.
+  save_safetensors(d.file("odd.safetensors"), {{"blocks.0.odd.lora_A.weight", a}, {"blocks.0.odd.lora_B.weight", b}}, {});
+  test::expect_error([&] { export_ckpt({{d.file("odd.safetensors")}, "diffusers", d.file("out.safetensors"), false}); },
+                     {"odd.safetensors", "'blocks.0.odd'", "--format comfy"});
+  const auto rc = export_ckpt({{d.file("h3.safetensors")}, "comfy", d.file("c.safetensors"), false});
+  EXPECT_TRUE(torch::equal(SafetensorsFile::open(rc.written)->get("diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight"), a));
+}
+
 }  // namespace
 }  // namespace vdt

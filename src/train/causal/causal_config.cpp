@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "model/denoiser_registry.h"
 
@@ -30,8 +31,7 @@ void CausalConfig::validate() const {
   VDT_CHECK(selective_blocks == -1 || checkpointing_mode() == Checkpointing::selective, "--selective-blocks ",
             selective_blocks, " needs --checkpointing selective");
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
-  VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '",
-            device, "'");
+  parse_device_flag(device, "--device");
   precision_mode();
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
   VDT_CHECK(lora_rank >= 0, "--lora-rank ", lora_rank, ": expected >= 1 (or 0: from the LoRA the run starts from)");
@@ -114,7 +114,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},
       {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); required unless --random-init", &C::weights},
       {"--random-init", "a random frozen base (no --weights): tests, benchmarks", &C::random_init},
-      {"--device", "auto, cpu or cuda", &C::device},
+      {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
       {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
       {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
       {"--lora-rank", "LoRA rank; 0 = the starting LoRA file's (--init-lora, a re-run's newest lora_step), else 32. "

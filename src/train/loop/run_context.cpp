@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/stop_signal.h"
@@ -16,12 +17,6 @@
 #endif
 
 namespace vdt {
-
-c10::Device training_device(const std::string& flag, int index) {
-  const bool cuda = flag == "cuda" || (flag == "auto" && torch::cuda::is_available());
-  VDT_CHECK(!cuda || torch::cuda::is_available(), "--device cuda: no CUDA device is visible");
-  return cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)) : c10::Device(c10::kCPU);
-}
 
 double peak_memory_gb(const torch::Device& device) {
 #ifdef VDT_HAS_CUDA_ALLOC
@@ -40,7 +35,7 @@ double peak_memory_gb(const torch::Device& device) {
 }
 
 RunContext::RunContext(Communicator& c, const std::string& device_flag, int device_index, torch::ScalarType dt)
-    : comm(c), rank(c.rank()), world(c.world()), device(training_device(device_flag, device_index)), dtype(dt) {}
+    : comm(c), rank(c.rank()), world(c.world()), device(resolve_device(device_flag, device_index, c.world())), dtype(dt) {}
 
 torch::Tensor RunContext::all_reduce_step(const std::vector<torch::Tensor>& values) {
   const auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);

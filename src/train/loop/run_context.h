@@ -21,8 +21,8 @@ struct StepScalars {
 
 class RunContext {
  public:
-  // device_flag: auto, cpu or cuda (cuda without a visible GPU is an error naming the flag); device_index: this
-  // process's GPU (LOCAL_RANK).
+  // device_flag: auto, cpu, cuda or cuda:N (core/device_flag.h: resolve_device; errors name the flag);
+  // device_index: this process's LOCAL_RANK, the GPU that `cuda` / `auto` take.
   RunContext(Communicator& comm, const std::string& device_flag, int device_index, torch::ScalarType dtype);
 
   Communicator& comm;
@@ -52,8 +52,5 @@ class RunContext {
 
 // Peak memory in GiB: CUDA peak allocated on a GPU, the process's peak RSS on the CPU.
 double peak_memory_gb(const torch::Device& device);
-
-// auto: cuda:index when CUDA is visible, else cpu; cuda without a visible GPU is an error naming the flag.
-c10::Device training_device(const std::string& flag, int index);
 
 }  // namespace vdt

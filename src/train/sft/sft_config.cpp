@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 
 namespace vdt {
@@ -62,7 +63,7 @@ void SftConfig::validate() const {
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   precision_mode();
   checkpointing_mode();
-  VDT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device: expected auto, cpu or cuda, got '", device, "'");
+  parse_device_flag(device, "--device");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
   VDT_CHECK(std::isfinite(grad_clip) && grad_clip >= 0, "--grad_clip ", grad_clip, ": expected a finite number >= 0 "
@@ -102,7 +103,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--model_dir", "directory of base weights (*.safetensors shards); required unless --random-init", &C::model_dir},
       {"--random-init", "train from random weights (no --model_dir): tests, benchmarks, the demo", &C::random_init},
       {"--precision", "mixed (bf16 compute, fp32 master), bf16 (pure bf16) or fp32", &C::precision},
-      {"--device", "auto, cpu or cuda", &C::device},
+      {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
       {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
       {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
       {"--checkpointing", "block (keep block inputs), selective (also keep GEMM and attention outputs, recompute "
