@@ -14,12 +14,12 @@
 namespace vdt {
 namespace {
 
-struct Fixture {
+struct DitFixture {
   SafetensorsSet files = SafetensorsSet::open({test::fixture("h3_tiny_a.safetensors")});
   H3DiT model{H3Config::from_json(files.metadata().at("config"), "h3_tiny_a")};
   H3Inputs in;
   int64_t S = 0, used = 0;  // packed rows, real rows
-  Fixture() {
+  DitFixture() {
     load_h3_weights(*model, files);
     in = h3_fixture_inputs(files, torch::kCPU);
     S = in.x.size(1);
@@ -60,7 +60,7 @@ TEST(H3Attention, RopeRotatesPairsDAndDPlus3R) {
 }
 
 TEST(H3DiT, EagerAttentionMatchesSdpa) {
-  Fixture f;
+  DitFixture f;
   torch::NoGradGuard ng;
   const auto sdpa = f.model->forward(f.in);
   f.model->set_attention_kernel(AttentionKernel::eager);
@@ -73,7 +73,7 @@ TEST(H3DiT, EagerAttentionMatchesSdpa) {
 // The stored rope.inv_freq is never read (the reference recomputes it), and the padding segment does not reach the
 // real rows, while joining it to them does (FIXTURES.md: ~4e-2).
 TEST(H3DiT, StoredInvFreqIsIgnoredAndPaddingIsItsOwnSegment) {
-  Fixture f;
+  DitFixture f;
   torch::NoGradGuard ng;
   const auto base = f.model->forward(f.in);
   f.model->rope->inv_freq.mul_(3.0);
@@ -93,7 +93,7 @@ TEST(H3DiT, StoredInvFreqIsIgnoredAndPaddingIsItsOwnSegment) {
 
 // A block runner wraps every block call from outside (checkpointing, offload) without changing the result.
 TEST(H3DiT, BlockRunnerWrapsEveryBlock) {
-  Fixture f;
+  DitFixture f;
   torch::NoGradGuard ng;
   const auto base = f.model->forward(f.in);
   int calls = 0;
@@ -110,7 +110,7 @@ TEST(H3DiT, BlockRunnerWrapsEveryBlock) {
 // under the checkpoint names (PEFT's suffix match hits both), and a fresh LoRA (B = 0) leaves the output unchanged;
 // a non-zero B reaches the output through the blocks' forward.
 TEST(H3DiT, LoraAttachesToDiffSynthsTargets) {
-  Fixture f;
+  DitFixture f;
   const auto base = f.model->forward(f.in).video_logits.detach();
   LoraConfig cfg;
   cfg.rank = 4, cfg.alpha = 4, cfg.targets = {"qkv_proj", "out_proj", "fc1", "fc2"};
@@ -131,7 +131,7 @@ TEST(H3DiT, LoraAttachesToDiffSynthsTargets) {
 
 // bf16 with the release's fp32 islands: the heads give float32, close to the float32 model.
 TEST(H3DiT, ReleasePrecisionRunsAndStaysClose) {
-  Fixture f;
+  DitFixture f;
   torch::NoGradGuard ng;
   f.model->to_release_precision();
   EXPECT_EQ(f.model->video_patch_proj->weight.scalar_type(), torch::kFloat32);
