@@ -7,7 +7,7 @@
 #include "test_util.h"
 
 namespace vdt {
-namespace {
+namespace ranged_attention_test {  // named: unity batches compile several test files as one unit
 
 double rel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
@@ -63,5 +63,5 @@ TEST(RangedAttention, KeysNoBlockSeesGetNoGradientAndBadBlocksAreRefused) {
   test::expect_error([&] { ranged_attention(q, q, q, {{0, 6, {{0, 6}}}}); }, {"end at row 6"});
 }
 
-}  // namespace
+}  // namespace ranged_attention_test
 }  // namespace vdt

@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 namespace vdt::kernels {
-namespace {
+namespace qk_norm_rope_test {  // named: unity batches compile several test files as one unit
 
 double rel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm() / b.to(torch::kFloat64).norm().clamp_min(1e-30))
@@ -74,5 +74,5 @@ TEST(QkNormRope, BadShapesAreNamed) {
   test::expect_error([&] { fused_h3_qk_norm_rope(qkv, w, w, 1e-6, torch::zeros({4, 10}), t, true); }, {"6R <= 8"});
 }
 
-}  // namespace
+}  // namespace qk_norm_rope_test
 }  // namespace vdt::kernels
