@@ -135,6 +135,20 @@ def scan_videos(root: str) -> list[dict]:
     return clips
 
 
+def input_clips(args) -> list[dict]:
+    """The clips of --videos or --manifest (at most --limit), each clip id once."""
+    clips = scan_videos(args.videos) if args.videos else read_manifest(args.manifest)
+    if args.limit > 0:
+        clips = clips[:args.limit]
+    seen = {}
+    for c in clips:
+        if c["clip_id"] in seen:
+            raise VdtError(f"{c['where']}: clip id '{c['clip_id']}' again (also {seen[c['clip_id']]}); clip names must be "
+                           f"unique within a run")
+        seen[c["clip_id"]] = c["where"]
+    return clips
+
+
 def read_manifest(path: str) -> list[dict]:
     base = os.path.dirname(os.path.abspath(path))
     clips = []
@@ -288,15 +302,7 @@ def run(args: argparse.Namespace) -> int:
         raise VdtError("give exactly one of --videos DIR and --manifest FILE.jsonl")
     if args.frames < 1 or (args.frames - 1) % 4:
         raise VdtError(f"--frames {args.frames}: the Wan VAE needs 4n+1 frames (e.g. 81 -> 21 latent frames)")
-    clips = scan_videos(args.videos) if args.videos else read_manifest(args.manifest)
-    if args.limit > 0:
-        clips = clips[:args.limit]
-    seen = {}
-    for c in clips:
-        if c["clip_id"] in seen:
-            raise VdtError(f"{c['where']}: clip id '{c['clip_id']}' again (also {seen[c['clip_id']]}); clip names must be "
-                           f"unique within a run")
-        seen[c["clip_id"]] = c["where"]
+    clips = input_clips(args)
     device = resolve_device(args.device)
     dtype = default_dtype(device, args.dtype)
 

@@ -30,7 +30,7 @@ from safetensors import safe_open
 
 from .devices import default_dtype, resolve_device
 from .errors import VdtError
-from .prepare import atomic_save, atomic_text, cell_prompts, parse_res, read_manifest, scan_videos, sidecar, split_runs
+from .prepare import atomic_save, atomic_text, cell_prompts, input_clips, parse_res, sidecar, split_runs
 from .video_io import fit, read_frames
 
 PICTURE1_SUFFIXES = (".picture1.png", ".picture1.jpg", ".picture1.jpeg", ".picture1.webp")
@@ -106,15 +106,7 @@ def run(args: argparse.Namespace) -> int:
         raise VdtError("--model h3 needs --audio-vae DIR (MiniMax-H3's audio_vae/): the silent audio latent is its "
                        "encoding of a zero waveform")
     frames = args.frames or 124
-    clips = scan_videos(args.videos) if args.videos else read_manifest(args.manifest)
-    if args.limit > 0:
-        clips = clips[:args.limit]
-    seen = {}
-    for c in clips:
-        if c["clip_id"] in seen:
-            raise VdtError(f"{c['where']}: clip id '{c['clip_id']}' again (also {seen[c['clip_id']]}); clip names must be "
-                           f"unique within a run")
-        seen[c["clip_id"]] = c["where"]
+    clips = input_clips(args)
     device = resolve_device(args.device)
     dtype = default_dtype(device, args.dtype)
 
