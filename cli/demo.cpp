@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/png.h"
-#include "tools/preview.h"
+#include "train/eval/preview.h"
 #include "tools/synth.h"
 #include "train/checkpoint/export.h"
 #include "train/eval/sampling.h"

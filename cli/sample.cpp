@@ -1,16 +1,22 @@
 // `vdt sample`: Euler + CFG samples of validation clips from an SFT export; writes latents and, when the data root
 // has the synthetic VAE (vae.safetensors), a PNG per clip: ground truth / with conditions / without conditions.
 // `vdt sample --causal --lora L`: a causal LoRA's validation windows chunk by chunk (ground truth / sample).
+// `--prompt "..."` / `--prompts FILE` with `--text-encoder DIR` (SFT exports): new prompts are embedded by the Python
+// package (`python -m vdt_py embed`: umT5, into a copy of the root's text table under --out) and each val clip is
+// sampled once per prompt, the prompt in every cell, ids and frame 0 from the clip.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <filesystem>
+#include <fstream>
 
 #include "cli/commands.h"
 #include "core/device_flag.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/png.h"
-#include "tools/preview.h"
-#include "tools/synth_vae.h"
+#include "train/eval/preview.h"
+#include "data/synth_vae.h"
 #include "model/denoiser_registry.h"
 #include "model/lora.h"
 #include "train/causal/causal_trainer.h"
@@ -28,7 +34,42 @@ struct Opts {
   double cfg = 5.0, shift = 5.0;
   uint64_t seed = 0;
   bool causal = false;
+  std::vector<std::string> prompt;     // --prompt, repeatable
+  std::string prompts, text_encoder;   // --prompts FILE, --text-encoder DIR
 };
+
+// --prompt values then the lines of --prompts (blank lines skipped), each once, in order.
+std::vector<std::string> new_prompts(const Opts& o) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& p) {
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  };
+  for (const auto& p : o.prompt) add(p);
+  if (!o.prompts.empty()) {
+    std::ifstream f(o.prompts);
+    VDT_CHECK(f.good(), "--prompts ", o.prompts, ": cannot open (expected a text file, one prompt per line)");
+    for (std::string line; std::getline(f, line);) {
+      const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+      if (a != std::string::npos) add(line.substr(a, b - a + 1));
+    }
+    VDT_CHECK(!out.empty(), "--prompts ", o.prompts, ": no prompt in the file (one per line)");
+  }
+  return out;
+}
+
+// Embeds `prompts` with the Python package into <out>/text_table_prompts.safetensors (the root's table plus them).
+std::string embed_prompts(const Opts& o, const std::string& table, const std::vector<std::string>& prompts) {
+  VDT_CHECK(!o.text_encoder.empty(), "--prompt / --prompts need --text-encoder DIR: the umT5 encoder the data root was "
+            "prepared with (e.g. Wan2.2-TI2V-5B-Diffusers/text_encoder), to embed the new prompts");
+  const std::string out = (std::filesystem::path(o.out) / "text_table_prompts.safetensors").string();
+  std::vector<std::string> args = {"--table", table, "--out", out, "--text-encoder", o.text_encoder, "--device",
+                                   o.device};
+  for (const auto& p : prompts) args.insert(args.end(), {"--prompt", p});
+  const int rc = run_python_tool("embed", args);
+  VDT_CHECK(rc == 0, "vdt sample: embedding the prompts with --text-encoder ", o.text_encoder, " failed (exit ", rc,
+            "); its messages are above");
+  return out;
+}
 
 // `vdt sample --causal`: the base rebuilt from the LoRA's metadata (or --weights), the LoRA attached and loaded, the
 // run's val windows (same --val-clips and seed) sampled chunk by chunk.
@@ -109,9 +150,18 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
+  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports): each val clip is sampled with "
+                "it in every cell; needs --text-encoder");
+  s->add_option(spellings("--prompts"), o->prompts, "a file of new prompts, one per line (as --prompt)")
+      ->check(CLI::ExistingFile);
+  s->add_option(spellings("--text-encoder"), o->text_encoder, "umT5 directory that embeds --prompt / --prompts (the "
+                "encoder the data root was prepared with)");
   s->callback([o, &exit_code] {
     const torch::Device device = resolve_device(o->device);
+    const auto prompts = new_prompts(*o);
     if (o->causal) {
+      VDT_CHECK(prompts.empty(), "--prompt / --prompts: new prompts are sampled from SFT exports (--ckpt); with "
+                "--causal the val windows keep their own text");
       exit_code = sample_causal(*o, device);
       return;
     }
@@ -122,26 +172,38 @@ void add_sample(CLI::App& app, int& exit_code) {
     dc.root = o->data_root, dc.split = o->split, dc.limit = o->n;
     dc.vocab = meta.count("vocab") ? meta.at("vocab") : "parts";
     dc.res = !o->res.empty() ? o->res : meta.count("res") ? meta.at("res") : dc.res;
-    SftDataset ds(dc);
     std::filesystem::create_directories(o->out);
+    if (!prompts.empty())
+      dc.text_table = embed_prompts(*o, (std::filesystem::path(o->data_root) / "text_table.safetensors").string(),
+                                    prompts);
+    SftDataset ds(dc);
     const bool has_vae = std::filesystem::exists(std::filesystem::path(o->data_root) / "vae.safetensors");
     EulerConfig ec;
     ec.steps = o->steps, ec.cfg_scale = o->cfg, ec.shift = o->shift;
+    // Without new prompts one pass with the clips' own text; with them one pass per prompt (files <clip>_p<k>).
+    const size_t passes = prompts.empty() ? 1 : prompts.size();
     for (size_t i = 0; i < ds.size(); ++i) {
-      const auto r = sample_clip(*model, ds, i, ec, o->seed);
-      const auto base = (std::filesystem::path(o->out) / r.clip_id).string();
-      save_safetensors(base + ".safetensors", {{"ground_truth", r.ground_truth}, {"conditioned", r.conditioned},
-                                               {"unconditioned", r.unconditioned}},
-                       {{"ckpt", o->ckpt}, {"clip_id", r.clip_id}});
-      const double e_c = (r.conditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
-      const double e_u = (r.unconditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
-      std::printf("sample %s: mse vs ground truth (frames 1..) with conditions %.4f, without %.4f -> %s.safetensors\n",
-                  r.clip_id.c_str(), e_c, e_u, base.c_str());
-      if (has_vae) {
-        const auto vae = SynthVae::open(o->data_root);
-        write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.conditioned),
-                                             vae.decode(r.unconditioned)}, 2, 4));
-        std::printf("  preview %s.png (rows: ground truth, with conditions, without)\n", base.c_str());
+      for (size_t k = 0; k < passes; ++k) {
+        const std::string* prompt = prompts.empty() ? nullptr : &prompts[k];
+        const auto r = sample_clip(*model, ds, i, ec, o->seed, prompt);
+        const auto base =
+            (std::filesystem::path(o->out) / (r.clip_id + (prompt ? "_p" + std::to_string(k) : ""))).string();
+        std::map<std::string, std::string> file_meta = {{"ckpt", o->ckpt}, {"clip_id", r.clip_id}};
+        if (prompt) file_meta["prompt"] = *prompt;
+        save_safetensors(base + ".safetensors", {{"ground_truth", r.ground_truth}, {"conditioned", r.conditioned},
+                                                 {"unconditioned", r.unconditioned}},
+                         file_meta);
+        if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
+        const double e_c = (r.conditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
+        const double e_u = (r.unconditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
+        std::printf("sample %s: mse vs ground truth (frames 1..) with conditions %.4f, without %.4f -> %s.safetensors\n",
+                    r.clip_id.c_str(), e_c, e_u, base.c_str());
+        if (has_vae) {
+          const auto vae = SynthVae::open(o->data_root);
+          write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.conditioned),
+                                               vae.decode(r.unconditioned)}, 2, 4));
+          std::printf("  preview %s.png (rows: ground truth, with conditions, without)\n", base.c_str());
+        }
       }
     }
     exit_code = 0;

@@ -127,11 +127,21 @@ inline int spawn_vdt(const std::vector<std::string>& args, const std::vector<std
   return status;
 }
 
-// Scalars of a TensorBoard log directory as the real reader sees them: tensorboard's EventAccumulator (installed by
-// scripts/py_tools.sh; it applies the purge marker of a restarted run). tag -> [(step, value)] in file order.
-// `skip` gets a reason when python3 or pip is missing (the caller skips the test); errors fail the test.
+// A TensorBoard log directory as the real reader sees it: tensorboard's EventAccumulator (installed by
+// scripts/py_tools.sh; it applies the purge marker of a restarted run). Scalars: tag -> [(step, value)] in file order;
+// images: tag -> [their steps, sizes and the PNG's RGB pixels as PIL decodes them]; hparams: the session start info's
+// values (name -> "n:<number>" | "s:<string>" | "b:<0|1>", read with the HParams plugin's own protobufs) and the
+// experiment's hyper-parameter names and metric tags. `skip` gets a reason when python3 or pip is missing (the caller
+// skips the test); errors fail the test.
+struct TbImage {
+  int64_t step = 0, width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // [height, width, 3] row-major, decoded from the PNG
+};
 struct TbScalars {
   std::map<std::string, std::vector<std::pair<int64_t, double>>> scalars;
+  std::map<std::string, std::vector<TbImage>> images;
+  std::map<std::string, std::string> hparams;
+  std::vector<std::string> hparam_names, metric_tags;
   std::string skip;
 };
 inline TbScalars read_tensorboard(const std::string& dir) {
@@ -161,11 +171,33 @@ inline TbScalars read_tensorboard(const std::string& dir) {
   const std::string script =
       "import sys\n"
       "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
-      "ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0})\n"
+      "ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0, 'images': 0})\n"
       "ea.Reload()\n"
       "for tag in sorted(ea.Tags()['scalars']):\n"
       "    for ev in ea.Scalars(tag):\n"
-      "        print('S', tag, ev.step, repr(ev.value))\n";
+      "        print('S', tag, ev.step, repr(ev.value))\n"
+      "import io\n"
+      "from PIL import Image\n"
+      "for tag in sorted(ea.Tags()['images']):\n"
+      "    for ev in ea.Images(tag):\n"
+      "        im = Image.open(io.BytesIO(ev.encoded_image_string))\n"
+      "        assert im.format == 'PNG' and im.size == (ev.width, ev.height), (im.format, im.size)\n"
+      "        print('I', tag, ev.step, ev.width, ev.height, im.convert('RGB').tobytes().hex())\n"
+      "from tensorboard.plugins.hparams import plugin_data_pb2\n"
+      "try:\n"
+      "    hp = ea.PluginTagToContent('hparams')\n"
+      "except KeyError:\n"
+      "    hp = {}\n"
+      "for tag, content in sorted(hp.items()):\n"
+      "    d = plugin_data_pb2.HParamsPluginData.FromString(content)\n"
+      "    assert d.version == 0, d.version\n"
+      "    for h in d.experiment.hparam_infos: print('HN', h.name, h.type)\n"
+      "    for m in d.experiment.metric_infos: print('MT', m.name.tag)\n"
+      "    for k, v in d.session_start_info.hparams.items():\n"
+      "        kind = v.WhichOneof('kind')\n"
+      "        x = {'number_value': lambda: 'n:' + repr(v.number_value), 'string_value': lambda: 's:' + v.string_value,\n"
+      "             'bool_value': lambda: 'b:' + str(int(v.bool_value))}[kind]()\n"
+      "        print('HV', k, x.replace(' ', '%20'))\n";
   const std::string text =
       capture("PYTHONPATH='" + tools + "' python3 -c \"" + script + "\" '" + dir + "' 2>&1", &code);
   EXPECT_EQ(code, 0) << text;
@@ -175,7 +207,23 @@ inline TbScalars read_tensorboard(const std::string& dir) {
     std::string kind, tag;
     int64_t step = 0;
     double value = 0;
-    if (ls >> kind >> tag >> step >> value && kind == "S") out.scalars[tag].push_back({step, value});
+    if (!(ls >> kind >> tag)) continue;
+    if (kind == "S" && ls >> step >> value) out.scalars[tag].push_back({step, value});
+    if (kind == "I") {
+      TbImage im;
+      std::string hex;
+      ls >> im.step >> im.width >> im.height >> hex;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) im.rgb.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      out.images[tag].push_back(std::move(im));
+    }
+    if (kind == "HN") out.hparam_names.push_back(tag);
+    if (kind == "MT") out.metric_tags.push_back(tag);
+    if (kind == "HV") {
+      std::string v;
+      ls >> v;
+      for (size_t p; (p = v.find("%20")) != std::string::npos;) v.replace(p, 3, " ");
+      out.hparams[tag] = v;
+    }
   }
   return out;
 }

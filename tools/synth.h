@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/synth_vae.h"
+#include "data/synth_vae.h"
 
 namespace vdt {
 

@@ -1,6 +1,7 @@
 """The README's "your own videos" path end to end on the CPU with tiny random models: generated clips -> `vdt data
 prepare` (Wan2.1-layout VAE, 16 channels, which vdt's tiny DiT preset takes; umT5 64 wide) -> `vdt data check` ->
-`vdt train sft --model tiny` (a few steps) -> `vdt sample` -> `vdt decode` (mp4 + contact sheet) -> `vdt ckpt export`
+`vdt train sft --model tiny` (a few steps) -> `vdt sample` (val clips, and new prompts embedded through the Python
+package) -> `vdt decode` (mp4 + contact sheet) -> `vdt ckpt export`
 (diffusers, --drop-adapter) loaded by diffusers' WanTransformer3DModel -> plot.png from the run's logs."""
 from __future__ import annotations
 
@@ -27,6 +28,32 @@ def test_prepare_check_train_sample_decode(clips, tiny16, tmp_path, vdt):
 
     r = vdt("sample", "--ckpt", ckpt, "--data_root", root, "--out", samples, "--n", "1", "--steps", "3")
     assert "runC_c3.safetensors" in r.stdout, r.stdout
+
+    # New prompts (not in the root): embedded by umT5 through the Python package, then sampled, one file per prompt.
+    p0, p1 = "a dog runs along the beach", "the sun sets behind the hills"
+    r = vdt("sample", "--ckpt", ckpt, "--data_root", root, "--out", tmp_path / "prompted", "--n", "1", "--steps", "3",
+            "--prompt", p0, "--prompt", p1, "--text-encoder", tiny16["text_encoder"])
+    assert "2 new prompt(s) embedded" in r.stdout, r.stdout
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    import torch
+    from vdt_py.umt5 import Umt5
+
+    with safe_open(str(tmp_path / "prompted" / "text_table_prompts.safetensors"), "pt") as f:
+        prompts = json.loads(f.metadata()["prompts"])
+        emb, lengths = f.get_tensor("embeddings"), f.get_tensor("lengths")
+    assert prompts[-2:] == [p0, p1]
+    want, wl = Umt5(tiny16["text_encoder"], None, torch.device("cpu"), torch.float32, emb.shape[1]).encode([p0, p1])
+    torch.testing.assert_close(emb[-2:].float(), want.to(torch.bfloat16).float())
+    assert torch.equal(lengths[-2:], wl)
+    own = load_file(str(samples / "runC_c3.safetensors"))
+    a, b = (load_file(str(tmp_path / "prompted" / f"runC_c3_p{k}.safetensors")) for k in (0, 1))
+    with safe_open(str(tmp_path / "prompted" / "runC_c3_p1.safetensors"), "pt") as f:
+        assert f.metadata()["prompt"] == p1
+    assert torch.equal(a["ground_truth"], own["ground_truth"]) and torch.equal(a["unconditioned"], own["unconditioned"])
+    assert not torch.equal(a["conditioned"], b["conditioned"]) and not torch.equal(a["conditioned"], own["conditioned"])
+    r = vdt("sample", "--ckpt", ckpt, "--data_root", root, "--out", tmp_path / "x", "--prompt", p0, check=False)
+    assert r.returncode != 0 and "--text-encoder" in r.stderr, r.stderr
 
     r = vdt("decode", samples, "--vae", tiny16["vae"], "--device", "cpu", "--fps", "8")
     for k in ("ground_truth", "conditioned", "unconditioned"):

@@ -48,10 +48,10 @@ torch::Tensor to_hwc_u8(const torch::Tensor& rgb) {
 
 }  // namespace
 
-void write_png(const std::string& path, const torch::Tensor& rgb) {
+Png encode_png(const torch::Tensor& rgb) {
   const auto img = to_hwc_u8(rgb);
   const int64_t h = img.size(0), w = img.size(1);
-  VDT_CHECK(h > 0 && w > 0 && h < (1 << 30) && w < (1 << 30), "write_png ", path, ": bad image size ", h, "x", w);
+  VDT_CHECK(h > 0 && w > 0 && h < (1 << 30) && w < (1 << 30), "write_png: bad image size ", h, "x", w);
 
   // Scanlines: filter byte 0 (None) then the row's RGB bytes.
   const size_t row = static_cast<size_t>(w) * 3;
@@ -64,7 +64,7 @@ void write_png(const std::string& path, const torch::Tensor& rgb) {
   uLongf zn = compressBound(static_cast<uLong>(raw.size()));
   std::vector<uint8_t> z(zn);
   const int zrc = compress2(z.data(), &zn, raw.data(), static_cast<uLong>(raw.size()), 6);
-  VDT_CHECK(zrc == Z_OK, "write_png ", path, ": zlib compress2 failed with code ", zrc);
+  VDT_CHECK(zrc == Z_OK, "write_png: zlib compress2 failed with code ", zrc);
   z.resize(zn);
 
   std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
@@ -75,7 +75,12 @@ void write_png(const std::string& path, const torch::Tensor& rgb) {
   put_chunk(out, "IHDR", ihdr.data(), ihdr.size());
   put_chunk(out, "IDAT", z.data(), z.size());
   put_chunk(out, "IEND", nullptr, 0);
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(out.data()), out.size()));
+  return {std::string(reinterpret_cast<const char*>(out.data()), out.size()), h, w};
+}
+
+void write_png(const std::string& path, const torch::Tensor& rgb) {
+  const Png png = encode_png(rgb);
+  write_file_atomic(path, png.bytes);
 }
 
 }  // namespace vdt

@@ -11,6 +11,8 @@
 #include <random>
 #include <sstream>
 
+#include <torch/torch.h>
+
 #include "test_util.h"
 
 namespace vdt {
@@ -309,6 +311,54 @@ TEST(TbWriter, PurgeMarkerDropsTheReplayedStepsForTheRealReader) {
     EXPECT_EQ(loss[i].first, static_cast<int64_t>(i) + 1);
     EXPECT_EQ(loss[i].second, i < 100 ? 1.0 : 2.0) << "step " << loss[i].first;
   }
+}
+
+// Images and hyper-parameters through the real reader: the PNG decodes (PIL) to the pixels given, at the step given;
+// the HParams plugin's own protobufs parse the experiment and the session start info, every value with its type.
+TEST(TbWriter, ImagesAndHparamsReadByRealTensorBoard) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("tensorboard");
+  const auto img = torch::randint(0, 256, {5, 7, 3}, torch::TensorOptions().dtype(torch::kByte));
+  const auto img2 = torch::rand({3, 4, 6});  // float [3, H, W] in [0, 1]
+  {
+    TbWriter w(dir);
+    w.add_hparams(nlohmann::ordered_json{{"lr", 0.0001}, {"steps", 20}, {"objective", "df"}, {"act_offload", false},
+                                         {"prompt", "a red car"}, {"targets", {"q", "k"}}, {"none", nullptr}},
+                  {"train/loss_v", "val/loss"});
+    w.add_image("preview/clip_a", encode_png(img), 3);
+    w.add_image("preview/clip_a", encode_png(img2), 9);
+    w.add_scalar("train/loss_v", 0.5, 3);
+  }
+  const auto tb = test::read_tensorboard(dir);
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  ASSERT_EQ(tb.images.count("preview/clip_a"), 1u);
+  const auto& ims = tb.images.at("preview/clip_a");
+  ASSERT_EQ(ims.size(), 2u);
+  EXPECT_EQ(ims[0].step, 3);
+  EXPECT_EQ(ims[0].width, 7);
+  EXPECT_EQ(ims[0].height, 5);
+  const auto* px = img.contiguous().data_ptr<uint8_t>();
+  EXPECT_EQ(ims[0].rgb, std::vector<uint8_t>(px, px + img.numel()));
+  EXPECT_EQ(ims[1].step, 9);
+  EXPECT_EQ(ims[1].width, 6);
+  EXPECT_EQ(ims[1].height, 4);
+  const auto want2 = (img2 * 255).round().to(torch::kByte).permute({1, 2, 0}).contiguous();
+  EXPECT_EQ(ims[1].rgb, std::vector<uint8_t>(want2.data_ptr<uint8_t>(), want2.data_ptr<uint8_t>() + want2.numel()));
+
+  const std::map<std::string, std::string> want = {
+      {"lr", "n:0.0001"}, {"steps", "n:20.0"}, {"objective", "s:df"}, {"act_offload", "b:0"},
+      {"prompt", "s:a red car"}, {"targets", "s:[\"q\",\"k\"]"}, {"none", "s:null"}};
+  EXPECT_EQ(tb.hparams, want);
+  EXPECT_EQ(tb.hparam_names, (std::vector<std::string>{"lr", "steps", "objective", "act_offload", "prompt", "targets",
+                                                       "none"}));
+  EXPECT_EQ(tb.metric_tags, (std::vector<std::string>{"train/loss_v", "val/loss"}));
+  EXPECT_EQ(tb.scalars.at("train/loss_v").size(), 1u);
+}
+
+TEST(TbWriter, HparamsMustBeAnObject) {
+  test::TempDir tmp;
+  TbWriter w(tmp.file("tb"));
+  test::expect_error([&] { w.add_hparams(nlohmann::ordered_json::array({1, 2}), {}); }, {"hyper-parameters", "object"});
 }
 
 }  // namespace

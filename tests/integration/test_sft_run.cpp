@@ -112,6 +112,48 @@ TEST_F(SftRunTest, WritesEveryOutputAndAVerifiedExport) {
   EXPECT_EQ(f->metadata().at("res"), report_.res);
 }
 
+// TensorBoard read back by tensorboard's own reader: the loss as train_log.csv has it, every flag in the HParams
+// dashboard with its type, and at each validation (steps 80 and 160) the preview of val clip 0 (rows: ground truth,
+// with conditions, without), as previews/step_NNNNNNN.png and as an image summary.
+TEST_F(SftRunTest, TensorBoardHasHparamsAndPreviews) {
+  EXPECT_TRUE(fs::exists(cfg_.output + "/previews/step_0000080.png"));
+  EXPECT_TRUE(fs::exists(cfg_.output + "/previews/step_0000160.png"));
+  const auto tb = test::read_tensorboard(cfg_.output + "/tensorboard");
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  const auto train = read_csv(cfg_.output + "/train_log.csv");
+  ASSERT_EQ(tb.scalars.at("train/loss").size(), 160u);
+  const double csv_loss = std::stod(train[9].at("loss"));  // the CSV prints 6 significant digits
+  EXPECT_NEAR(tb.scalars.at("train/loss")[9].second, csv_loss, 1e-5 * std::abs(csv_loss));
+  EXPECT_EQ(tb.hparams.size(), SftConfig::fields().size());
+  EXPECT_EQ(tb.hparams.at("lr"), "n:0.0005");
+  EXPECT_EQ(tb.hparams.at("model"), "s:tiny");
+  EXPECT_EQ(tb.hparams.at("gradient_checkpointing"), "b:0");
+  EXPECT_EQ(tb.metric_tags, (std::vector<std::string>{"train/loss", "val/mse_mean"}));
+  ASSERT_EQ(tb.images.size(), 1u);
+  const auto config = nlohmann::json::parse(std::ifstream(cfg_.output + "/config.json"));
+  const std::string tag = "preview/" + config["dataset"]["val_clip_ids"][0].get<std::string>();
+  ASSERT_EQ(tb.images.count(tag), 1u) << tb.images.begin()->first;
+  const auto& ims = tb.images.at(tag);
+  ASSERT_EQ(ims.size(), 2u);
+  EXPECT_EQ(ims[0].step, 80);
+  EXPECT_EQ(ims[1].step, 160);
+  EXPECT_EQ(ims[0].height, ims[1].height);
+  EXPECT_NE(ims[0].rgb, ims[1].rgb);  // the model trained between them
+}
+
+// Drawing previews changes no training number: the same short run with and without them.
+TEST_F(SftRunTest, PreviewsChangeNoTrainingNumber) {
+  auto on = base_config(dir_->file("preview_on"));
+  on.max_steps = 4, on.val_every = 2, on.save_every = 0, on.preview_steps = 2, on.num_workers = 1;
+  auto off = on;
+  off.output = dir_->file("preview_off"), off.preview_steps = 0;
+  const auto a = train_sft(on), b = train_sft(off);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.grad_norms, b.grad_norms);
+  EXPECT_TRUE(fs::exists(on.output + "/previews/step_0000004.png"));
+  EXPECT_FALSE(fs::exists(off.output + "/previews"));
+}
+
 TEST_F(SftRunTest, ExportWarmStartsANewRun) {
   auto c = base_config(dir_->file("warm"));
   c.max_steps = 2, c.val_every = 0, c.save_every = 2, c.resume = export_;

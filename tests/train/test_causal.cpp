@@ -140,6 +140,90 @@ TEST_F(CausalTest, ResumeFromTheStateSlotIsExact) {
   for (const auto& k : a->keys()) EXPECT_TRUE(torch::equal(a->get(k), b->get(k))) << k;
 }
 
+// TensorBoard as the SFT trainer writes it, read back by tensorboard's own reader: train/ scalars equal to
+// train_log.jsonl (float32), val/loss equal to val_log.jsonl, the run's flags in the HParams dashboard with their
+// types, and at each validation a sample preview of val window 0 (ground truth above sample, decoded by the root's
+// VAE) both as previews/step_NNNNNNN.png and as an image summary holding the same PNG. Drawing previews changes no
+// training number; a resumed run marks the replayed steps stale.
+TEST_F(CausalTest, TensorBoardScalarsHparamsAndPreviews) {
+  auto c = config("tb", 4);
+  c.val_every = 2, c.preview_steps = 2, c.save_every = 2;
+  const auto sum = train_causal(c);
+  auto off = config("tb_no_preview", 4);
+  off.val_every = 2, off.preview_steps = 0;
+  const auto sum_off = train_causal(off);
+  EXPECT_EQ(sum.losses, sum_off.losses);
+  expect_same_lora(sum.lora, sum_off.lora);
+  EXPECT_FALSE(fs::exists(off.out + "/previews"));
+  for (const int64_t step : {0, 2, 4}) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%07lld.png", static_cast<long long>(step));
+    EXPECT_TRUE(fs::exists(fs::path(c.out) / "previews" / name)) << name;
+  }
+
+  const auto tb = test::read_tensorboard(c.out + "/tensorboard");
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  const auto log = read_jsonl(c.out + "/train_log.jsonl");
+  ASSERT_EQ(tb.scalars.count("train/loss_v"), 1u);
+  const auto& loss = tb.scalars.at("train/loss_v");
+  ASSERT_EQ(loss.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(loss[i].first, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(loss[i].second, static_cast<float>(log[i]["loss_v"].get<double>()));
+    EXPECT_EQ(tb.scalars.at("train/grad_norm")[i].second, static_cast<float>(log[i]["gnorm"].get<double>()));
+    EXPECT_EQ(tb.scalars.at("train/lr")[i].second, static_cast<float>(log[i]["lr"].get<double>()));
+  }
+  for (const char* k : {"train/step_time", "train/data_time", "train/mem_gb"}) EXPECT_EQ(tb.scalars.count(k), 1u) << k;
+  const auto val = read_jsonl(c.out + "/val_log.jsonl");
+  ASSERT_EQ(tb.scalars.count("val/loss"), 1u);
+  ASSERT_EQ(tb.scalars.at("val/loss").size(), val.size());
+  for (size_t i = 0; i < val.size(); ++i) {
+    EXPECT_EQ(tb.scalars.at("val/loss")[i].first, val[i]["step"].get<int64_t>());
+    EXPECT_EQ(tb.scalars.at("val/loss")[i].second, static_cast<float>(val[i]["val_loss"].get<double>()));
+  }
+  // hparams: every flag, typed
+  EXPECT_EQ(tb.hparams.size(), CausalConfig::fields().size());
+  EXPECT_EQ(tb.hparams.at("lr"), "n:0.01");
+  EXPECT_EQ(tb.hparams.at("objective"), "s:df");
+  EXPECT_EQ(tb.hparams.at("random_init"), "b:1");
+  EXPECT_EQ(tb.hparams.at("preview_steps"), "n:2.0");
+  EXPECT_EQ(tb.metric_tags, (std::vector<std::string>{"train/loss_v", "val/loss"}));
+  // previews: one tag (val window 0), steps 0, 2, 4; 2 rows of 6 frames, each frame the latent grid x sem_scale x 4
+  ASSERT_EQ(tb.images.size(), 1u);
+  const auto val_samples = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
+  const std::string tag = "preview/" + val_samples[0][0].get<std::string>() + "@" +
+                          std::to_string(val_samples[0][1].get<int64_t>());
+  ASSERT_EQ(tb.images.count(tag), 1u) << tb.images.begin()->first;
+  const auto& ims = tb.images.at(tag);
+  ASSERT_EQ(ims.size(), 3u);
+  const auto ds = nlohmann::json::parse(std::ifstream(dir_->file("data") + "/dataset.json"));
+  const int64_t fh = ds["latent_hw"][0].get<int64_t>() * ds["sem_scale"].get<int64_t>() * 4;
+  const int64_t fw = ds["latent_hw"][1].get<int64_t>() * ds["sem_scale"].get<int64_t>() * 4;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ims[i].step, static_cast<int64_t>(2 * i));
+    EXPECT_EQ(ims[i].height, 2 * (fh + 2) + 2);
+    EXPECT_EQ(ims[i].width, 6 * (fw + 2) + 2);
+  }
+  // the ground-truth row is the same at every step, the sample row moves as the LoRA trains
+  const size_t row_bytes = static_cast<size_t>(ims[0].width) * 3 * static_cast<size_t>(fh + 2);
+  EXPECT_TRUE(std::equal(ims[0].rgb.begin(), ims[0].rgb.begin() + row_bytes, ims[2].rgb.begin()));
+  EXPECT_NE(ims[0].rgb, ims[2].rgb);
+
+  // killed after logging step 4, before its save, and re-run: resumed at step 2, the reader shows steps 1..4 once
+  auto cut = config("tb_cut", 4);
+  cut.val_every = 2, cut.preview_steps = 2, cut.save_every = 2;
+  copy_before_last_save(c.out, cut.out, 4);
+  ASSERT_EQ(train_causal(cut).start_step, 2);
+  const auto tb2 = test::read_tensorboard(cut.out + "/tensorboard");
+  const auto& loss2 = tb2.scalars.at("train/loss_v");
+  ASSERT_EQ(loss2.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(loss2[i].first, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(loss2[i].second, loss[i].second);
+  }
+  EXPECT_EQ(tb2.images.at(tag).size(), 3u);  // steps 0, 2 from the first run, 4 from the re-run
+}
+
 // The SFT trainer's --resume on the causal trainer: another run's state continues exactly into a fresh --out, and a
 // --out that already holds a run is refused (re-running without --resume continues that one).
 TEST_F(CausalTest, ResumeFromAnotherRunsStateIntoAFreshOut) {
@@ -214,6 +298,16 @@ TEST_F(CausalTest, TwoRanksKeepOneLoraAndShardingChangesNothing) {
   // 6 steps x 2 ranks = 12 windows: one rank doing the same 12 windows one per step is another trajectory, but the
   // files are those of a world-2 run: 6 log lines, args and LoRA files from rank 0 only.
   EXPECT_EQ(read_jsonl(dir_->file("ranks_sharded") + "/train_log.jsonl").size(), 6u);
+}
+
+// Previews on a base sharded over two ranks: both ranks sample (the blocks are gathered by every rank), rank 0 writes.
+TEST_F(CausalTest, TwoShardedRanksDrawThePreviewTogether) {
+  auto c = config("ranks_preview", 2);
+  c.shard_base = "on", c.val_every = 2, c.preview_steps = 2;
+  const auto ranks = run_two_ranks(c);
+  expect_same_lora(ranks[0].lora, ranks[1].lora);
+  EXPECT_TRUE(fs::exists(c.out + "/previews/step_0000000.png"));
+  EXPECT_TRUE(fs::exists(c.out + "/previews/step_0000002.png"));
 }
 
 // Two ranks preempted after step 4 and re-run continue exactly (rank 0 saved LoRA and state, every rank loads them);

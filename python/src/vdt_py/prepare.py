@@ -45,13 +45,25 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     src.add_argument("--manifest", help="JSONL file, one clip per line (instead of --videos)")
     src.add_argument("--out", required=True, help="data root to write (created; an existing one is resumed)")
     mdl = ap.add_argument_group("models (local directories; nothing is downloaded)")
-    mdl.add_argument("--vae", required=True, help="diffusers AutoencoderKLWan dir (Wan2.2-TI2V-5B-Diffusers/vae, or its parent)")
+    mdl.add_argument("--model", choices=("wan", "h3"), default="wan",
+                     help="wan (default): a Wan root; h3: a MiniMax-H3 root for `vdt train causal` (vdt_py/prepare_h3.py)")
+    mdl.add_argument("--vae", required=True, help="diffusers AutoencoderKLWan dir (Wan2.2-TI2V-5B-Diffusers/vae, or its "
+                                                  "parent); with --model h3 an AutoencoderKLMiniMaxH3 dir")
     mdl.add_argument("--text-encoder", "--text_encoder", dest="text_encoder", required=True,
-                     help="transformers UMT5EncoderModel dir (.../text_encoder, or the pipeline dir)")
+                     help="transformers UMT5EncoderModel dir (.../text_encoder, or the pipeline dir); with --model h3 a "
+                          "Qwen3-VL dir (Qwen3VLModel, tokenizer, preprocessor_config.json)")
+    mdl.add_argument("--audio-vae", "--audio_vae", dest="audio_vae",
+                     help="--model h3: diffusers AutoencoderKLMiniMaxH3Audio dir (the silent audio latent)")
+    mdl.add_argument("--text-layer", "--text_layer", dest="text_layer", type=int, default=50,
+                     help="--model h3: the Qwen3-VL decoder layer whose (un-normalised) output is the text rows "
+                          "(default 50, MiniMax-H3's)")
+    mdl.add_argument("--picture1-long-edge", "--picture1_long_edge", dest="picture1_long_edge", type=int, default=2048,
+                     help="--model h3: long edge of the picture1_2048 latent (default 2048; 0: none)")
     mdl.add_argument("--tokenizer", help="tokenizer dir (default: beside the text encoder, or ../tokenizer)")
     geo = ap.add_argument_group("geometry")
     geo.add_argument("--res", default="832x480", help="WIDTHxHEIGHT to encode at (default 832x480; the trainer's --res)")
-    geo.add_argument("--frames", type=int, default=81, help="pixel frames per clip, 4n+1 (default 81 -> 21 latent frames)")
+    geo.add_argument("--frames", type=int, default=0, help="pixel frames per clip: Wan 4n+1 (default 81 -> 21 latent "
+                                                           "frames); H3 17n+5 (default 124 -> 37)")
     geo.add_argument("--stride", type=int, default=1, help="take every N-th frame of the source (default 1)")
     geo.add_argument("--resize", choices=("crop", "stretch"), default="crop",
                      help="crop: cover WxH keeping the aspect, crop the centre (default); stretch: scale to WxH")
@@ -99,7 +111,9 @@ def _clip_of(path: str, run: str | None, where: str) -> dict:
 
 
 def _is_clip(path: str) -> bool:
-    return is_video(path) or bool(frame_files(path))
+    """A video file, or a folder of frame images (Picture 1 files of `--model h3`, NAME.picture1.png, are not frames:
+    a run folder holding them stays a run)."""
+    return is_video(path) or any(".picture1." not in os.path.basename(f) for f in frame_files(path))
 
 
 def scan_videos(root: str) -> list[dict]:
@@ -162,6 +176,8 @@ def read_manifest(path: str) -> list[dict]:
             c["captions"] = [str(x) for x in j["captions"]]
         if "ids" in j:
             c["ids"] = os.path.join(base, j["ids"])
+        if "picture1" in j:
+            c["picture1"] = os.path.join(base, j["picture1"])
         clips.append(c)
     if not clips:
         raise VdtError(f"--manifest {path}: no clips listed")
@@ -172,7 +188,7 @@ def cell_prompts(clip: dict, cells: int) -> list[str]:
     if "captions" not in clip:
         if not clip["caption_file"]:
             raise VdtError(f"{clip['where']}: no caption; ---> HINT: write {os.path.splitext(clip['source'])[0]}.txt "
-                           f"(one line, or {cells} lines: one per latent frame)")
+                           + ("(one line)" if cells == 1 else f"(one line, or {cells} lines: one per latent frame)"))
         clip["captions"] = [l.strip() for l in open(clip["caption_file"], encoding="utf-8").read().splitlines() if l.strip()]
         clip["where"] = clip["caption_file"]
     caps = clip["captions"]
@@ -277,6 +293,11 @@ def run(args: argparse.Namespace) -> int:
     from .umt5 import Umt5
     from .wan_vae import WanVae
 
+    if args.model == "h3":
+        from . import prepare_h3
+
+        return prepare_h3.run(args)
+    args.frames = args.frames or 81
     if bool(args.videos) == bool(args.manifest):
         raise VdtError("give exactly one of --videos DIR and --manifest FILE.jsonl")
     if args.frames < 1 or (args.frames - 1) % 4:

@@ -6,6 +6,15 @@ small configs, random weights, nothing downloaded.
   fits vdt's ``tiny`` DiT preset (16 latent channels).
 * ``text_encoder/``: ``UMT5EncoderModel`` (d_model ``--text-dim``, 64 fits the ``tiny`` preset) with a small
   Unigram tokenizer trained on the fly (pad 0, EOS 1 appended, unk 2, like umT5's).
+
+``--family h3`` writes MiniMax-H3's three instead (hidden 48 fits vdt's ``h3-tiny`` preset):
+
+* ``vae/``: ``AutoencoderKLMiniMaxH3`` with the real geometry (24 channels, 16x spatial, 4x temporal, 17-frame clips,
+  3 latents dropped) and narrow layers; its per-channel ``latents_mean`` / ``latents_std`` are seeded stand-ins, not
+  the released values (the normalisation code is what the tests check);
+* ``audio_vae/``: ``AutoencoderKLMiniMaxH3Audio`` (32 kHz, hop 800, 32 channels) with narrow layers;
+* ``text_encoder/``: ``Qwen3VLModel`` (3 decoder layers, hidden ``--text-dim``, a 2-block vision tower with patch 16
+  and 2x2 merge) with a byte-level BPE tokenizer holding Qwen's vision tokens and the ``Qwen2VLImageProcessor`` config.
 """
 from __future__ import annotations
 
@@ -32,8 +41,10 @@ CORPUS = ["a red car turns left at the crossing", "a dog runs along the beach", 
 def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("out", help="directory to write vae/ and text_encoder/ into")
     ap.add_argument("--z-dim", "--z_dim", dest="z_dim", type=int, choices=(16, 48), default=48)
-    ap.add_argument("--text-dim", "--text_dim", dest="text_dim", type=int, default=64)
+    ap.add_argument("--text-dim", "--text_dim", dest="text_dim", type=int, default=None,
+                    help="text width (default: 64 for wan, fits vdt's tiny preset; 48 for h3, fits h3-tiny)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--family", choices=("wan", "h3"), default="wan", help="wan (default) or h3 (MiniMax-H3's encoders)")
 
 
 def tiny_vae(z_dim: int):
@@ -80,8 +91,66 @@ def make(out: str, z_dim: int = 48, text_dim: int = 64, seed: int = 0) -> dict:
     return {"vae": vae_dir, "text_encoder": te_dir}
 
 
+QWEN_SPECIAL = ["<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def tiny_qwen_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS * 4 + ["<Picture 1>: "] * 4, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=QWEN_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|endoftext|>")
+
+
+def tiny_h3(out: str, text_dim: int = 48, seed: int = 0) -> dict:
+    from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio
+    from transformers import Qwen3VLConfig, Qwen3VLModel
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    dirs = {k: os.path.join(out, k) for k in ("vae", "audio_vae", "text_encoder")}
+    AutoencoderKLMiniMaxH3(
+        block_out_channels=(8, 8, 8, 16, 16, 16), layers_per_block=1, norm_num_groups=4, decoder_num_layers=1,
+        decoder_num_attention_heads=2, decoder_attention_head_dim=8, decoder_num_register_tokens=1,
+        latents_mean=(torch.randn(24, generator=g) * 0.2).tolist(),
+        latents_std=(0.5 + torch.rand(24, generator=g)).tolist()).save_pretrained(dirs["vae"])
+    AutoencoderKLMiniMaxH3Audio(
+        encoder_dim=4, latent_dim=64, latent_channels=32, num_attention_heads=2, decoder_dim=128,
+        resblock_kernel_sizes=(3,), resblock_dilation_sizes=((1,),),
+        latents_mean=(torch.randn(32, generator=g) * 0.1).tolist(),
+        latents_std=(0.5 + torch.rand(32, generator=g)).tolist()).save_pretrained(dirs["audio_vae"])
+    tok = tiny_qwen_tokenizer()
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL}
+    cfg = Qwen3VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=text_dim, intermediate_size=2 * text_dim, num_hidden_layers=3,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=24,
+                         rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 4, 4],
+                                          "mrope_interleaved": True}),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text_dim,
+                           num_position_embeddings=64, deepstack_visual_indexes=[0]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    Qwen3VLModel(cfg).save_pretrained(dirs["text_encoder"])
+    tok.save_pretrained(dirs["text_encoder"])
+    # Few vision tokens: 32x32 px per merged token, at most 16 of them.
+    Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
+                             max_pixels=16 * 32 * 32).save_pretrained(dirs["text_encoder"])
+    return dirs
+
+
 def run(args: argparse.Namespace) -> int:
-    dirs = make(args.out, args.z_dim, args.text_dim, args.seed)
+    if args.family == "h3":
+        dirs = tiny_h3(args.out, args.text_dim or 48, args.seed)
+        print(f"[tiny-models] random AutoencoderKLMiniMaxH3 -> {dirs['vae']}; AutoencoderKLMiniMaxH3Audio -> "
+              f"{dirs['audio_vae']}; Qwen3VLModel + tokenizer + image processor -> {dirs['text_encoder']}")
+        return 0
+    dirs = make(args.out, args.z_dim, args.text_dim or 64, args.seed)
     print(f"[tiny-models] random AutoencoderKLWan (z_dim {args.z_dim}) -> {dirs['vae']}; random UMT5EncoderModel "
           f"(d_model {args.text_dim}) + tokenizer -> {dirs['text_encoder']}")
     return 0

@@ -41,6 +41,7 @@ void CausalConfig::validate() const {
             "or --random-init to train on a random base on purpose (tests, benchmarks)");
   VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights, " contradict each other; give one");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
+  VDT_CHECK(preview_steps >= 0, "--preview-steps ", preview_steps, ": expected >= 0 (0 = no preview)");
   shard_mode();
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '", fused_kernels,
             "'");
@@ -125,6 +126,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
+      {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
+                          "(vae.safetensors, synthetic roots): val window 0 sampled chunk by chunk, ground truth above "
+                          "sample, into previews/ and TensorBoard; 0 = no preview", &C::preview_steps},
   };
   return f;
 }

@@ -42,6 +42,8 @@ struct CausalConfig {
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
   int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
+  int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
+                              // val window 0 drawn at each validation (previews/, TensorBoard images); 0 = none
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
   // The natural chunk of a base family: one VAE clip for H3 (5 latents, h3_spec §4.1), 3 latent frames for Wan.

@@ -20,8 +20,10 @@
 #include "core/rng_purposes.h"
 #include "core/state_slots.h"
 #include "core/stop_signal.h"
+#include "core/tb_writer.h"
 #include "data/causal_dataset.h"
 #include "data/sampler.h"
+#include "data/synth_vae.h"
 #include "diffusion/forcing.h"
 #include "distributed/block_shards.h"
 #include "distributed/grad_sync.h"
@@ -30,6 +32,8 @@
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "train/checkpoint/lora_checkpoint.h"
+#include "train/eval/preview.h"
+#include "train/eval/sampling.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
@@ -60,6 +64,8 @@ struct CausalRun {
   std::string state_slot, resume_how;
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
+  std::unique_ptr<TbWriter> tb;             // rank 0: <out>/tensorboard
+  std::shared_ptr<SynthVae> preview_vae;    // the root's vae.safetensors (synthetic roots), for --preview-steps
 };
 
 // The ranks one copy of the frozen base is sharded over (1: not sharded).
@@ -308,12 +314,30 @@ double validate(CausalRun& r) {
   return n > 0 ? sum.item<double>() / static_cast<double>(n) : 0.0;
 }
 
+// The preview at a validation step: val window 0 sampled chunk by chunk (Euler, --preview-steps, CFG against the null
+// prompt as `vdt sample --causal`), on every rank (a sharded base gathers its blocks with every rank), decoded with
+// the root's VAE by rank 0: rows ground truth, sample. Noise from (seed, clip, start): every rank draws the same.
+void draw_preview(CausalRun& r, int64_t step) {
+  if (!r.preview_vae) return;
+  EulerConfig ec;
+  ec.steps = r.cfg.preview_steps;
+  const auto s = sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.seed, r.cfg.clean_first_frame);
+  if (r.ctx->rank != 0) return;
+  const auto grid = frame_grid({r.preview_vae->decode(s.ground_truth), r.preview_vae->decode(s.sample)}, 2, 4);
+  r.tb->add_image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid),
+                  step);
+  r.tb->flush();
+}
+
 void log_validation(CausalRun& r, int64_t step) {
   const double v = validate(r);
+  draw_preview(r, step);
   if (r.ctx->rank != 0) return;
   std::printf("val step %lld: loss %.4f over %zu windows\n", static_cast<long long>(step), v, r.ds->val().size());
   append_jsonl((fs::path(r.cfg.out) / "val_log.jsonl").string(),
                {{"step", step}, {"val_loss", v}, {"windows", r.ds->val().size()}});
+  r.tb->add_scalar("val/loss", v, step);
+  r.tb->flush();
 }
 
 struct StepStats {
@@ -424,15 +448,26 @@ void print_config(const CausalRun& r) {
 }
 
 void open_logs(CausalRun& r) {
+  // Every rank knows whether previews are drawn (each takes part in the sampling).
+  if (r.cfg.val_every > 0 && r.cfg.preview_steps > 0 && !r.ds->val().empty() &&
+      fs::exists(fs::path(r.cfg.data_root) / "vae.safetensors"))
+    r.preview_vae = std::make_shared<SynthVae>(SynthVae::open(r.cfg.data_root));
   if (r.ctx->rank != 0) return;
   write_run_files(r);
   prepare_logs({(fs::path(r.cfg.out) / "train_log.jsonl").string(), (fs::path(r.cfg.out) / "val_log.jsonl").string()},
                r.start_step, /*jsonl=*/true);
+  // TensorBoard as the SFT trainer writes it: a resumed run marks the steps after its start stale (purge), the
+  // HParams dashboard gets every flag (typed) with the loss metrics.
+  r.tb = std::make_unique<TbWriter>((fs::path(r.cfg.out) / "tensorboard").string());
+  if (r.start_step > 0) r.tb->purge_from(r.start_step + 1);
+  r.tb->add_hparams(fields_to_json(r.cfg, CausalConfig::fields(), JsonValues::typed), {"train/loss_v", "val/loss"});
+  r.tb->flush();
   print_config(r);
 }
 
-// The seed's console line and train_log.jsonl row; `elapsed`: seconds since this process's first step.
-void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed) {
+// The seed's console line and train_log.jsonl row, and TensorBoard's train/ scalars; `elapsed`: seconds since this
+// process's first step, `step_time`: this step's.
+void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed, double step_time) {
   if (r.ctx->rank != 0) return;
   const double per_step = elapsed / static_cast<double>(step - r.start_step);
   std::printf("step %lld/%lld loss_v=%.4f gnorm=%s lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",
@@ -441,6 +476,11 @@ void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed) {
               st.clip.c_str());
   append_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(),
                {{"step", step}, {"loss_v", st.loss}, {"gnorm", st.grad_norm}, {"lr", st.lr}, {"sec", elapsed}});
+  for (const auto& [k, v] : {std::pair<const char*, double>{"loss_v", st.loss}, {"grad_norm", st.grad_norm},
+                             {"lr", st.lr}, {"step_time", step_time}, {"data_time", st.data_time},
+                             {"mem_gb", r.ctx->peak_memory_gb()}})
+    r.tb->add_scalar(std::string("train/") + k, v, step);
+  r.tb->flush();
 }
 
 CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
@@ -523,7 +563,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
     sum.first_loss = step == r.start_step + 1 ? st.loss : sum.first_loss, sum.last_loss = st.loss, sum.steps = step;
     sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm);
     sum.step_times.push_back(std::chrono::duration<double>(t1 - t0).count());
-    log_step(r, step, st, std::chrono::duration<double>(t1 - t_start).count());
+    log_step(r, step, st, std::chrono::duration<double>(t1 - t_start).count(), sum.step_times.back());
     if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) log_validation(r, step);
     const bool stop = st.stop && !last_step;
     if (step % cfg.save_every == 0 || last_step || stop) sum.last_lora = save(r, step);

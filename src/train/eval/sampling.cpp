@@ -13,10 +13,24 @@
 #include "train/eval/validation.h"
 
 namespace vdt {
+namespace {
 
-SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, const EulerConfig& cfg, uint64_t seed) {
+// eval() for the sample, the caller's mode back afterwards (a trainer's previews sample between training steps).
+struct EvalMode {
+  Denoiser& model;
+  const bool was_training;
+  explicit EvalMode(Denoiser& m) : model(m), was_training(m.is_training()) { model.eval(); }
+  ~EvalMode() {
+    if (was_training) model.train();
+  }
+};
+
+}  // namespace
+
+SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, const EulerConfig& cfg, uint64_t seed,
+                         const std::string* prompt) {
   torch::NoGradGuard ng;
-  model.eval();
+  const EvalMode mode(model);
   const auto device = model.device();
   const auto& table = *ds.text_table();
   auto branch = [&](const SftSample& s) -> VelocityFn {
@@ -25,7 +39,8 @@ SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, co
       return model.forward(model_inputs(model, x, t, b->context, b->context_ids, b->ids)).to(torch::kFloat32);
     };
   };
-  const auto cond = ds.get_with(index, false, false);
+  auto cond = ds.get_with(index, false, false);
+  if (prompt) cond.text_rows.assign(cond.text_rows.size(), table.row_of(*prompt));  // every cell: the new prompt
   const auto uncond = ds.get_with(index, true, true);
   auto x0 = cond.latents.unsqueeze(0).to(device, torch::kFloat32);  // [1, C, F, H, W]
   auto gen = make_generator(torch::kCPU, RngStream(seed, rng_purpose::kSample).u64(fnv1a64(cond.clip_id), 0));
@@ -42,7 +57,7 @@ SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, co
 CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
                                         const EulerConfig& cfg, uint64_t seed, bool clean_first_frame) {
   torch::NoGradGuard ng;
-  model.eval();
+  const EvalMode mode(model);
   const auto device = model.device();
   const auto w = ds.load(ds.val().at(index), ds.val_start(static_cast<int64_t>(index)));
   const uint64_t key = fnv1a64(w.clip_id + "@" + std::to_string(w.start));

@@ -22,8 +22,11 @@ struct SampleResult {
   torch::Tensor unconditioned;  // [C, F, H, W] float32, UNKNOWN ids and null text only
 };
 
-// Samples clip `index` of `ds` (validation split: no dropout). Noise from (seed, clip id).
-SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, const EulerConfig& cfg, uint64_t seed);
+// Samples clip `index` of `ds` (validation split: no dropout). Noise from (seed, clip id). `prompt`: when given, the
+// conditioned branch has this prompt (a row of ds's text table) in every cell instead of the clip's own text; ids and
+// frame 0 still come from the clip.
+SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, const EulerConfig& cfg, uint64_t seed,
+                         const std::string* prompt = nullptr);
 
 struct CausalSampleResult {
   std::string clip_id;

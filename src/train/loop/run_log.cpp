@@ -185,6 +185,14 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
   // Resumed at step N: steps after N logged before the crash are trained again; mark them stale for TensorBoard
   // (SummaryWriter(purge_step=N + 1)), as the CSVs drop their rows above.
   if (resumed_step > 0) tb_->purge_from(resumed_step + 1);
+  // The HParams dashboard: every flag with its value, and the metrics it tabulates beside them.
+  tb_->add_hparams(fields_to_json(cfg, SftConfig::fields(), JsonValues::typed), {"train/loss", "val/mse_mean"});
+  tb_->flush();
+}
+
+void RunLog::preview(int64_t step, const std::string& clip_id, const Png& png) {
+  tb_->add_image("preview/" + clip_id, png, step);
+  tb_->flush();
 }
 
 void RunLog::time_only(double step_time, double data_time) {

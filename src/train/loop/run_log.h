@@ -1,5 +1,6 @@
 // The SFT run's logs (SPEC §4): the start-up configuration table, config.json, train_log.csv (17 columns),
-// val_log.csv, TensorBoard scalars under tensorboard/, one console line per logged step with ETA, done.json.
+// val_log.csv, TensorBoard under tensorboard/ (scalars, the run's hparams, preview images), one console line per
+// logged step with ETA, done.json.
 // Not here: what the numbers mean (the trainer computes them).
 #pragma once
 #include <torch/types.h>
@@ -52,6 +53,9 @@ class RunLog {
             const std::string& clips);
   void time_only(double step_time, double data_time);
   void validation(int64_t step, const std::vector<ValRow>& rows);
+  // A validation step's sample preview: TensorBoard image "preview/<clip_id>" at `step` (the PNG of
+  // write_step_preview, already on disk).
+  void preview(int64_t step, const std::string& clip_id, const Png& png);
   std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
   // done.json: the seed's keys (step, start_step, peak_mem_gb_main, peak_mem_gb_max, s_per_step_mean,
   // data_s_per_step_mean, n_steps_timed, data_pos, finished) plus ours (peak_mem_gb, last_export).

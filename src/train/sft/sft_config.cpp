@@ -74,8 +74,9 @@ void SftConfig::validate() const {
   VDT_CHECK(batch_size > 0, "--batch_size must be positive, got ", batch_size);
   VDT_CHECK(grad_accum > 0, "--grad_accum must be positive, got ", grad_accum);
   VDT_CHECK(num_workers >= 0, "--num_workers must be >= 0");
-  VDT_CHECK(warmup_steps >= 0 && save_every >= 0 && val_every >= 0 && val_n >= 0 && log_every > 0 && limit >= 0,
-            "--warmup_steps, --save_every, --val_every, --val_n, --limit must be >= 0 and --log_every > 0");
+  VDT_CHECK(warmup_steps >= 0 && save_every >= 0 && val_every >= 0 && val_n >= 0 && log_every > 0 && limit >= 0 &&
+                preview_steps >= 0,
+            "--warmup_steps, --save_every, --val_every, --val_n, --limit, --preview_steps must be >= 0 and --log_every > 0");
   const auto x = res.find('x');
   VDT_CHECK(x != std::string::npos && x > 0 && x + 1 < res.size(), "--res: expected WIDTHxHEIGHT like 832x480, got '", res, "'");
   val_timestep_list();
@@ -124,6 +125,9 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--val_timesteps", "validation timesteps", &C::val_timesteps},
       {"--val_uncond", "also run uncond and nulltext variants (default on)", &C::val_uncond, false, true},
       {"--log_every", "log every N steps", &C::log_every},
+      {"--preview_steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
+                          "(vae.safetensors, synthetic roots): val clip 0 sampled (rows: ground truth, with conditions, "
+                          "without) into previews/ and TensorBoard; 0 = no preview", &C::preview_steps},
       {"--output", "run directory; a relative path is taken from the current directory (the seed resolves it "
                    "against its project root) and recorded absolute in config.json", &C::output, true},
       {"--resume", "X.safetensors: warm start (weights only, step 0); a run directory, state_A/B or state: continue exactly from its newest complete state; auto: the newest state in --output, or a fresh start", &C::resume},

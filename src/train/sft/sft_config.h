@@ -31,6 +31,8 @@ struct SftConfig {
   int64_t warmup_steps = 500, max_steps = 20000, batch_size = 1, grad_accum = 2;
   // saving, validation, logging
   int64_t save_every = 1000, val_every = 500, val_n = 16, log_every = 1;
+  int64_t preview_steps = 8;  // at each validation on a root with vae.safetensors: Euler steps of val clip 0's sample
+                              // preview (previews/, TensorBoard images); 0 = none
   bool save_state = true, val_uncond = true;
   std::string val_timesteps = "200,500,800";
   std::string output, resume;

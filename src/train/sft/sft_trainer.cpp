@@ -28,6 +28,9 @@
 #include "model/weights_io.h"
 #include "train/checkpoint/export.h"
 #include "train/checkpoint/train_state.h"
+#include "data/synth_vae.h"
+#include "train/eval/preview.h"
+#include "train/eval/sampling.h"
 #include "train/eval/validation.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
@@ -50,6 +53,7 @@ struct SftRun {
   std::unique_ptr<RunContext> ctx;
   std::unique_ptr<RunDirLock> lock;  // rank 0: this process owns --output
   std::shared_ptr<SftDataset> train_ds, val_ds;
+  std::shared_ptr<SynthVae> preview_vae;  // the root's vae.safetensors (synthetic roots), for --preview_steps
   std::unique_ptr<Loader> loader;
   std::shared_ptr<Denoiser> model;
   SemCondConfig sem;
@@ -92,6 +96,8 @@ void build_data(SftRun& r) {
     SftDataConfig vc = dc;
     vc.split = "val", vc.limit = r.cfg.val_n, vc.include_dropped = false;
     r.val_ds = std::make_shared<SftDataset>(vc, r.train_ds->text_table());  // no leak: checked above over every row
+    if (r.cfg.preview_steps > 0 && r.val_ds->size() > 0 && fs::exists(fs::path(r.cfg.data_root) / "vae.safetensors"))
+      r.preview_vae = std::make_shared<SynthVae>(SynthVae::open(r.cfg.data_root));
   }
   const int rank = r.ctx->rank, world = r.ctx->world;
   r.n_micro = static_cast<int64_t>(
@@ -365,6 +371,17 @@ void do_validation(SftRun& r, int64_t step) {
     }
   }
   if (r.ctx->rank == 0) r.log.validation(step, rows);
+  // The preview: val clip 0 sampled (Euler, --preview_steps, CFG as `vdt sample`) by rank 0 (every rank holds the
+  // whole model), decoded with the root's VAE: rows ground truth, with conditions, without.
+  if (r.ctx->rank == 0 && r.preview_vae) {
+    EulerConfig ec;
+    ec.steps = r.cfg.preview_steps, ec.first_frame_cond = r.cfg.first_frame_cond;
+    const auto s = sample_clip(*r.model, *r.val_ds, 0, ec, r.cfg.seed);
+    const auto& vae = *r.preview_vae;
+    const auto grid = frame_grid({vae.decode(s.ground_truth), vae.decode(s.conditioned), vae.decode(s.unconditioned)},
+                                 2, 4);
+    r.log.preview(step, s.clip_id, write_step_preview(r.cfg.output, step, grid));
+  }
 }
 
 void log_step(SftRun& r, int64_t step, const StepStats& st, double step_time) {

@@ -1,7 +1,7 @@
 // SynthVae: patchify / linear map / unpatchify, plus the fixed part colour table. The pseudo-inverse is computed in
 // float64 (torch::linalg_pinv) so the decoder is exact to float32 rounding.
 #include "core/rng_purposes.h"
-#include "tools/synth_vae.h"
+#include "data/synth_vae.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

@@ -1,11 +1,15 @@
 // Preview rasterisation: frames are tiled with nearest-neighbour upscaling.
-#include "tools/preview.h"
+#include "train/eval/preview.h"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include <cstdio>
+#include <filesystem>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace vdt {
@@ -24,6 +28,23 @@ torch::Tensor frame_grid(const std::vector<torch::Tensor>& rows, int64_t pad, in
     }
   }
   return canvas;
+}
+
+std::string step_preview_path(const std::string& run_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%07lld.png", static_cast<long long>(step));
+  return (std::filesystem::path(run_dir) / "previews" / name).string();
+}
+
+Png write_step_preview(const std::string& run_dir, int64_t step, const torch::Tensor& grid) {
+  const std::string path = step_preview_path(run_dir, step);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  VDT_CHECK(!ec, std::filesystem::path(path).parent_path().string(), ": cannot create the previews directory (",
+            ec.message(), ")");
+  Png png = encode_png(grid);
+  write_file_atomic(path, png.bytes);
+  return png;
 }
 
 }  // namespace vdt

@@ -1,0 +1,215 @@
+"""``vdt data prepare --model h3``: videos + captions -> a MiniMax-H3 data root (docs/data_format.md, "H3 roots").
+
+The same input as the Wan path (``--videos DIR`` with sub-folders as runs, or ``--manifest``), one caption per clip
+(``NAME.txt``: one line), and optionally Picture 1 beside the clip (``NAME.picture1.png`` / ``.jpg``; manifest key
+``"picture1"``); without it Picture 1 is the clip's first frame at ``--res``. Per clip it writes
+``latents/<clip_id>.safetensors`` with
+
+* ``latents`` [24, F, H/16, W/16]: the H3 video VAE's normalised latents of the first ``--frames`` (17n+5) frames;
+* ``picture1`` [24, 1, Hp/16, Wp/16]: Picture 1 at its native size (centre-cropped down to multiples of 32);
+* ``picture1_2048`` [24, 1, ...]: Picture 1 resized to ``--picture1-long-edge`` (2048) on its long edge, both sides
+  rounded to multiples of 32 (``--picture1-long-edge 0`` leaves it out);
+
+then the text table (``"<Picture 1>: "`` + Picture 1's vision tokens + the caption through Qwen3-VL, the hidden state
+after ``--text-layer``, tags 0 on the vision block, 1 elsewhere; one row per clip, since the vision tokens are the
+clip's own, keyed ``"<Picture 1 of CLIP_ID>: CAPTION"`` in ``clips.jsonl``; the null prompt as plain text),
+``audio_silence.safetensors`` (the audio VAE's encoding of a zero stereo waveform as long as a clip's audio,
+``round(frames / 24 * 40)`` steps), ``index/clips.jsonl`` and ``dataset.json`` last. Resumable as the Wan path:
+clips whose latents exist are skipped, prompts already in the table are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors import safe_open
+
+from .devices import default_dtype, resolve_device
+from .errors import VdtError
+from .prepare import atomic_save, atomic_text, cell_prompts, input_clips, parse_res, sidecar, split_runs
+from .video_io import fit, read_frames
+
+PICTURE1_SUFFIXES = (".picture1.png", ".picture1.jpg", ".picture1.jpeg", ".picture1.webp")
+
+
+def table_key(clip_id: str, caption: str) -> str:
+    return f"<Picture 1 of {clip_id}>: {caption}"
+
+
+def picture1_source(clip: dict) -> str | None:
+    if clip.get("picture1"):
+        return clip["picture1"]
+    src = clip["source"]
+    stem = os.path.splitext(src)[0] if os.path.isfile(src) else src.rstrip("/")
+    return sidecar(stem, PICTURE1_SUFFIXES)
+
+
+def load_picture1(clip: dict, first_frame: torch.Tensor) -> torch.Tensor:
+    """Picture 1 [H, W, 3] uint8: the sidecar image, else the clip's first frame (already at --res)."""
+    path = picture1_source(clip)
+    if not path:
+        return first_frame
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return torch.from_numpy(np.asarray(im.convert("RGB")).copy())
+    except OSError as e:
+        raise VdtError(f"{path}: cannot read Picture 1 ({e})") from None
+
+
+def native_grid(img: torch.Tensor, where: str) -> torch.Tensor:
+    """Centre-crop [H, W, 3] down to multiples of 32 (the VAE's 16x and the DiT's 2x2 patch)."""
+    h, w = (img.shape[0] // 32) * 32, (img.shape[1] // 32) * 32
+    if h == 0 or w == 0:
+        raise VdtError(f"{where}: Picture 1 is {img.shape[1]}x{img.shape[0]}; it needs at least 32x32 pixels")
+    y, x = (img.shape[0] - h) // 2, (img.shape[1] - w) // 2
+    return img[y:y + h, x:x + w].contiguous()
+
+
+def long_edge(img: torch.Tensor, edge: int) -> torch.Tensor:
+    """Resize [H, W, 3] so the long edge is `edge` (both sides rounded to multiples of 32), bicubic."""
+    h, w = img.shape[:2]
+    s = edge / max(h, w)
+    nh, nw = max(32, round(h * s / 32) * 32), max(32, round(w * s / 32) * 32)
+    x = img.permute(2, 0, 1)[None].float()
+    y = torch.nn.functional.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False)
+    return y[0].clamp(0, 255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+
+
+def read_table(path: str, text_len: int, dim: int):
+    if not os.path.isfile(path):
+        return [], torch.zeros(0, text_len, dim, dtype=torch.bfloat16), torch.zeros(0, dtype=torch.int32), \
+            torch.zeros(0, text_len, dtype=torch.uint8)
+    with safe_open(path, "pt") as f:
+        prompts = json.loads((f.metadata() or {}).get("prompts", "[]"))
+        emb, lengths = f.get_tensor("embeddings"), f.get_tensor("lengths")
+        tags = f.get_tensor("tags") if "tags" in f.keys() else torch.ones(len(prompts), text_len, dtype=torch.uint8)
+    if tuple(emb.shape[1:]) != (text_len, dim):
+        raise VdtError(f"{path}: embeddings [N, {emb.shape[1]}, {emb.shape[2]}] from an earlier run do not match this "
+                       f"text encoder ([N, {text_len}, {dim}]); ---> HINT: delete it or use another --out")
+    return prompts, emb, lengths, tags
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .h3_models import H3AudioVae, H3VideoVae, Qwen3VLText
+
+    if bool(args.videos) == bool(args.manifest):
+        raise VdtError("give exactly one of --videos DIR and --manifest FILE.jsonl")
+    if not args.audio_vae:
+        raise VdtError("--model h3 needs --audio-vae DIR (MiniMax-H3's audio_vae/): the silent audio latent is its "
+                       "encoding of a zero waveform")
+    frames = args.frames or 124
+    clips = input_clips(args)
+    device = resolve_device(args.device)
+    dtype = default_dtype(device, args.dtype)
+
+    vae = H3VideoVae(args.vae, device, dtype)
+    latent_frames = vae.latent_frames(frames)
+    width, height = parse_res(args.res, vae.spatial * 2)
+    lh, lw = height // vae.spatial, width // vae.spatial
+    captions = {c["clip_id"]: cell_prompts(c, 1)[0] for c in clips}   # every caption checked before any encode
+    runs = sorted({c["run"] for c in clips})
+    val_runs = split_runs(runs, args.val_fraction, args.val_runs, args.seed)
+    edge = args.picture1_long_edge
+    if edge < 0 or (edge and edge % 32):
+        raise VdtError(f"--picture1-long-edge {edge}: expected a multiple of 32 (2048 as MiniMax-H3), or 0 for none")
+
+    out = args.out
+    for d in ("index", "latents"):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
+    info = {"format": "vdt-latents/1", "model_family": "h3", "res": f"{width}x{height}", "latent_channels": vae.z_dim,
+            "latent_frames": latent_frames, "latent_hw": [lh, lw], "cells": 1, "audio_channels": None,
+            "text_dim": None, "text_len": args.text_len, "null_prompt": args.null_prompt}
+    settings = {k: v for k, v in info.items() if k not in ("text_dim", "audio_channels")} | {
+        "stride": args.stride, "resize": args.resize, "picture1_long_edge": edge, "text_layer": args.text_layer}
+    settings_path = os.path.join(out, "prepare.json")
+    if os.path.isfile(settings_path):
+        old = json.load(open(settings_path, encoding="utf-8"))
+        diff = [k for k in settings if old.get(k) != settings[k]]
+        if diff:
+            raise VdtError(f"{settings_path}: this root was prepared with other settings ("
+                           + ", ".join(f"{d}: {old.get(d)!r}, now {settings[d]!r}" for d in diff)
+                           + "); ---> HINT: use a new --out, or the same flags as before to resume")
+    else:
+        atomic_text(settings_path, json.dumps(settings, indent=1) + "\n")
+
+    def first_frames(c):
+        return fit(read_frames(c["source"], frames, args.stride), width, height, args.resize)  # [T, H, W, 3]
+
+    # 1) video latents and Picture 1 (native, long edge), clip by clip; clips whose file exists are done (resume)
+    lat_path = lambda c: os.path.join(out, "latents", c["clip_id"] + ".safetensors")
+    todo = [c for c in clips if not os.path.isfile(lat_path(c))]
+    print(f"[prepare h3] {len(clips)} clips in {len(runs)} runs ({len(val_runs)} for val); {len(clips) - len(todo)} "
+          f"already written; encoding {len(todo)} at {width}x{height}, {frames} frames -> latents "
+          f"[{vae.z_dim}, {latent_frames}, {lh}, {lw}] + Picture 1 on {device}", flush=True)
+    for c in tqdm(todo, desc="H3 VAE", unit="clip", disable=not args.progress, file=sys.stdout):
+        fr = first_frames(c)
+        z = vae.encode(fr)                                                  # [24, F, lh, lw]
+        pic = native_grid(load_picture1(c, fr[0]), picture1_source(c) or c["source"])
+        tensors = {"latents": z, "picture1": vae.encode(pic[None])}        # picture1 [24, 1, Hp, Wp]
+        if edge:
+            tensors["picture1_2048"] = vae.encode(long_edge(pic, edge)[None])
+        for k, t in tensors.items():
+            if not torch.isfinite(t).all():
+                raise VdtError(f"{c['source']}: the VAE produced non-finite values for '{k}'")
+        meta = {"source": os.path.abspath(c["source"]), "vae": vae.path, "frames": str(frames),
+                "picture1": os.path.abspath(picture1_source(c)) if picture1_source(c) else "first frame"}
+        atomic_save({k: t.to(torch.bfloat16).contiguous() for k, t in tensors.items()}, lat_path(c), meta)
+    del vae
+
+    # 2) the silent audio latent, once per root (as long as a clip's audio)
+    audio = H3AudioVae(args.audio_vae, device)
+    steps = audio.steps_for(frames)
+    silence = audio.silence(steps)
+    atomic_save({"silence": silence.to(torch.bfloat16).contiguous()}, os.path.join(out, "audio_silence.safetensors"),
+                {"audio_vae": audio.path, "steps": str(steps), "what": "normalised encoding of a zero stereo waveform"})
+    info["audio_channels"] = audio.channels
+    print(f"[prepare h3] silent audio: [2, {audio.channels}, {steps}] from a zero waveform of {frames} frames at 24 fps",
+          flush=True)
+    del audio
+
+    # 3) text table: per clip "<Picture 1>: " + its vision tokens + caption; the null prompt; earlier rows kept
+    enc = Qwen3VLText(args.text_encoder, device, dtype, args.text_len, args.text_layer)
+    table_path = os.path.join(out, "text_table.safetensors")
+    prompts, emb, lengths, tags = read_table(table_path, args.text_len, enc.dim)
+    have = set(prompts)
+    wanted = [(None, args.null_prompt, args.null_prompt)] if args.null_prompt not in have else []
+    for c in clips:
+        key = table_key(c["clip_id"], captions[c["clip_id"]])
+        if key not in have:
+            have.add(key)
+            wanted.append((c, key, captions[c["clip_id"]]))
+    print(f"[prepare h3] text table: {len(prompts)} rows kept, embedding {len(wanted)} with Qwen3-VL "
+          f"(dim {enc.dim}, layer {args.text_layer}, {args.text_len} tokens)", flush=True)
+    new_e, new_l, new_t = [emb], [lengths], [tags]
+    for c, key, caption in tqdm(wanted, desc="Qwen3-VL", unit="prompt", disable=not args.progress, file=sys.stdout):
+        pic = None if c is None else native_grid(load_picture1(c, first_frames(c)[0]), c["source"])
+        rows, n, tg = enc.encode(caption, pic, where=c["where"] if c else "--null-prompt")
+        if not torch.isfinite(rows).all():
+            raise VdtError(f"{c['where'] if c else '--null-prompt'}: the text encoder produced non-finite values")
+        new_e.append(rows[None].to(torch.bfloat16))
+        new_l.append(torch.tensor([n], dtype=torch.int32))
+        new_t.append(tg[None])
+    if wanted:
+        atomic_save({"embeddings": torch.cat(new_e).contiguous(), "lengths": torch.cat(new_l).contiguous(),
+                     "tags": torch.cat(new_t).contiguous()},
+                    table_path, {"prompts": json.dumps(prompts + [w[1] for w in wanted], ensure_ascii=False),
+                                 "text_encoder": os.path.abspath(args.text_encoder), "text_layer": str(args.text_layer)})
+
+    # 4) dataset.json and the index, last
+    info["text_dim"] = enc.dim
+    rows = [json.dumps({"clip_id": c["clip_id"], "split": "val" if c["run"] in val_runs else "train", "run": c["run"],
+                        "cells": [table_key(c["clip_id"], captions[c["clip_id"]])]}, ensure_ascii=False) for c in clips]
+    atomic_text(os.path.join(out, "index", "clips.jsonl"), "\n".join(rows) + "\n")
+    atomic_text(os.path.join(out, "dataset.json"), json.dumps(info) + "\n")
+    n_val = sum(c["run"] in val_runs for c in clips)
+    print(f"[prepare h3] wrote {out}: {len(clips) - n_val} train / {n_val} val clips, {len(prompts) + len(wanted)} "
+          f"text rows. Next: vdt data check {out}", flush=True)
+    return 0
