@@ -11,18 +11,19 @@ say() { echo "[vdt py_tools] $*" >&2; }
 if [ ! -f "$PYTOOLS/.complete" ]; then
   PIP=$(command -v pip3 || command -v pip || true)
   [ -n "$PIP" ] || { say "no pip on PATH; ---> HINT: install python3-pip"; exit 1; }
-  say "installing tensorboard into $PYTOOLS (once)"
   mkdir -p "$VDT_CACHE"
-  rm -rf "$PYTOOLS.partial.$$"
-  PIP_ROOT_USER_ACTION=ignore "$PIP" install -q --disable-pip-version-check --no-warn-script-location --target "$PYTOOLS.partial.$$" tensorboard \
-    || { rm -rf "$PYTOOLS.partial.$$"; say "pip could not install tensorboard; ---> HINT: check network access to PyPI"; exit 1; }
-  touch "$PYTOOLS.partial.$$/.complete"
-  # Another process may have finished first; the rename below is atomic, the loser drops its copy.
+  # One installer at a time (tests run in parallel): the others wait here and find it complete. The directory is
+  # never replaced while a reader may be importing from it.
+  exec 9>"$VDT_CACHE/pytools.lock"
+  flock 9
   if [ ! -f "$PYTOOLS/.complete" ]; then
-    rm -rf "$PYTOOLS"
-    mv "$PYTOOLS.partial.$$" "$PYTOOLS"
-  else
-    rm -rf "$PYTOOLS.partial.$$"
+    say "installing tensorboard into $PYTOOLS (once)"
+    rm -rf "$PYTOOLS.partial" "$PYTOOLS"
+    PIP_ROOT_USER_ACTION=ignore "$PIP" install -q --disable-pip-version-check --no-warn-script-location --target "$PYTOOLS.partial" tensorboard \
+      || { rm -rf "$PYTOOLS.partial"; say "pip could not install tensorboard; ---> HINT: check network access to PyPI"; exit 1; }
+    touch "$PYTOOLS.partial/.complete"
+    mv "$PYTOOLS.partial" "$PYTOOLS"
   fi
+  flock -u 9
 fi
 echo "$PYTOOLS"
