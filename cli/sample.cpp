@@ -1,9 +1,9 @@
 // `vdt sample`: Euler + CFG samples of validation clips from an SFT export; writes latents and, when the data root
 // has the synthetic VAE (vae.safetensors), a PNG per clip: ground truth / with conditions / without conditions.
 // `vdt sample --causal --lora L`: a causal LoRA's validation windows chunk by chunk (ground truth / sample).
-// `--prompt "..."` / `--prompts FILE` with `--text-encoder DIR` (SFT exports): new prompts are embedded by the Python
-// package (`python -m vdt_py embed`: umT5, into a copy of the root's text table under --out) and each val clip is
-// sampled once per prompt, the prompt in every cell, ids and frame 0 from the clip.
+// `--prompt "..."` / `--prompts FILE` with `--text-encoder DIR` (SFT exports and Wan causal LoRAs): new prompts are
+// embedded by the Python package (`python -m vdt_py embed`: umT5, into a copy of the root's text table under --out)
+// and each val clip (window) is sampled once per prompt, the prompt in every cell, ids and frame 0 from the clip.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -73,7 +73,7 @@ std::string embed_prompts(const Opts& o, const std::string& table, const std::ve
 
 // `vdt sample --causal`: the base rebuilt from the LoRA's metadata (or --weights), the LoRA attached and loaded, the
 // run's val windows (same --val-clips and seed) sampled chunk by chunk.
-int sample_causal(const Opts& o, const torch::Device& device) {
+int sample_causal(const Opts& o, const torch::Device& device, const std::vector<std::string>& prompts) {
   if (o.lora.empty()) throw CLI::RequiredError("--lora (with --causal)");
   const auto meta = SafetensorsFile::open(o.lora)->metadata();
   auto get = [&](const char* k, const std::string& dflt) { return meta.count(k) ? meta.at(k) : dflt; };
@@ -99,31 +99,47 @@ int sample_causal(const Opts& o, const torch::Device& device) {
   dc.root = o.data_root, dc.span_frames = 6 * chunk_frames, dc.seed = run_seed;
   dc.val_clips = metadata_int(meta, "val_clips", o.lora, 12);
   dc.picture1 = get("picture1", dc.picture1);
+  std::filesystem::create_directories(o.out);
+  if (!prompts.empty()) {
+    VDT_CHECK(model->family() == "wan", "--prompt / --prompts: new prompts are embedded with umT5 for Wan bases; this ",
+              "LoRA's base is ", model->family(), " (its text rows are Qwen3-VL states tagged around Picture 1). ",
+              "Sample its val windows without --prompt, or prepare a root with the new captions (vdt data prepare ",
+              "--model h3)");
+    dc.text_table = embed_prompts(o, (std::filesystem::path(o.data_root) / "text_table.safetensors").string(), prompts);
+  }
   CausalDataset ds(dc);
   fit_side_streams(*model, ds, dc.span_frames, chunk_frames);
-  std::filesystem::create_directories(o.out);
   const bool has_vae = std::filesystem::exists(std::filesystem::path(o.data_root) / "vae.safetensors");
   EulerConfig ec;
   ec.steps = o.steps, ec.cfg_scale = o.cfg, ec.shift = o.shift;
   const bool clean_first = get("clean_first_frame", "0") == "1";
+  // Without new prompts one pass with the windows' own text; with them one pass per prompt (files <clip>_f<start>_p<k>).
+  const size_t passes = prompts.empty() ? 1 : prompts.size();
   for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
-    const auto r = sample_causal_window(*model, ds, i, chunk_frames, ec, o.seed, clean_first);
-    const auto base = (std::filesystem::path(o.out) / (r.clip_id + "_f" + std::to_string(r.start))).string();
-    NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
-    for (const auto& [name, t] : r.side_sample) {  // H3: the audio stream sampled beside the video
-      tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
-      tensors.emplace_back(name + ".sample", t);
-    }
-    save_safetensors(base + ".safetensors", tensors,
-                     {{"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)}});
-    std::printf("sample %s frames %lld..%lld (chunks of %lld): mse vs ground truth %.4f -> %s.safetensors\n",
-                r.clip_id.c_str(), static_cast<long long>(r.start),
-                static_cast<long long>(r.start + r.sample.size(1) - 1), static_cast<long long>(chunk_frames),
-                (r.sample - r.ground_truth).pow(2).mean().item<double>(), base.c_str());
-    if (has_vae) {
-      const auto vae = SynthVae::open(o.data_root);
-      write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.sample)}, 2, 4));
-      std::printf("  preview %s.png (rows: ground truth, sample)\n", base.c_str());
+    for (size_t k = 0; k < passes; ++k) {
+      const std::string* prompt = prompts.empty() ? nullptr : &prompts[k];
+      const auto r = sample_causal_window(*model, ds, i, chunk_frames, ec, o.seed, clean_first, prompt);
+      const auto base = (std::filesystem::path(o.out) / (r.clip_id + "_f" + std::to_string(r.start) +
+                                                         (prompt ? "_p" + std::to_string(k) : ""))).string();
+      if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
+      NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
+      for (const auto& [name, t] : r.side_sample) {  // H3: the audio stream sampled beside the video
+        tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
+        tensors.emplace_back(name + ".sample", t);
+      }
+      std::map<std::string, std::string> file_meta = {{"lora", o.lora}, {"clip_id", r.clip_id},
+                                                      {"start", std::to_string(r.start)}};
+      if (prompt) file_meta["prompt"] = *prompt;
+      save_safetensors(base + ".safetensors", tensors, file_meta);
+      std::printf("sample %s frames %lld..%lld (chunks of %lld): mse vs ground truth %.4f -> %s.safetensors\n",
+                  r.clip_id.c_str(), static_cast<long long>(r.start),
+                  static_cast<long long>(r.start + r.sample.size(1) - 1), static_cast<long long>(chunk_frames),
+                  (r.sample - r.ground_truth).pow(2).mean().item<double>(), base.c_str());
+      if (has_vae) {
+        const auto vae = SynthVae::open(o.data_root);
+        write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.sample)}, 2, 4));
+        std::printf("  preview %s.png (rows: ground truth, sample)\n", base.c_str());
+      }
     }
   }
   return 0;
@@ -150,8 +166,8 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
-  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports): each val clip is sampled with "
-                "it in every cell; needs --text-encoder");
+  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports and Wan causal LoRAs): each val "
+                "clip / window is sampled with it in every cell; needs --text-encoder");
   s->add_option(spellings("--prompts"), o->prompts, "a file of new prompts, one per line (as --prompt)")
       ->check(CLI::ExistingFile);
   s->add_option(spellings("--text-encoder"), o->text_encoder, "umT5 directory that embeds --prompt / --prompts (the "
@@ -160,9 +176,7 @@ void add_sample(CLI::App& app, int& exit_code) {
     const torch::Device device = resolve_device(o->device);
     const auto prompts = new_prompts(*o);
     if (o->causal) {
-      VDT_CHECK(prompts.empty(), "--prompt / --prompts: new prompts are sampled from SFT exports (--ckpt); with "
-                "--causal the val windows keep their own text");
-      exit_code = sample_causal(*o, device);
+      exit_code = sample_causal(*o, device, prompts);
       return;
     }
     if (o->ckpt.empty()) throw CLI::RequiredError("--ckpt (or --causal --lora)");

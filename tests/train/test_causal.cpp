@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "train/causal_test_util.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
+#include "train/eval/sampling.h"
 #include "train/loop/schedule.h"
 
 namespace vdt {
@@ -123,6 +125,40 @@ TEST_F(CausalTest, SampleCausalWritesTheValWindows) {
     EXPECT_EQ(s.sizes(), gt.sizes());
     EXPECT_TRUE(torch::isfinite(s).all().item<bool>());
   }
+}
+
+// New prompts (`vdt sample --causal --prompt`): the conditioned branch takes the prompt in every frame, the noise
+// and ground truth stay the window's; a prompt not in the table is named in the error. The CLI asks for the encoder.
+TEST_F(CausalTest, SampleCausalWindowWithAPromptConditionsEveryFrameOnIt) {
+  auto model = build_causal_base("tiny", "", 7, torch::kCPU, torch::kFloat32);
+  CausalDataConfig dc;
+  dc.root = dir_->file("data"), dc.span_frames = 6, dc.seed = 7, dc.val_clips = 2;
+  CausalDataset ds(dc);
+  EulerConfig ec;
+  ec.steps = 3, ec.cfg_scale = 3.0;
+  const auto own = sample_causal_window(*model, ds, 0, 1, ec, 5, false);
+  const auto w = ds.load(ds.val().at(0), ds.val_start(0));
+  const auto& prompts = ds.text_table()->prompts();
+  const std::string other = *std::find_if(prompts.begin(), prompts.end(), [&](const std::string& p) {
+    return ds.text_table()->row_of(p) != w.text_rows[0] && p != ds.info().null_prompt;
+  });
+  const auto a = sample_causal_window(*model, ds, 0, 1, ec, 5, false, &other);
+  EXPECT_TRUE(torch::equal(a.ground_truth, own.ground_truth));
+  EXPECT_FALSE(torch::allclose(a.sample, own.sample));
+  // The window's own text in every frame, when the window has one prompt, is the window's sample.
+  if (std::all_of(w.text_rows.begin(), w.text_rows.end(), [&](int64_t r) { return r == w.text_rows[0]; })) {
+    const auto same = prompts.at(static_cast<size_t>(w.text_rows[0]));
+    EXPECT_TRUE(torch::equal(sample_causal_window(*model, ds, 0, 1, ec, 5, false, &same).sample, own.sample));
+  }
+  const std::string missing = "a prompt that is not in the table";
+  test::expect_error([&] { sample_causal_window(*model, ds, 0, 1, ec, 5, false, &missing); }, {missing});
+
+  auto c = config("sample_prompt", 1);
+  train_causal(c);
+  const auto r = test::run_vdt("sample --causal --lora '" + lora_step_path(c.out, 1) + "' --data_root '" + c.data_root +
+                               "' --out '" + dir_->file("sample_prompt_out") + "' --prompt 'a red ball'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--text-encoder"), std::string::npos) << r.output;
 }
 
 // A preempted run: the directory as it was after step 8 (lora_step00012 and the slot of step 12 never written).

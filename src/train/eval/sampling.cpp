@@ -55,7 +55,8 @@ SampleResult sample_clip(Denoiser& model, const SftDataset& ds, size_t index, co
 }
 
 CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
-                                        const EulerConfig& cfg, uint64_t seed, bool clean_first_frame) {
+                                        const EulerConfig& cfg, uint64_t seed, bool clean_first_frame,
+                                        const std::string* prompt) {
   torch::NoGradGuard ng;
   const EvalMode mode(model);
   const auto device = model.device();
@@ -102,7 +103,7 @@ CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds
   };
   const int64_t null_row = ds.text_table()->row_of(ds.info().null_prompt);
   const auto sample = causal_euler_sample(
-      branch(w.text_rows),
+      branch(prompt ? std::vector<int64_t>(w.text_rows.size(), ds.text_table()->row_of(*prompt)) : w.text_rows),
       cfg.cfg_scale != 1.0 ? branch(std::vector<int64_t>(w.text_rows.size(), null_row)) : StateVelocityFn(), noise,
       bounds, clean_first_frame ? x0.video.slice(2, 0, 1) : torch::Tensor(), chunk_frames, cfg);
   CausalSampleResult r;

@@ -39,8 +39,10 @@ struct CausalSampleResult {
 // Samples val window `index` of `ds` chunk by chunk (block-causal with `chunk_frames` per chunk), CFG against the
 // null prompt in every frame, frame 0 from the ground truth when `clean_first_frame`. The family's conditioning (H3:
 // Picture 1, token tags) is fixed and each side stream the base denoises (H3's audio) is sampled with its chunk.
-// Noise from (seed, clip, start).
+// Noise from (seed, clip, start). `prompt`: when given, this prompt (a row of ds's text table) in every frame of the
+// conditioned branch instead of the window's own text (the noise, frame 0 and the conditioning stay the window's).
 CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
-                                        const EulerConfig& cfg, uint64_t seed, bool clean_first_frame);
+                                        const EulerConfig& cfg, uint64_t seed, bool clean_first_frame,
+                                        const std::string* prompt = nullptr);
 
 }  // namespace vdt
