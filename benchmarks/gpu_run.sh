@@ -2,10 +2,13 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|all]
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|fp8gate|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
+# fp8gate: two `vdt train sft` runs side by side on one GPU (random 5B weights, a synthetic 832x480 root of GATE_FRAMES
+# latent frames, --precision bf16, selective checkpointing), without and with FP8 (FP8 flags), GATE_STEPS steps each:
+# the running-mean loss curves compared by benchmarks/loss_gate.py.
 # profile: bf16 parity, then one traced step (VDT_TRACE, input shapes) of the 5B SFT bench (CKS, default "block") with
 # the ops that launched align2 GEMMs (benchmarks/trace_ops.py), and of the H3 causal bench step with its allocations
 # (VDT_TRACE_MEMORY=1): kernel time by name and what is live at the allocation peak.
@@ -239,6 +242,24 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
   [ "${H3_MEMORY:-1}" = 1 ] && python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
   python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
   gzip -f $OUT/h3.json
+fi
+if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` loss curves, the two runs side by side
+  sum="$OUT/summary.txt"
+  root=/tmp/vdt_gate_root
+  $build/vdt data synth $root --overwrite --channels 48 --latent_frames ${GATE_FRAMES:-6} --latent_h 30 --latent_w 52 \
+    --text_dim 4096 --text_len 512 --train_runs 4 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 2 \
+    --n_drop 1 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; rc=1; }
+  for mode in bf16 fp8; do
+    extra=""; [ $mode = fp8 ] && extra="${FP8:---fp8 on}"
+    timeout ${GATE_S:-500} $build/vdt train sft --random-init --data_root $root --output /tmp/vdt_gate_$mode --res 832x480 \
+      --max_steps ${GATE_STEPS:-1000} --precision bf16 --checkpointing selective --lr 1e-4 --warmup_steps 20 \
+      --val_every 0 --save_every 100000 --no-save_state --num_workers 2 --device cuda --seed 0 $extra \
+      > "$OUT/gate_$mode.log" 2>&1 &
+  done
+  wait
+  for mode in bf16 fp8; do cp /tmp/vdt_gate_$mode/train_log.csv "$OUT/gate_${mode}_train_log.csv"; done
+  python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" 2>&1 | tee -a $sum
+  grep -hE "^\[done\]|rror" "$OUT"/gate_*.log | cut -c1-200 | tee -a $sum
 fi
 if [ "$what" = speed ]; then  # issue 15 / 14 speed table in one call, most important first; a summary line per result
   sum="$OUT/summary.txt"

@@ -1,0 +1,59 @@
+"""The FP8 accuracy gate: two train_log.csv files of the same run (same seed, data order and timesteps), a reference
+(bf16) and a candidate (fp8). Compares their running-mean loss (trailing window, paired step by step) and prints one
+line per check, then PASS when the running means stay within the tolerance everywhere past the first window.
+
+Usage: python3 benchmarks/loss_gate.py REF.csv CAND.csv [--window 100] [--tol 0.02] [--points 10]
+"""
+import argparse
+import csv
+import statistics
+
+
+def read(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return {int(r["step"]): r for r in rows}
+
+
+def running_mean(values, window):
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ref")
+    ap.add_argument("cand")
+    ap.add_argument("--window", type=int, default=100)
+    ap.add_argument("--tol", type=float, default=0.02)
+    ap.add_argument("--points", type=int, default=10, help="running-mean values printed along the run")
+    a = ap.parse_args()
+    ref, cand = read(a.ref), read(a.cand)
+    steps = sorted(set(ref) & set(cand))
+    if len(steps) <= a.window:
+        print(f"gate: only {len(steps)} common steps (need more than the window {a.window}): no verdict")
+        return 1
+    r = running_mean([float(ref[s]["loss"]) for s in steps], a.window)
+    c = running_mean([float(cand[s]["loss"]) for s in steps], a.window)
+    rel = [abs(y - x) / abs(x) for x, y in zip(r[a.window:], c[a.window:])]
+    worst = max(range(len(rel)), key=rel.__getitem__)
+    t_ref = statistics.median(float(ref[s]["step_time"]) for s in steps[10:])
+    t_cand = statistics.median(float(cand[s]["step_time"]) for s in steps[10:])
+    print(f"gate: {len(steps)} common steps (ref {len(ref)}, cand {len(cand)}); running mean over {a.window} steps")
+    stride = max(1, len(steps) // a.points)
+    for i in list(range(a.window - 1, len(steps), stride)) + [len(steps) - 1]:
+        print(f"  step {steps[i]:5d}: ref {r[i]:.5f}  cand {c[i]:.5f}  ({(c[i] - r[i]) / r[i] * 100:+.2f} %)")
+    print(f"gate: largest running-mean difference {rel[worst] * 100:.2f} % at step {steps[worst + a.window]}; "
+          f"median step time ref {t_ref:.3f} s, cand {t_cand:.3f} s")
+    ok = rel[worst] <= a.tol
+    print(f"gate: {'PASS' if ok else 'FAIL'} (tolerance {a.tol * 100:.1f} %)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
