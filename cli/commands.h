@@ -9,6 +9,11 @@
 #include "distributed/communicator.h"
 #include "train/loop/config_fields.h"
 
+namespace vdt {
+// The checkout's commit when this binary was built ("+dirty" with uncommitted changes; build/generated/).
+const char* build_commit();
+}  // namespace vdt
+
 namespace vdt::cli {
 
 // Both spellings of every long flag name in a CLI11 names list: "--data_root" -> "--data_root,--data-root" (and

@@ -1,5 +1,8 @@
 // Every long flag takes both spellings (wrapper scripts of the gc25d seed use --data_root, of rtcwm --data-root), and
 // --help shows the real default of the switches that are on by default.
+#include <cstdio>
+#include <filesystem>
+
 #include "test_util.h"
 
 namespace vdt {
@@ -27,6 +30,23 @@ TEST(Cli, HelpShowsTheDefaultOfSwitchesThatAreOn) {
     EXPECT_EQ(line.find("{false}"), std::string::npos) << line;
     EXPECT_NE(line.find(std::string("--no-") + (flag + 2)), std::string::npos) << line;
   }
+}
+
+// `vdt --version` names the commit the binary was built from (at build time, not when CMake configured the tree).
+TEST(Version, NamesTheCommitOfTheBuild) {
+  const std::filesystem::path repo = std::filesystem::path(VDT_TEST_ASSETS).parent_path().parent_path();
+  std::string head;
+  {
+    FILE* p = popen(("git -C '" + repo.string() + "' rev-parse --short HEAD 2>/dev/null").c_str(), "r");
+    char buf[64] = {};
+    if (p && fgets(buf, sizeof buf, p)) head = buf;
+    if (p) pclose(p);
+  }
+  while (!head.empty() && (head.back() == '\n' || head.back() == ' ')) head.pop_back();
+  const auto r = test::run_vdt("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  if (head.empty()) GTEST_SKIP() << "not a git checkout";
+  EXPECT_EQ(r.output.rfind("vdt " + head, 0), 0u) << r.output << " (HEAD " << head << ")";
 }
 
 }  // namespace
