@@ -38,6 +38,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
                    "reference ops (also VDT_FUSED=0)")->capture_default_str();
+  step->add_option(spellings("--fp8"), cfg->fp8, "FP8 block linears (all blocks but the first and last): off, on (a "
+                   "GPU of compute capability 8.9+) or emulate (the same numerics in fp32 ops)")->capture_default_str();
   step->add_option(spellings("--peak-tflops"), cfg->peak_tflops, "dense rate for MFU")->capture_default_str();
   step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared storage)");
   step->callback([cfg, &exit_code] {
@@ -46,10 +48,10 @@ void add_bench(CLI::App& app, int& exit_code) {
     const auto comm = communicator_for(env, device);
     if (env.rank == 0) {
       std::printf("bench step: trainer %s model %s geometry %lldx%lldx%lld text %lld checkpointing %s precision %s "
-                  "device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
+                  "fp8 %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
                   static_cast<long long>(cfg->height), static_cast<long long>(cfg->width),
                   static_cast<long long>(cfg->text_len), cfg->checkpointing.c_str(), cfg->precision.c_str(),
-                  cfg->device.c_str(), env.world);
+                  cfg->fp8.c_str(), cfg->device.c_str(), env.world);
       std::fflush(stdout);
     }
     const auto r = run_step_bench(*cfg, *comm, env.local_rank);

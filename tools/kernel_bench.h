@@ -2,7 +2,9 @@
 // it runs the fused op (the CUDA kernel on a CUDA build, else the ATen fallback; the backend is printed) and the
 // autograd reference at the real shapes (Wan 5B: D 3072, L 8190 in 21 frame groups; H3: D 5120, S 12686 rows over 21
 // AdaLN rows), compares the output and every gradient with the reference and with a float64 evaluation of the
-// reference (the truth), and times fused vs reference forward + backward. Not here: the model or the trainers.
+// reference (the truth), and times fused vs reference forward + backward. The FP8 linear (model/kernels/fp8_linear.h)
+// is checked the same way against its emulation, with the float64 plain linear as the truth and the plain linear as
+// the timed reference. Not here: the model or the trainers.
 #pragma once
 #include <string>
 #include <vector>

@@ -14,6 +14,7 @@
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
 #include "train/loop/activation_checkpoint.h"
+#include "train/loop/fp8_blocks.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt {
@@ -26,6 +27,7 @@ void StepBenchConfig::validate() const {
             "checkpoints; expected block or selective");
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
             fused_kernels, "'");
+  parse_fp8(fp8, "--fp8");
   resolve_device(device);  // early: a missing GPU stops before the synthetic root is written
   VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
   VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0, "--frames (> 1), --height, --width, --text-len must be positive");
@@ -65,7 +67,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     SftConfig c;
     c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision;
-    c.gradient_checkpointing = cfg.checkpointing != "none", c.fused_kernels = cfg.fused_kernels;
+    c.gradient_checkpointing = cfg.checkpointing != "none", c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8;
     c.checkpointing = cfg.checkpointing == "none" ? "block" : cfg.checkpointing;
     c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
     c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
@@ -78,7 +80,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
-    c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
     c.checkpointing = cfg.checkpointing, c.selective_blocks = cfg.selective_blocks;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);

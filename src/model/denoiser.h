@@ -72,6 +72,7 @@ class Denoiser : public torch::nn::Module {
   // The repeated blocks in forward order: what checkpointing, sharding and LoRA are applied to.
   virtual std::vector<torch::nn::Module*> block_modules() = 0;
   virtual void set_block_runner(BlockRunner runner) = 0;
+  virtual BlockRunner block_runner() const = 0;  // the one set (empty: blocks run plainly), for wrapping it
   virtual void set_causal_kernel(CausalKernel k) = 0;  // prefix (default) or mask, for block-causal patterns
   // Re-initialises every parameter from `seed` as the family's reference does for training from scratch.
   virtual void init_weights(uint64_t seed) = 0;

@@ -1,5 +1,5 @@
 // Thread-local: a block's forward and its replay run on one thread (the replay inside the autograd engine's backward
-// call), while other threads (data loaders, other ranks in tests) never see the policy.
+// call), while other threads (data loaders, other ranks in tests) never see the policy or the linear implementation.
 #include "model/kept_ops.h"
 
 #include <torch/torch.h>
@@ -7,10 +7,18 @@
 namespace vdt {
 namespace {
 thread_local KeptOps* current = nullptr;
+thread_local LinearImpl* current_impl = nullptr;
 }  // namespace
 
-torch::Tensor kept_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  return current ? current->linear(x, w, b) : torch::linear(x, w, b);
+torch::Tensor base_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return current_impl ? current_impl->linear(x, w, b) : torch::linear(x, w, b);
+}
+
+LinearImpl* current_linear_impl() { return current_impl; }
+
+torch::Tensor kept_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role) {
+  if (current) return current->linear(x, w, b, role);
+  return role == GemmRole::base ? base_linear(x, w, b) : torch::linear(x, w, b);
 }
 
 torch::Tensor kept_attention(const std::vector<torch::Tensor>& inputs, const AttentionFn& fn) {
@@ -19,5 +27,8 @@ torch::Tensor kept_attention(const std::vector<torch::Tensor>& inputs, const Att
 
 KeptOpsScope::KeptOpsScope(KeptOps* ops) : prev_(current) { current = ops; }
 KeptOpsScope::~KeptOpsScope() { current = prev_; }
+
+LinearImplScope::LinearImplScope(LinearImpl* impl) : prev_(current_impl) { current_impl = impl; }
+LinearImplScope::~LinearImplScope() { current_impl = prev_; }
 
 }  // namespace vdt

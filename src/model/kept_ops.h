@@ -1,12 +1,14 @@
 // The blocks' GEMM and attention calls, marked: an activation-checkpointing policy installed from outside
 // (train/loop/activation_checkpoint, `--checkpointing selective`) keeps their outputs and recomputes only the
-// elementwise work between them (norms, modulation, RoPE, gates, activations) in backward. With nothing installed (the
-// default) kept_linear is torch::linear and kept_attention calls its function: the model carries no training state.
-// Not here: what is kept or how it is replayed (that is the policy's business).
+// elementwise work between them (norms, modulation, RoPE, gates, activations) in backward; a linear implementation
+// installed from outside (train/loop/fp8_blocks, `--fp8`) runs the GEMMs of base weights in another number format.
+// With nothing installed (the default) kept_linear is torch::linear and kept_attention calls its function: the model
+// carries no training state. Not here: what is kept or how it is replayed, or how an FP8 GEMM is computed.
 #pragma once
 #include <torch/types.h>
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace vdt {
@@ -14,18 +16,43 @@ namespace vdt {
 // A pure function of its inputs (no parameters: a policy may differentiate it with respect to its inputs only).
 using AttentionFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
 
+// Whose weight a GEMM multiplies: a block Linear's own weight (a LinearImpl may take it) or a LoRA factor (always
+// torch::linear, in the compute dtype).
+enum class GemmRole { base, lora };
+
 class KeptOps {
  public:
   virtual ~KeptOps() = default;
   // x [..., in], w [out, in], b [out] or undefined -> [..., out]
-  virtual torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) = 0;
+  virtual torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                               GemmRole role) = 0;
   // inputs (q, k, v, ...) -> fn(inputs)
   virtual torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn& fn) = 0;
 };
 
-// What the model calls: torch::linear / fn(inputs) unless a KeptOps is installed on this thread.
-torch::Tensor kept_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+// How the GEMM of a base weight runs when it is not torch::linear (the FP8 linear, model/kernels/fp8_linear.h).
+class LinearImpl {
+ public:
+  virtual ~LinearImpl() = default;
+  // x [..., in], w [out, in], b [out] or undefined -> [..., out], differentiable in x, w and b
+  virtual torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) = 0;
+  // The gradients of linear(x, w, .) for the output gradient g [..., out], as its own backward computes them (a
+  // kept output's backward under selective checkpointing): dx [..., in] when want_x, dw [out, in] when want_w, else
+  // undefined. The bias gradient is the plain sum of g (the caller's).
+  virtual std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x,
+                                                        const torch::Tensor& w, bool want_x, bool want_w) = 0;
+};
+
+// What the model calls: torch::linear / fn(inputs) unless a KeptOps is installed on this thread; a base GEMM goes
+// through the installed LinearImpl (base_linear).
+torch::Tensor kept_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {},
+                          GemmRole role = GemmRole::base);
 torch::Tensor kept_attention(const std::vector<torch::Tensor>& inputs, const AttentionFn& fn);
+
+// The GEMM of a base weight on this thread: the installed LinearImpl's linear, else torch::linear (what a KeptOps
+// runs for a GemmRole::base call).
+torch::Tensor base_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+LinearImpl* current_linear_impl();  // nullptr: none
 
 // Installs `ops` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
 class KeptOpsScope {
@@ -37,6 +64,18 @@ class KeptOpsScope {
 
  private:
   KeptOps* prev_;
+};
+
+// Installs `impl` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
+class LinearImplScope {
+ public:
+  explicit LinearImplScope(LinearImpl* impl);
+  ~LinearImplScope();
+  LinearImplScope(const LinearImplScope&) = delete;
+  LinearImplScope& operator=(const LinearImplScope&) = delete;
+
+ private:
+  LinearImpl* prev_;
 };
 
 }  // namespace vdt

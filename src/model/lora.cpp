@@ -132,7 +132,8 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
 
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) {
   // GEMMs through kept_linear (model/kept_ops.h): selective checkpointing keeps the base output and A's [.., r]
-  // output; B's GEMM (r x out, ~1 % of the base's) is recomputed with the elementwise work.
+  // output; B's GEMM (r x out, ~1 % of the base's) is recomputed with the elementwise work. Only the base GEMM may
+  // run in FP8 (`--fp8`): the factors stay in the compute dtype.
   auto y = kept_linear(x, linear->weight, linear->bias);
   if (linear->children().empty()) return y;  // no LoRA attached: the plain Linear
   const auto kids = linear->named_children();
@@ -140,7 +141,7 @@ torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) 
   auto b = kids["lora_B"]->as<torch::nn::Linear>();
   // Factors in x's dtype (trainers keep them in float32 beside a bf16 base; the cast is part of the graph).
   const int64_t r = a->weight.size(0), out = y.size(-1);
-  auto h = kept_linear(x, a->weight.to(x.scalar_type())).reshape({-1, r});  // [..., r] -> [M, r]
+  auto h = kept_linear(x, a->weight.to(x.scalar_type()), {}, GemmRole::lora).reshape({-1, r});  // [..., r] -> [M, r]
   // y + scale * h B^T as one GEMM accumulating into y (the BLAS beta = 1 epilogue): no separate full-size scale and
   // add over the output, forward or backward.
   const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
@@ -165,7 +166,7 @@ std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::
     ranks.push_back(a->weight.size(0));
   }
   // One GEMM against the stacked A factors: [..., in] x [sum r, in]^T -> [..., sum r], split per Linear
-  const auto h = kept_linear(x, torch::cat(as, 0)).split_with_sizes(ranks, -1);
+  const auto h = kept_linear(x, torch::cat(as, 0), {}, GemmRole::lora).split_with_sizes(ranks, -1);
   for (size_t i = 0; i < linears.size(); ++i) {
     auto& lin = *linears[i];
     const auto kids = lin->named_children();

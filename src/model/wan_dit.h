@@ -50,6 +50,7 @@ class WanDiTImpl : public Denoiser {
   // init_weights plus a random head (Wan's zero head would pass no gradient to a LoRA on the blocks).
   void init_random_base(uint64_t seed) override;
   void set_block_runner(BlockRunner runner) override { block_runner_ = std::move(runner); }
+  BlockRunner block_runner() const override { return block_runner_; }
   void set_attention_kernel(AttentionKernel k);
   // With t_rows / t_index given (DenoiserInputs), the time MLP and projection run on the distinct timesteps only
   // (default); off: one row per timestep group, the reference the shortcut is tested against.

@@ -63,6 +63,29 @@ TEST(StepBench, SelectiveCheckpointingRunsBothTrainersWithBlocksLosses) {
   test::expect_error([&] { bad.validate(); }, {"--checkpointing", "layers", "selective"});
 }
 
+// `--fp8` reaches the trainer's step: emulate moves the first loss by FP8's error (the same batch and weights; the
+// causal trainer's random base, as Wan's zero-initialised head would hide the blocks in SFT's first loss), and a bad
+// value names the flag.
+TEST(StepBench, Fp8FlagReachesTheTrainersStep) {
+  std::vector<double> losses[2];
+  int i = 0;
+  for (const char* fp8 : {"off", "emulate"}) {
+    test::TempDir dir;
+    StepBenchConfig cfg;
+    cfg.trainer = "causal", cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+    cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 1, cfg.warmup = 0;
+    cfg.fp8 = fp8, cfg.work_dir = dir.file("bench");
+    auto single = make_single_rank();
+    losses[i++] = run_step_bench(cfg, *single).losses;
+  }
+  ASSERT_EQ(losses[1].size(), 1u);
+  EXPECT_NE(losses[0][0], losses[1][0]);
+  EXPECT_NEAR(losses[0][0], losses[1][0], 0.05 * std::abs(losses[0][0]));
+  StepBenchConfig bad;
+  bad.fp8 = "fp16";
+  test::expect_error([&] { bad.validate(); }, {"--fp8", "'fp16'"});
+}
+
 // Several ranks: rank 0 writes the synthetic root into the directory every rank reads (the default temp directory
 // is named the same on every rank), the trainer runs sharded (ZeRO-2), and every rank gets the timings.
 TEST(StepBench, SeveralRanksShareOneRootAndRunSharded) {

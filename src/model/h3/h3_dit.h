@@ -118,6 +118,7 @@ class H3DiTImpl : public Denoiser {
 
   void set_attention_kernel(AttentionKernel k);  // every block and the refiner
   void set_block_runner(BlockRunner runner) override { block_runner_ = std::move(runner); }
+  BlockRunner block_runner() const override { return block_runner_; }
   // prefix: one kernel call per query block (default); mask: one masked call over all rows.
   void set_causal_kernel(CausalKernel k) override { causal_kernel_ = k; }
   const H3Config& config() const { return cfg_; }

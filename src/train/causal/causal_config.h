@@ -10,6 +10,7 @@
 #include "model/block_causal.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
+#include "train/loop/fp8_blocks.h"
 
 namespace vdt {
 
@@ -40,6 +41,7 @@ struct CausalConfig {
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
+  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
   int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
@@ -55,6 +57,7 @@ struct CausalConfig {
   CausalKernel attn_kernel() const;  // prefix (the seed's fa3) or mask (flex)
   bool act_offload_on() const;
   Checkpointing checkpointing_mode() const;
+  Fp8Mode fp8_mode() const;
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected

@@ -35,6 +35,7 @@
 #include "train/eval/preview.h"
 #include "train/eval/sampling.h"
 #include "train/loop/activation_checkpoint.h"
+#include "train/loop/fp8_blocks.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
 #include "train/loop/run_dir.h"
@@ -154,6 +155,10 @@ void build_model(CausalRun& r) {
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
   }
   enable_block_checkpointing(*r.model, co);
+  if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+    const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()));
+    if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
+  }
   r.model->train();
   r.forcing = {kSpanChunks, r.cfg.chunk_frames, r.cfg.level_shift, r.cfg.clean_first_frame};
   r.grid = training_grid();
@@ -525,6 +530,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   r.cfg = cfg;
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  check_fp8_device(cfg.fp8_mode(), r.ctx->device, "--fp8");
   if (r.ctx->rank == 0) r.lock = hold_run_dir(cfg.out, "--out");
   build_data(r);
   build_model(r);

@@ -52,8 +52,8 @@ struct HeldCall {
 class Recorder : public KeptOps {
  public:
   explicit Recorder(KeptRecord* r) : r_(r) {}
-  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
-    auto y = torch::linear(x, w, b);  // grad mode is off here
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role) override {
+    auto y = role == GemmRole::base ? base_linear(x, w, b) : torch::linear(x, w, b);  // grad mode is off here
     r_->linears.push_back(y);
     return y;
   }
@@ -73,13 +73,15 @@ class Recorder : public KeptOps {
   KeptRecord* r_;
 };
 
-// A GEMM whose output was kept: forward hands it back, backward is the linear's. The inputs come as a list, x
-// [..., in], w [out, in] and, when there is one, b [out] (a custom Function takes no undefined tensor).
+// A GEMM whose output was kept: forward hands it back, backward is the linear's (the LinearImpl's when the GEMM ran
+// through one: `--fp8`). The inputs come as a list, x [..., in], w [out, in] and, when there is one, b [out] (a custom
+// Function takes no undefined tensor).
 class CachedLinear : public torch::autograd::Function<CachedLinear> {
  public:
-  static variable_list forward(AutogradContext* ctx, at::TensorList xwb, const torch::Tensor* kept) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xwb, const torch::Tensor* kept, LinearImpl* impl) {
     ctx->save_for_backward({xwb[0], xwb[1]});
     ctx->saved_data["has_bias"] = xwb.size() == 3;
+    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);  // lives as long as the runner that installed it
     return {kept->detach()};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -89,9 +91,13 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
     const auto& g = grad_out[0];                        // [..., out]
     const auto g2 = g.reshape({-1, g.size(-1)});        // -> [rows, out]
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    variable_list grads(has_bias ? 4 : 3);  // x, w, (b), kept
-    if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
-    if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
+    variable_list grads(has_bias ? 5 : 4);  // x, w, (b), kept, impl
+    if (auto* impl = reinterpret_cast<LinearImpl*>(ctx->saved_data["impl"].toInt())) {
+      std::tie(grads[0], grads[1]) = impl->grads(g, x, w, ctx->needs_input_grad(0), ctx->needs_input_grad(1));
+    } else {
+      if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
+      if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
+    }
     if (has_bias && ctx->needs_input_grad(2)) grads[2] = g2.sum(0);                   // [out]
     return grads;
   }
@@ -123,7 +129,7 @@ class KeptAttentionFn : public torch::autograd::Function<KeptAttentionFn> {
 class Replayer : public KeptOps {
  public:
   explicit Replayer(KeptRecord* r) : r_(r) {}
-  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role) override {
     VDT_CHECK(li_ < r_->linears.size(), "selective checkpointing: the block's recompute made more GEMM calls than its "
               "forward (", r_->linears.size(), "); a block must run the same ops both times");
     const auto& kept = r_->linears[li_++];
@@ -132,7 +138,8 @@ class Replayer : public KeptOps {
               "^T, the forward's output was ", kept.sizes());
     std::vector<torch::Tensor> xwb = {x, w};
     if (b.defined()) xwb.push_back(b);
-    auto y = CachedLinear::apply(at::TensorList(xwb), &kept)[0];
+    auto y = CachedLinear::apply(at::TensorList(xwb), &kept,
+                                 role == GemmRole::base ? current_linear_impl() : nullptr)[0];
     return y;
   }
   torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn&) override {

@@ -8,6 +8,7 @@
 
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
+#include "train/loop/fp8_blocks.h"
 
 namespace vdt {
 
@@ -24,6 +25,7 @@ struct SftConfig {
   bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   bool gradient_checkpointing = true;
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
+  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
   std::string checkpointing = "block";  // block or selective while gradient_checkpointing is on; none: off
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation
@@ -46,6 +48,7 @@ struct SftConfig {
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   Precision precision_mode() const;
   Checkpointing checkpointing_mode() const;  // none when --no-gradient_checkpointing
+  Fp8Mode fp8_mode() const;
   std::string to_json() const;  // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };

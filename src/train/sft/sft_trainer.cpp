@@ -33,6 +33,7 @@
 #include "train/eval/sampling.h"
 #include "train/eval/validation.h"
 #include "train/loop/activation_checkpoint.h"
+#include "train/loop/fp8_blocks.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
 #include "train/loop/run_dir.h"
@@ -154,6 +155,10 @@ void build_model(SftRun& r) {
     CheckpointOptions co;
     co.selective = mode == Checkpointing::selective;
     enable_block_checkpointing(*r.model, co);
+  }
+  if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+    const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()));
+    if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
   r.model->train();
   r.grid = training_grid();
@@ -504,6 +509,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  check_fp8_device(cfg.fp8_mode(), r.ctx->device, "--fp8");
   std::filesystem::create_directories(r.cfg.output);
   if (r.ctx->rank == 0) r.lock = hold_run_dir(r.cfg.output, "--output");
   build_data(r);

@@ -1,0 +1,172 @@
+// FP8 linear: quantization (kernel dispatch and its ATen twin), the two GEMM backends, the autograd Function.
+// Per GEMM (M tokens, K = in, N = out), every operand quantized along the GEMM's reduction axis:
+//   forward  y  [M, N] = x [M, K] . w [N, K]^T       x per token row, w per output row
+//   dgrad    dx [M, K] = g [M, N] . (w^T [K, N])^T   g per token row, w per input column (transposed quantize of w)
+//   wgrad    dw [N, K] = g^T [N, M] . (x^T [K, M])^T g and x per column over the tokens (transposed quantizes, the
+//                                                    token axis zero-padded to a multiple of 16)
+// Each result is bfloat16 (_scaled_mm's output; the emulation rounds its fp32 product the same way), then cast to the
+// dtype of what it stands for (x for y and dx, w for dw).
+#include "model/kernels/fp8_linear.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "model/kernels/fp8_linear_cuda.h"  // the shared E4M3 constants; its launchers only with the kernels
+
+namespace vdt::kernels {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool use_kernel(const Tensor& t, QuantPath path) {
+#ifdef VDT_WITH_CUDA_KERNELS
+  return path == QuantPath::automatic && t.is_cuda() &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16) &&
+         cuda::fp8_device_supported(t.get_device());
+#else
+  return false;
+#endif
+}
+
+// The ATen twin of the kernels: rows of tf [R, C] float32 -> (q, scale), the steps the kernels take.
+Fp8Rows aten_quantize_rows(const Tensor& tf) {
+  const auto amax = tf.abs().amax(1);                                          // [R]; NaN-propagating
+  const auto scale = amax.clamp_min(kFp8AmaxFloor) * static_cast<double>(kFp8InvMax);  // exact in double
+  const auto q = (tf / scale.unsqueeze(1)).clamp(-kFp8Max, kFp8Max).to(torch::kFloat8_e4m3fn);  // [R, C]
+  return {q, scale};
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// y [..., N] sizes for x [..., K]
+std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
+  auto s = sizes.vec();
+  s.back() = last;
+  return s;
+}
+
+Tensor linear_forward(const Tensor& x, const Tensor& w, Fp8Backend backend) {
+  VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
+            w.sizes(), " do not chain (expected x [..., in], w [out, in])");
+  const int64_t K = w.size(1), N = w.size(0);
+  const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
+  if (x2.size(0) == 0) return torch::zeros(with_last(x.sizes(), N), x.options());
+  const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
+  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend);  // [M, N] bfloat16
+  return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
+}
+
+struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, int64_t backend) {
+    ctx->saved_data["backend"] = backend;
+    // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
+    ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
+    return linear_forward(x, w, static_cast<Fp8Backend>(backend));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dw] = fp8_linear_grads(grads[0], saved[0], saved[1], ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                     static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
+    return {dx, dw, Tensor()};
+  }
+};
+
+}  // namespace
+
+std::string fp8_quant_backend(const Tensor& t) { return use_kernel(t, QuantPath::automatic) ? "cuda" : "aten"; }
+
+Fp8Rows quantize_rows(const Tensor& t, QuantPath path) {
+  VDT_CHECK(t.dim() == 2 && t.is_floating_point(), "quantize_rows: expected a 2-D floating-point tensor, got ",
+            t.sizes(), " ", t.scalar_type());
+#ifdef VDT_WITH_CUDA_KERNELS
+  if (use_kernel(t, path)) {
+    auto [q, scale] = cuda::fp8_quantize_rows(t);
+    return {q, scale};
+  }
+#endif
+  return aten_quantize_rows(t.to(torch::kFloat32));
+}
+
+Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path) {
+  VDT_CHECK(t.dim() == 2 && t.is_floating_point() && pad >= 1, "quantize_cols: expected a 2-D floating-point tensor "
+            "and pad >= 1, got ", t.sizes(), " ", t.scalar_type(), " pad ", pad);
+  const int64_t R = t.size(0), Rp = round_up(R, pad);
+#ifdef VDT_WITH_CUDA_KERNELS
+  if (use_kernel(t, path)) {
+    auto [q, scale] = cuda::fp8_quantize_cols(t, Rp);
+    return {q, scale};
+  }
+#endif
+  // Zero padding before the quantization: zeros leave each column's amax and quantize to 0, as the kernel writes.
+  const auto tt = torch::constant_pad_nd(t.to(torch::kFloat32).t(), {0, Rp - R});  // [R, C] -> [C, Rp]
+  return aten_quantize_rows(tt);
+}
+
+Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend) {
+  const int64_t M = a.q.size(0), K = a.q.size(1), N = b.q.size(0);
+  VDT_CHECK(b.q.size(1) == K, "fp8_gemm_nt: a [", M, ", ", K, "] and b [", N, ", ", b.q.size(1), "] do not chain");
+  if (backend == Fp8Backend::emulate) {
+    const auto af = a.q.to(torch::kFloat32) * a.scale.unsqueeze(1);  // [M, K] dequantized
+    const auto bf = b.q.to(torch::kFloat32) * b.scale.unsqueeze(1);  // [N, K]
+    return af.mm(bf.t()).to(torch::kBFloat16);                      // [M, N]
+  }
+  VDT_CHECK(a.q.is_cuda(), "--fp8 on: the FP8 GEMM needs a CUDA device, the operands are on ", a.q.device(),
+            "; use --fp8 emulate for the reference numerics on any device");
+  VDT_CHECK(K % 16 == 0 && N % 16 == 0, "--fp8 on: at::_scaled_mm needs the reduction and output widths to be multiples "
+            "of 16, this GEMM is [", M, ", ", K, "] x [", N, ", ", K, "]^T; use --fp8 off (or emulate) for this model");
+  // mat2 column-major: the transpose of b.q's row-major [N, K]; row-wise scales [M, 1] and [1, N], float32, contiguous.
+  return at::_scaled_mm(a.q, b.q.t(), a.scale.view({M, 1}), b.scale.view({1, N}), std::nullopt, std::nullopt,
+                        torch::kBFloat16, /*use_fast_accum=*/false);
+}
+
+Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend) {
+  Tensor y;
+  if (torch::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()))
+    y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(backend));
+  else
+    y = linear_forward(x, w, backend);
+  return b.defined() ? y + b : y;  // in the activations' dtype, differentiated by autograd
+}
+
+std::pair<Tensor, Tensor> fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w,
+                                           Fp8Backend backend) {
+  const int64_t K = w.size(1), N = w.size(0);
+  VDT_CHECK(g.size(-1) == N, "fp8_linear_grads: g ", g.sizes(), " does not match w ", w.sizes());
+  const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
+  const auto g2 = g.reshape({-1, N});  // [..., out] -> [M, out]
+  const int64_t M = g2.size(0);
+  Tensor dx, dw;
+  if (want_x) {
+    dx = M == 0 ? torch::zeros({0, K}, g.options())
+                : fp8_gemm_nt(quantize_rows(g2, qp), quantize_cols(w, 1, qp), backend).to(g.scalar_type());
+    dx = dx.view(with_last(g.sizes(), K));  // [M, in] -> [..., in]
+  }
+  if (want_w) {
+    VDT_CHECK(x.defined() && x.size(-1) == K && x.numel() / K == M, "fp8_linear_grads: wgrad needs x [..., ", K,
+              "] with ", M, " rows, got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
+    const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
+    dw = M == 0 ? torch::zeros_like(w)
+                : fp8_gemm_nt(quantize_cols(g2, 16, qp), quantize_cols(x2, 16, qp), backend).to(w.scalar_type());
+  }
+  return {dx, dw};
+}
+
+std::string fp8_unsupported_reason(const torch::Device& device) {
+  if (!device.is_cuda()) return "this run is on " + device.str() + ", and FP8 GEMMs run on CUDA GPUs only";
+  try {
+    const auto opts = torch::TensorOptions().device(device);
+    const auto a = torch::ones({16, 16}, opts).to(torch::kFloat8_e4m3fn);
+    const auto s = torch::ones({16, 1}, opts);
+    const auto y = at::_scaled_mm(a, a.t(), s, s.view({1, 16}), std::nullopt, std::nullopt, torch::kBFloat16, false);
+    if (y.to(torch::kFloat32).sum().item<double>() != 16.0 * 16 * 16)
+      return "a row-wise FP8 _scaled_mm on " + device.str() + " gave a wrong product";
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return "a row-wise FP8 _scaled_mm failed on " + device.str() + ": " + what.substr(0, what.find('\n'));
+  }
+  return "";
+}
+
+}  // namespace vdt::kernels

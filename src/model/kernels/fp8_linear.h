@@ -1,0 +1,73 @@
+// FP8 linears (`--fp8`): y = x w^T with both operands quantized row-wise to E4M3 (x per token, w per output row: a
+// scale = amax / 448 each), multiplied by at::_scaled_mm with fp32 accumulation and a bfloat16 result, and a custom
+// autograd Function whose backward runs in FP8 too: dgrad dY W with dY per token and W per input column, wgrad
+// dY^T X with both per output/input column over the tokens (all E4M3: the row-wise _scaled_mm path is only sure to
+// take e4m3 x e4m3). Operands quantized along columns come transposed from one fused cast+transpose kernel
+// (fp8_linear_cuda.cu). Two backends share every formula: cuda (the kernels and _scaled_mm; a GPU of compute
+// capability 8.9+) and emulate (ATen quantization, then the dequantized product in fp32 ops, rounded to bfloat16: the
+// reference, on any device). Not here: which linears take FP8 (train/loop/fp8_blocks.h); the bias (added after, in the
+// activations' dtype).
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+
+#include "model/kept_ops.h"
+
+namespace vdt::kernels {
+
+enum class Fp8Backend { cuda, emulate };
+
+// A matrix quantized along its rows: q [R, C] float8_e4m3fn, scale [R] float32; row r ~ q[r] * scale[r].
+struct Fp8Rows {
+  torch::Tensor q, scale;
+};
+
+// Which implementation quantizes: automatic = the CUDA kernel when t is on a CUDA device the kernels were built for
+// (sm_90a) and t is float32 or bfloat16, else ATen ops; aten = ATen always (the reference, tests). Both agree bit for
+// bit: scale = max(amax, 1e-12) * (1 / 448) in float32, q = e4m3(clamp(t / scale, -448, 448)) rounded to nearest even.
+enum class QuantPath { automatic, aten };
+std::string fp8_quant_backend(const torch::Tensor& t);  // "cuda" or "aten": what QuantPath::automatic picks
+
+// t [R, C] (float32, bfloat16 or half) -> q [R, C], scale [R] (amax over each row)
+Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic);
+// t [R, C] -> its columns as rows: q [C, Rp], scale [C] (amax over each column), Rp = R rounded up to a multiple of
+// `pad` with zeros past R (a _scaled_mm reduction over tokens needs a multiple of 16)
+Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = QuantPath::automatic);
+
+// a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),
+// a.scale [M, 1], b.scale [1, N]); K and N must be multiples of 16 (its rule). emulate: (a.q a.scale) (b.q b.scale)^T
+// in fp32, rounded to bfloat16.
+torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend);
+
+// x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
+// and b (plain). Frozen w (no grad): no wgrad and x is not kept for it.
+torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend);
+// The gradients fp8_linear's backward computes for the output gradient g [..., out] (in x's dtype): dx [..., in] in
+// g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then).
+std::pair<torch::Tensor, torch::Tensor> fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x,
+                                                         const torch::Tensor& w, bool want_x, bool want_w,
+                                                         Fp8Backend backend);
+
+// The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h).
+class Fp8Linear : public LinearImpl {
+ public:
+  explicit Fp8Linear(Fp8Backend backend) : backend_(backend) {}
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
+    return fp8_linear(x, w, b, backend_);
+  }
+  std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w,
+                                                bool want_x, bool want_w) override {
+    return fp8_linear_grads(g, x, w, want_x, want_w, backend_);
+  }
+  Fp8Backend backend() const { return backend_; }
+
+ private:
+  Fp8Backend backend_;
+};
+
+// Empty when `device` runs the cuda backend (a row-wise FP8 _scaled_mm is tried there once), else why not, in words.
+std::string fp8_unsupported_reason(const torch::Device& device);
+
+}  // namespace vdt::kernels

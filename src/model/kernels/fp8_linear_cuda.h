@@ -1,0 +1,31 @@
+// Host launchers of the FP8 quantization kernels (fp8_linear_cuda.cu), called by fp8_linear.cpp only when
+// VDT_WITH_CUDA_KERNELS is defined; the E4M3 constants both sides share. No CUDA header here, so the C++ side compiles
+// without nvcc. Inputs are contiguous float32 or bfloat16 on one CUDA device (fp8_linear.cpp checks before it calls).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace vdt::kernels {
+
+// E4M3 (float8_e4m3fn): its largest finite value. A row's scale is max(amax, floor) * (1 / 448) in float32: a
+// multiplication rounds alike in a kernel and in ATen on any device (ATen's CUDA division by a host scalar multiplies
+// by a rounded reciprocal instead). The floor keeps an all-zero row's scale positive (its values quantize to 0).
+constexpr float kFp8Max = 448.f;
+constexpr float kFp8InvMax = 1.f / 448.f;
+constexpr float kFp8AmaxFloor = 1e-12f;
+
+namespace cuda {
+
+// True when the FP8 kernels have an image for this device (checked once per device).
+bool fp8_device_supported(int device_index);
+
+// Row-wise: t [R, C] -> (q [R, C] float8_e4m3fn, scale [R] float32), q[r, c] = e4m3(clamp(t[r, c] / scale[r], ±448))
+std::tuple<at::Tensor, at::Tensor> fp8_quantize_rows(const at::Tensor& t);
+// Column-wise with the transpose fused: t [R, C] -> (q [C, Rp] float8_e4m3fn, scale [C] float32), q[c, r] =
+// e4m3(clamp(t[r, c] / scale[c], ±448)) for r < R and 0 for R <= r < Rp (Rp >= R).
+std::tuple<at::Tensor, at::Tensor> fp8_quantize_cols(const at::Tensor& t, int64_t Rp);
+
+}  // namespace cuda
+}  // namespace vdt::kernels

@@ -1,0 +1,179 @@
+// The FP8 linear (model/kernels/fp8_linear.h). On the CPU: the ATen quantization (the reference both backends share)
+// against E4M3's precision and an independent transcription of its formula, the emulated linear against the plain
+// fp32 linear within FP8's error, and its gradients (dgrad, wgrad, bias; none for a frozen weight) against the
+// transcription. On a GPU (skipped without one): the CUDA kernels' quantization bit for bit against ATen's, and the
+// _scaled_mm backend against the emulation, forward and backward.
+#include <torch/torch.h>
+
+#include "model/kernels/fp8_linear.h"
+#include "model/kernels/fused_ops.h"
+#include "test_util.h"
+
+namespace vdt::kernels {
+namespace fp8_linear_test {  // named: unity batches compile several test files as one unit
+
+double rel(const torch::Tensor& a, const torch::Tensor& ref) {
+  return ((a.to(torch::kFloat64) - ref.to(torch::kFloat64)).abs().max() /
+          ref.to(torch::kFloat64).abs().max().clamp_min(1e-30))
+      .item<double>();
+}
+
+// The recipe written out once more, plainly: t's rows [R, C] -> their dequantized values, float32.
+torch::Tensor fake_quant_rows(const torch::Tensor& t) {
+  const auto tf = t.to(torch::kFloat32);
+  const auto scale = std::get<0>(tf.abs().max(1, /*keepdim=*/true)).clamp_min(1e-12) * (1.0f / 448.0f);
+  const auto q = torch::clamp(tf / scale, -448, 448).to(torch::kFloat8_e4m3fn).to(torch::kFloat32);
+  return q * scale;
+}
+// a [M, K] . b [N, K]^T with both fake-quantized along K, rounded to bfloat16 as the GEMM's output
+torch::Tensor fake_gemm_nt(const torch::Tensor& a, const torch::Tensor& b) {
+  return fake_quant_rows(a).mm(fake_quant_rows(b).t()).to(torch::kBFloat16);
+}
+
+TEST(Fp8Linear, QuantizeRowsKeepsE4M3Precision) {
+  torch::manual_seed(1);
+  auto t = torch::randn({37, 48}) * torch::logspace(-3, 3, 37).unsqueeze(1);  // rows of very different ranges
+  t[5].zero_();
+  const auto r = quantize_rows(t, QuantPath::aten);
+  ASSERT_EQ(r.q.scalar_type(), torch::kFloat8_e4m3fn);
+  ASSERT_EQ(r.q.sizes(), t.sizes());
+  ASSERT_EQ(r.scale.sizes(), torch::IntArrayRef({37}));
+  const auto deq = r.q.to(torch::kFloat32) * r.scale.unsqueeze(1);
+  // Each row's largest magnitude lands on ±448; E4M3 keeps 3 mantissa bits: relative error <= 2^-4 for values in its
+  // normal range (>= 2^-6 of the scale), absolute <= 2^-10 scale below (subnormals).
+  const auto amax = std::get<0>(t.abs().max(1));
+  EXPECT_TRUE(torch::allclose(r.scale, amax.clamp_min(1e-12) * (1.0f / 448.0f), 0, 0));
+  EXPECT_TRUE(torch::equal(std::get<0>(r.q.to(torch::kFloat32).abs().max(1)).index({torch::arange(37) != 5}),
+                           torch::full({36}, 448.f)));
+  const auto err = (deq - t).abs(), bound = torch::maximum(t.abs() * 0.0625, r.scale.unsqueeze(1) * (1.0 / 1024));
+  EXPECT_TRUE((err <= bound * 1.0001).all().item<bool>()) << (err / bound).max().item<double>();
+  EXPECT_GT(err.max().item<double>(), 0);  // it does round
+  EXPECT_TRUE(torch::equal(deq[5], torch::zeros({48})));  // an all-zero row: zeros, finite scale
+  EXPECT_GT(r.scale[5].item<float>(), 0);
+  EXPECT_TRUE(torch::equal(deq, fake_quant_rows(t)));
+}
+
+TEST(Fp8Linear, QuantizeColsIsTheTransposedRowsZeroPadded) {
+  torch::manual_seed(2);
+  const auto t = torch::randn({37, 24}).to(torch::kBFloat16);
+  const auto c = quantize_cols(t, 16, QuantPath::aten);
+  ASSERT_EQ(c.q.sizes(), torch::IntArrayRef({24, 48}));  // 37 tokens padded to 48
+  const auto r = quantize_rows(t.t().contiguous(), QuantPath::aten);
+  EXPECT_TRUE(torch::equal(c.scale, r.scale));
+  EXPECT_TRUE(torch::equal(c.q.slice(1, 0, 37).to(torch::kFloat32), r.q.to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(c.q.slice(1, 37).to(torch::kFloat32), torch::zeros({24, 11})));
+  EXPECT_EQ(quantize_cols(t, 1, QuantPath::aten).q.size(1), 37);
+}
+
+// The emulated FP8 linear stays within FP8's error of the fp32 linear, and is not the fp32 linear.
+TEST(Fp8Linear, EmulatedLinearIsCloseToTheFp32Linear) {
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 37, 64}), w = torch::randn({48, 64}) * 0.1, b = torch::randn({48});
+  const auto y = fp8_linear(x, w, b, Fp8Backend::emulate);
+  const auto ref = torch::linear(x, w, b);
+  ASSERT_EQ(y.sizes(), ref.sizes());
+  ASSERT_EQ(y.scalar_type(), torch::kFloat32);
+  const double e = rel(y, ref);
+  EXPECT_LT(e, 0.05);
+  EXPECT_GT(e, 1e-4);
+  // and it is the recipe: x per token, w per output row, product rounded to bfloat16, then the bias
+  const auto want = fake_gemm_nt(x.reshape({-1, 64}), w).to(torch::kFloat32).view({2, 37, 48}) + b;
+  EXPECT_TRUE(torch::equal(y, want)) << rel(y, want);
+}
+
+// Gradients through the Function: dx = g . w with g per token and w per input column, dw = g^T . x with both per
+// column over the tokens, db the plain sum; a frozen weight gets none (and its wgrad is not computed).
+TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
+  torch::manual_seed(4);
+  const int64_t M = 37, K = 64, N = 48;
+  const auto x0 = torch::randn({M, K}), w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}), g = torch::randn({M, N});
+  auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  fp8_linear(x, w, b, Fp8Backend::emulate).backward(g);
+  const auto dx_want = fake_gemm_nt(g, w0.t().contiguous()).to(torch::kFloat32);
+  const auto dw_want = fake_gemm_nt(g.t().contiguous(), x0.t().contiguous()).to(torch::kFloat32);
+  EXPECT_TRUE(torch::equal(x.grad(), dx_want)) << rel(x.grad(), dx_want);
+  EXPECT_LT(rel(w.grad(), dw_want), 1e-2);  // the token axis zero-padded to 48: another summation order
+  EXPECT_TRUE(torch::allclose(b.grad(), g.sum(0)));
+  // and they are close to the fp32 linear's
+  auto xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_();
+  torch::linear(xr, wr, b0).backward(g);
+  EXPECT_LT(rel(x.grad(), xr.grad()), 0.05);
+  EXPECT_LT(rel(w.grad(), wr.grad()), 0.05);
+  // the same through the LinearImpl's grads (what a selective replay calls)
+  Fp8Linear impl(Fp8Backend::emulate);
+  auto [dx2, dw2] = impl.grads(g, x0, w0, true, true);
+  EXPECT_TRUE(torch::equal(dx2, dx_want));
+  EXPECT_TRUE(torch::equal(dw2, w.grad()));
+  // frozen weight (a LoRA base): only dx
+  auto xf = x0.clone().requires_grad_();
+  const auto wf = w0.clone();
+  fp8_linear(xf, wf, {}, Fp8Backend::emulate).backward(g);
+  EXPECT_TRUE(torch::equal(xf.grad(), dx_want));
+  EXPECT_FALSE(wf.grad().defined());
+  auto [dx3, dw3] = impl.grads(g, {}, w0, true, false);
+  EXPECT_TRUE(torch::equal(dx3, dx_want));
+  EXPECT_FALSE(dw3.defined());
+}
+
+TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
+  const auto x = torch::randn({4, 16}), w = torch::randn({16, 16});
+  test::expect_error([&] { fp8_linear(x, w, {}, Fp8Backend::cuda); }, {"--fp8 on", "CUDA", "--fp8 emulate"});
+  EXPECT_NE(fp8_unsupported_reason(torch::Device(torch::kCPU)).find("CUDA"), std::string::npos);
+}
+
+// --- on a GPU ------------------------------------------------------------------------------------------------------
+
+TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
+  if (!torch::cuda::is_available() || !cuda_kernels_built()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
+  const torch::Device dev(torch::kCUDA, 0);
+  ASSERT_EQ(fp8_quant_backend(torch::zeros({2, 2}, dev)), "cuda");
+  torch::manual_seed(5);
+  for (const auto dt : {torch::kBFloat16, torch::kFloat32})
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16}, {37, 48}, {1029, 3072}, {300, 1000}}) {
+      auto t = (torch::randn(shape) * torch::logspace(-2, 2, shape[0]).unsqueeze(1)).to(dt).to(dev);
+      if (shape[0] > 3) t[3].zero_();
+      const std::string what = std::string(dt == torch::kBFloat16 ? "bf16 " : "fp32 ") + std::to_string(shape[0]) +
+                               "x" + std::to_string(shape[1]);
+      const auto kr = quantize_rows(t), ar = quantize_rows(t, QuantPath::aten);
+      EXPECT_TRUE(torch::equal(kr.scale, ar.scale)) << what;
+      EXPECT_TRUE(torch::equal(kr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what;
+      for (const int64_t pad : {1, 16}) {
+        const auto kc = quantize_cols(t, pad), ac = quantize_cols(t, pad, QuantPath::aten);
+        ASSERT_EQ(kc.q.sizes(), ac.q.sizes()) << what;
+        EXPECT_TRUE(torch::equal(kc.scale, ac.scale)) << what << " pad " << pad;
+        EXPECT_TRUE(torch::equal(kc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad;
+      }
+    }
+}
+
+TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device dev(torch::kCUDA, 0);
+  if (const auto why = fp8_unsupported_reason(dev); !why.empty()) GTEST_SKIP() << why;
+  torch::manual_seed(6);
+  const int64_t M = 1031, K = 256, N = 384;  // M not a multiple of 16: the wgrad's token axis is padded
+  const auto opt = torch::TensorOptions().device(dev).dtype(torch::kBFloat16);
+  const auto x0 = torch::randn({M, K}, opt), w0 = (torch::randn({N, K}, opt) * 0.05), b0 = torch::randn({N}, opt);
+  const auto g = torch::randn({M, N}, opt);
+  auto run = [&](Fp8Backend be) {
+    auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    auto y = fp8_linear(x, w, b, be);
+    y.backward(g);
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+  };
+  const auto cuda = run(Fp8Backend::cuda), emu = run(Fp8Backend::emulate);
+  const char* names[] = {"y", "dx", "dw", "db"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(cuda[i].scalar_type(), torch::kBFloat16) << names[i];
+    // the same quantized operands; only the accumulation order and the bfloat16 rounding of the result differ
+    EXPECT_LT(rel(cuda[i], emu[i]), 1e-2) << names[i];
+  }
+  // against the bf16 linear: FP8's error
+  auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  torch::linear(x, w, b0).backward(g);
+  EXPECT_LT(rel(cuda[1], x.grad()), 0.08);
+  EXPECT_LT(rel(cuda[2], w.grad()), 0.08);
+}
+
+}  // namespace fp8_linear_test
+}  // namespace vdt::kernels
