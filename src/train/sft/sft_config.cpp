@@ -62,7 +62,7 @@ void SftConfig::validate() const {
   for (auto [name, p] : {std::pair{"--text_dropout", text_dropout}, {"--cond_dropout", cond_dropout}, {"--mask_p", mask_p}})
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   precision_mode();
-  checkpointing_mode();
+  check_selective_blocks(selective_blocks, checkpointing_mode());
   parse_device_flag(device, "--device");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
@@ -108,6 +108,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
       {"--checkpointing", "block (keep block inputs), selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work) or none", &C::checkpointing},
+      {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},
       {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim))", &C::sem_hidden},
       {"--lr", "learning rate of the DiT", &C::lr},
       {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},
