@@ -9,6 +9,7 @@
 #include "model/kernels/fused_ops.h"
 #include "tools/kernel_bench.h"
 #include "tools/step_bench.h"
+#include "train/loop/activation_checkpoint.h"
 
 namespace vdt::cli {
 
@@ -32,8 +33,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--device"), cfg->device, "cuda, cuda:N or cpu (torchrun: each rank takes GPU LOCAL_RANK)")->capture_default_str();
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
-  step->add_option(spellings("--selective-blocks"), cfg->selective_blocks,
-                   "causal, with --checkpointing selective: the first N blocks keep GEMM/attention outputs (-1: all)")
+  step->add_option(spellings(kSelectiveBlocksFlag), cfg->selective_blocks, kSelectiveBlocksHelp)
       ->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "

@@ -14,6 +14,8 @@
 #include "model/kernels/fused_ops.h"
 #include "model/kernels/qk_norm_rope.h"
 #include "model/kernels/reference_ops.h"
+#include "model/kernels/wan_qk_norm_rope.h"
+#include "model/embeddings.h"
 
 namespace vdt {
 namespace {
@@ -148,6 +150,26 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
   fp8.backend = fp8_cuda ? "scaled_mm+" + kernels::fp8_quant_backend(fp8.inputs[0]) + "_quant" : "emulate";
   fp8.out_tol = 1e-2, fp8.grad_tol = 2e-2;  // results are bfloat16 in both: a rounding flip is 2^-8 of a value
   out.push_back(fp8);
+  // Wan q/k RMSNorm (over the full width) + 3-axis RoPE: the 5B SFT geometry, 8190 tokens = 21 x 15 x 26, 24 heads
+  // of 128; q and k compared as one [B, L, N, 2 Dh] tensor.
+  const int64_t WN = real ? 24 : 3, WDh = real ? 128 : 12;
+  const std::array<int64_t, 3> grid = real ? std::array<int64_t, 3>{21, 15, 26} : std::array<int64_t, 3>{2, 3, 4};
+  const auto rope = rope_table(WDh, grid, device);
+  const int64_t WL = rope.cos.size(0), WD = WN * WDh;
+  const auto wq_in = torch::randn({B, WL, WD}, f32).to(dt), wk_in = (torch::randn({B, WL, WD}, f32) * 0.5).to(dt);
+  const auto wwq = (1 + 0.3 * torch::randn({WD}, f32)).to(dt), wwk = (1 + 0.3 * torch::randn({WD}, f32)).to(dt);
+  auto wan_qk = [WN](bool fused) {
+    return [fused, WN](const std::vector<torch::Tensor>& t) {
+      auto r = fused ? kernels::fused_wan_qk_norm_rope(t[0], t[1], t[2], t[3], 1e-6, t[4], t[5], WN, /*aten=*/false)
+                     : kernels::wan_qk_norm_rope_reference(t[0], t[1], t[2], t[3], 1e-6, t[4], t[5], WN);
+      return torch::cat({std::get<0>(r), std::get<1>(r)}, -1);  // 2 x [B, L, N, Dh] -> [B, L, N, 2 Dh]
+    };
+  };
+  out.push_back({"wan_qk_norm_rope", "q_in [" + std::to_string(B) + ", " + std::to_string(WL) + ", " +
+                 std::to_string(WD) + "] N " + std::to_string(WN), wan_qk(true), wan_qk(false),
+                 {wq_in, wk_in, wwq, wwk, rope.cos, rope.sin}, {"q_in", "k_in", "w_q", "w_k"},
+                 torch::randn({B, WL, WN, 2 * WDh}, f32)});
+  out.back().backend = kernels::wan_qk_backend(wq_in, wwq);
   return out;
 }
 

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
-  parse_checkpointing(checkpointing, "--checkpointing");
+  check_selective_blocks(selective_blocks, parse_checkpointing(checkpointing, "--checkpointing"));
   VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
@@ -69,6 +69,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision;
     c.gradient_checkpointing = cfg.checkpointing != "none", c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8;
     c.checkpointing = cfg.checkpointing == "none" ? "block" : cfg.checkpointing;
+    c.selective_blocks = cfg.selective_blocks;
     c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
     c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
     c.res = std::to_string(cfg.width * 16) + "x" + std::to_string(cfg.height * 16);

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "model/kept_ops.h"
+#include "model/kernels/wan_qk_norm_rope.h"
 #include "model/lora.h"
 
 namespace vdt {
@@ -54,8 +55,10 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern) {
   const auto qkv = lora_or_linear_shared_input({&q, &k, &v}, x, fuse_lora_qkv);  // 3 x [B, L, D]
-  auto qh = apply_rope(norm_q(qkv[0]).unflatten(-1, {heads_, -1}), rope);  // [B, L, D] -> [B, L, N, Dh]
-  auto kh = apply_rope(norm_k(qkv[1]).unflatten(-1, {heads_, -1}), rope);
+  // q/k RMSNorm over the full width, the weight, then RoPE per head as one node (kernels/wan_qk_norm_rope.h; the
+  // reference ops, norm_q / norm_k then apply_rope, with the fused-kernel switch off): 2 x [B, L, D] -> [B, L, N, Dh]
+  auto [qh, kh] = kernels::wan_qk_norm_rope(qkv[0], qkv[1], norm_q->weight, norm_k->weight, norm_q->eps(), rope.cos,
+                                            rope.sin, heads_);
   auto vh = qkv[2].unflatten(-1, {heads_, -1});
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
   auto a = kept_attention(  // [B, N, L, Dh]

@@ -16,6 +16,7 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
+  double eps() const { return eps_; }
   torch::Tensor weight;
 
  private:

@@ -1,4 +1,8 @@
+#include <ATen/record_function.h>
 #include <torch/torch.h>
+
+#include <atomic>
+#include <cstring>
 
 #include "diffusion/flow_match.h"
 #include "model/h3/h3_causal.h"
@@ -9,7 +13,9 @@
 #include "test_util.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
+#include "tools/synth.h"
 #include "train/sft/sft_config.h"
+#include "train/sft/sft_trainer.h"
 #include "train/causal/causal_config.h"
 
 namespace vdt {
@@ -194,6 +200,75 @@ TEST(ActivationCheckpoint, SelectiveBlocksNeedsSelective) {
   c.validate();
   c.selective_blocks = -2;
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -2"});
+}
+
+TEST(ActivationCheckpoint, SftSelectiveBlocksNeedsSelective) {
+  SftConfig c;
+  c.data_root = "d", c.output = "o", c.random_init = true, c.selective_blocks = 1;
+  test::expect_error([&] { c.validate(); }, {"--selective-blocks 1", "--checkpointing selective"});
+  c.checkpointing = "selective";
+  c.validate();
+  c.selective_blocks = -3;
+  test::expect_error([&] { c.validate(); }, {"--selective-blocks -3"});
+}
+
+// aten::linear calls of every thread while a counter is installed: a block that keeps its GEMM outputs runs each GEMM
+// once (forward), a block that recomputes whole runs them twice (forward and backward's recompute).
+std::atomic<int64_t> linear_calls{0};
+
+class LinearCounter {
+ public:
+  LinearCounter() {
+    linear_calls = 0;
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                                                   -> std::unique_ptr<at::ObserverContext> {
+                                      if (std::strcmp(fn.name(), "aten::linear") == 0) ++linear_calls;
+                                      return nullptr;
+                                    }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~LinearCounter() { at::removeCallback(handle_); }
+  int64_t calls() const { return linear_calls; }
+
+ private:
+  at::CallbackHandle handle_;
+};
+
+// `vdt train sft --checkpointing selective --selective-blocks N` keeps in the first N blocks only (tiny: 2 blocks):
+// counted by the GEMMs that run (each non-keeping block runs its GEMMs again in backward), and the run's losses and
+// gradient norms equal the plain backward's.
+TEST(ActivationCheckpoint, SftTrainerHonoursSelectiveBlocks) {
+  test::TempDir dir;
+  SynthConfig sc;
+  sc.out = dir.file("data"), sc.train_runs = 1, sc.train_clips_per_run = 2, sc.n_drop = 0;
+  const auto res = synth_root(sc).res;
+  auto run = [&](const std::string& mode, int64_t blocks) {
+    SftConfig c;
+    c.data_root = dir.file("data"), c.output = dir.file(mode + std::to_string(blocks)), c.res = res;
+    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32";
+    c.gradient_checkpointing = mode != "none", c.checkpointing = mode == "none" ? "block" : mode;
+    c.selective_blocks = blocks;
+    c.max_steps = 2, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 0;
+    c.val_every = 0, c.save_every = 0, c.save_state = false, c.final_export = false, c.num_workers = 1;
+    LinearCounter counter;
+    const auto s = train_sft(c);
+    return std::make_pair(s, counter.calls());
+  };
+  const auto [plain, n_plain] = run("none", -1);
+  const auto [all, n_all] = run("selective", -1);
+  const auto [one, n_one] = run("selective", 1);
+  const auto [zero, n_zero] = run("selective", 0);
+  const auto [block, n_block] = run("block", -1);
+  EXPECT_EQ(n_all, n_plain) << "every block keeps: no GEMM runs twice";
+  EXPECT_GT(n_one, n_all) << "block 1 recomputes its GEMMs";
+  EXPECT_EQ(n_one - n_all, n_zero - n_one) << "blocks 0 and 1 recompute the same GEMMs";
+  EXPECT_EQ(n_zero, n_block) << "no block keeps: block checkpointing";
+  for (const auto* s : {&all, &one, &zero, &block}) {
+    ASSERT_EQ(s->losses.size(), plain.losses.size());
+    for (size_t i = 0; i < plain.losses.size(); ++i) {
+      EXPECT_NEAR(s->losses[i], plain.losses[i], 1e-6 * std::abs(plain.losses[i]) + 1e-7) << "step " << i;
+      EXPECT_NEAR(s->grad_norms[i], plain.grad_norms[i], 1e-5 * plain.grad_norms[i] + 1e-7) << "step " << i;
+    }
+  }
 }
 
 // Without a policy installed, the model's marked calls are the plain ops.

@@ -3,7 +3,7 @@
 // residual. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu, one block per row, fp32
 // math, built when LibTorch has CUDA and nvcc is found: VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops
 // (any device). Numerics are the reference's (reference_ops.h): fp32 inside, each intermediate rounded to the dtype
-// the reference op would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (not fused yet).
+// the reference op would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (*qk_norm_rope.h).
 #pragma once
 #include <torch/types.h>
 

@@ -27,9 +27,7 @@ void CausalConfig::validate() const {
   attn_kernel();
   act_offload_on();
   checkpointing_mode();
-  VDT_CHECK(selective_blocks >= -1, "--selective-blocks ", selective_blocks, ": expected -1 (all) or a count >= 0");
-  VDT_CHECK(selective_blocks == -1 || checkpointing_mode() == Checkpointing::selective, "--selective-blocks ",
-            selective_blocks, " needs --checkpointing selective");
+  check_selective_blocks(selective_blocks, checkpointing_mode());
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   parse_device_flag(device, "--device");
   precision_mode();
@@ -111,8 +109,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--act-offload", "on: checkpointed block inputs in pinned host memory", &C::act_offload},
       {"--checkpointing", "block (keep block inputs) or selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work)", &C::checkpointing},
-      {"--selective-blocks", "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
-                             "outputs, the rest recompute whole (-1: all; what fits in memory)", &C::selective_blocks},
+      {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},

@@ -239,6 +239,11 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
   VDT_FAIL(flag, ": expected one of ", choices, ", got '", value, "'");
 }
 
+void check_selective_blocks(int64_t n, Checkpointing mode) {
+  VDT_CHECK(n >= -1, kSelectiveBlocksFlag, " ", n, ": expected -1 (all) or a count >= 0");
+  VDT_CHECK(n == -1 || mode == Checkpointing::selective, kSelectiveBlocksFlag, " ", n, " needs --checkpointing selective");
+}
+
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {
   if (opts.selective && opts.selective_blocks >= 0) {
     auto set = std::make_shared<std::unordered_set<const torch::nn::Module*>>();

@@ -27,6 +27,15 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
                                   const std::vector<Checkpointing>& allowed = {Checkpointing::none, Checkpointing::block,
                                                                                Checkpointing::selective});
 
+// `--selective-blocks N` of both trainers, declared once: the flag and its help (each config's fields() lists
+// {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks}) and its check against the checkpointing mode.
+inline constexpr const char* kSelectiveBlocksFlag = "--selective-blocks";
+inline constexpr const char* kSelectiveBlocksHelp =
+    "with --checkpointing selective: only the first N blocks keep their GEMM and attention outputs, the rest recompute "
+    "whole (-1: all; what fits in memory)";
+// Throws naming the flag unless n is -1 (all) or a count >= 0 given with selective checkpointing.
+void check_selective_blocks(int64_t n, Checkpointing mode);
+
 struct CheckpointOptions {
   bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned when CUDA is present)
   std::function<void(torch::nn::Module&)> before, after;  // around each forward and each recompute of a block

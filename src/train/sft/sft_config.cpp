@@ -62,7 +62,7 @@ void SftConfig::validate() const {
   for (auto [name, p] : {std::pair{"--text_dropout", text_dropout}, {"--cond_dropout", cond_dropout}, {"--mask_p", mask_p}})
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   precision_mode();
-  checkpointing_mode();
+  check_selective_blocks(selective_blocks, checkpointing_mode());
   parse_device_flag(device, "--device");
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
@@ -113,6 +113,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--fp8", "FP8 GEMMs (E4M3, row-wise scales) for the linears of every block but the first and last: off, on (a CUDA GPU of compute capability 8.9+) or emulate (the same numerics in fp32 ops on any device: checks, tests)", &C::fp8},
       {"--checkpointing", "block (keep block inputs), selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work) or none", &C::checkpointing},
+      {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},
       {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim))", &C::sem_hidden},
       {"--lr", "learning rate of the DiT", &C::lr},
       {"--cond_lr", "learning rate of gc_sem_cond.*", &C::cond_lr},

@@ -27,6 +27,7 @@ struct SftConfig {
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
   std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
   std::string checkpointing = "block";  // block or selective while gradient_checkpointing is on; none: off
+  int64_t selective_blocks = -1;        // with selective: the first N blocks keep their GEMM/attention outputs (-1: all)
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation
   double lr = 1e-5, cond_lr = 1e-4, weight_decay = 0.01, grad_clip = 1.0;

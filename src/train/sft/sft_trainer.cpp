@@ -154,6 +154,7 @@ void build_model(SftRun& r) {
   if (const auto mode = r.cfg.checkpointing_mode(); mode != Checkpointing::none) {
     CheckpointOptions co;
     co.selective = mode == Checkpointing::selective;
+    co.selective_blocks = r.cfg.selective_blocks;
     enable_block_checkpointing(*r.model, co);
   }
   if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
