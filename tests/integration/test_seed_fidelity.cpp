@@ -142,6 +142,7 @@ TEST_F(SeedFidelity, BaseWeightsAreRequiredAndNamedWithTheirChecksum) {
   EXPECT_NE(out.find("| weights   " + sum.path), std::string::npos) << out;
   EXPECT_NE(out.find("crc32 " + sum.crc_hex()), std::string::npos) << out;
   EXPECT_EQ(out.find("RANDOM INIT"), std::string::npos) << out;
+  EXPECT_NE(out.find("precision fp32  checkpointing none  workers"), std::string::npos) << out;  // what runs
   const auto cfg = read_json(c.output + "/config.json");
   EXPECT_EQ(cfg["model"]["weight_files"][0]["crc32"], sum.crc_hex());
   c.random_init = true;

@@ -153,9 +153,14 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
   for (const auto& w : m.value("weight_files", nlohmann::ordered_json::array()))
     std::printf("| weights   %s  (%s bytes, crc32 %s)\n", w["file"].get<std::string>().c_str(), w["bytes"].dump().c_str(),
                 w["crc32"].get<std::string>().c_str());
+  // What runs: none / block / selective (with how many blocks keep), FP8 and the fused kernels when not the default.
+  std::string ckpt = cfg.checkpointing_mode() == Checkpointing::none ? "none" : cfg.checkpointing;
+  if (cfg.checkpointing_mode() == Checkpointing::selective && cfg.selective_blocks >= 0)
+    ckpt += " (first " + std::to_string(cfg.selective_blocks) + " blocks)";
+  if (cfg.fp8 != "off") ckpt += "  fp8 " + cfg.fp8;
+  if (cfg.fused_kernels != "on") ckpt += "  fused-kernels " + cfg.fused_kernels;
   std::printf("| device    %s  precision %s  checkpointing %s  workers %d\n",
-              facts["env"]["device"].get<std::string>().c_str(), cfg.precision.c_str(),
-              cfg.gradient_checkpointing ? "block" : "off", cfg.num_workers);
+              facts["env"]["device"].get<std::string>().c_str(), cfg.precision.c_str(), ckpt.c_str(), cfg.num_workers);
   std::printf("| optim     AdamW lr %g (gc_sem_cond %g) wd %g warmup %lld clip %g\n", cfg.lr, cfg.cond_lr,
               cfg.weight_decay, static_cast<long long>(cfg.warmup_steps), cfg.grad_clip);
   std::printf("| schedule  %lld steps, batch %lld x accum %lld, %s micro batches = %s steps per epoch\n",
