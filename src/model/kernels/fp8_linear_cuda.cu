@@ -7,6 +7,7 @@
 // fallback (IEEE division, NaN-propagating max and clamp, c10's round-to-nearest-even E4M3 conversion), so the two
 // agree bit for bit. Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_linear_cuda.h"
+#include "model/kernels/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -123,22 +124,7 @@ void check_input(const Tensor& t, const char* name) {
 
 }  // namespace
 
-bool fp8_device_supported(int device_index) {
-  static std::mutex mu;
-  static std::vector<int> known;  // -1 unknown, 0 no, 1 yes
-  std::lock_guard<std::mutex> lock(mu);
-  if (device_index < 0) return false;
-  if (static_cast<int>(known.size()) <= device_index) known.resize(device_index + 1, -1);
-  if (known[device_index] < 0) {
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
-    cudaFuncAttributes attr;
-    // Fails with cudaErrorInvalidDeviceFunction (or NoKernelImageForDevice) when no image fits this device.
-    const auto err = cudaFuncGetAttributes(&attr, quantize_rows_kernel<float>);
-    known[device_index] = err == cudaSuccess ? 1 : 0;
-    if (err != cudaSuccess) (void)cudaGetLastError();  // clear the (non-sticky) error
-  }
-  return known[device_index] == 1;
-}
+bool fp8_device_supported(int device_index) { return common::image_fits(device_index, quantize_rows_kernel<float>); }
 
 std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in) {
   check_input(t_in, "fp8_quantize_rows");

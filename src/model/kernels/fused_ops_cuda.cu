@@ -5,6 +5,7 @@
 // the dtype the reference op would have produced (`rnd<T>`), so the forward matches reference_ops.cpp.
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fused_ops_cuda.h"
+#include "model/kernels/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -26,45 +27,7 @@ using bf16 = c10::BFloat16;
 constexpr int kRowThreads = 256;  // threads per block of the row kernels (a multiple of 32)
 constexpr int kColThreads = 256;  // columns per block of the group sums
 
-template <typename T>
-__device__ __forceinline__ float rnd(float v) {
-  return static_cast<float>(static_cast<T>(v));  // round-to-nearest-even, as ATen's casts
-}
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
-template <int N, typename T>
-__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  const auto pk = *reinterpret_cast<const Pack<T, N>*>(p);
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = static_cast<float>(pk.v[k]);
-}
-
-template <int N, typename T>
-__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
-  Pack<T, N> pk;
-#pragma unroll
-  for (int k = 0; k < N; ++k) pk.v[k] = static_cast<T>(in[k]);
-  *reinterpret_cast<Pack<T, N>*>(p) = pk;
-}
-
-// Sum over the block, returned to every thread. Deterministic (fixed shuffle tree); blockDim.x a multiple of 32.
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // `part` may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  v = lane < warps ? part[lane] : 0.f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using common::block_sum, common::load, common::rnd, common::store;
 
 // Token row -> modulation row. Wan: x [B, L, D] against [B, G, 1, D] (groups of L/G consecutive tokens); H3: an index.
 struct GroupRows {
@@ -304,22 +267,7 @@ void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 
 }  // namespace
 
-bool device_supported(int device_index) {
-  static std::mutex mu;
-  static std::vector<int> known;  // -1 unknown, 0 no, 1 yes
-  std::lock_guard<std::mutex> lock(mu);
-  if (device_index < 0) return false;
-  if (static_cast<int>(known.size()) <= device_index) known.resize(device_index + 1, -1);
-  if (known[device_index] < 0) {
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
-    cudaFuncAttributes attr;
-    // Fails with cudaErrorInvalidDeviceFunction (or NoKernelImageForDevice) when no image fits this device.
-    const auto err = cudaFuncGetAttributes(&attr, norm_modulate_kernel<float, 1>);
-    known[device_index] = err == cudaSuccess ? 1 : 0;
-    if (err != cudaSuccess) (void)cudaGetLastError();  // clear the sticky-free error
-  }
-  return known[device_index] == 1;
-}
+bool device_supported(int device_index) { return common::image_fits(device_index, norm_modulate_kernel<float, 1>); }
 
 std::tuple<Tensor, Tensor, Tensor> modulated_norm_forward(const Tensor& x_in, const Tensor& shift_in,
                                                           const Tensor& scale_in, double eps) {

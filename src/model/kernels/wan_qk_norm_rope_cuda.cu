@@ -7,6 +7,7 @@
 // shared memory (each thread owns the same columns in every row: no races, no atomics), then one ATen sum.
 // 16-byte vector loads when the width and the pointers allow, else one pair at a time.
 #include "model/kernels/wan_qk_norm_rope_cuda.h"
+#include "model/kernels/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -25,56 +26,7 @@ namespace {
 using at::Tensor;
 using bf16 = c10::BFloat16;
 
-template <typename T>
-__device__ __forceinline__ float rnd(float v) {
-  return static_cast<float>(static_cast<T>(v));  // round-to-nearest-even, as ATen's casts
-}
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
-// N consecutive elements as float32: one 16-byte load when kVec, else element by element.
-template <int N, bool kVec, typename T>
-__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  if constexpr (kVec) {
-    const auto pk = *reinterpret_cast<const Pack<T, N>*>(p);
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = static_cast<float>(pk.v[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = static_cast<float>(p[k]);
-  }
-}
-
-template <int N, bool kVec, typename T>
-__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
-  if constexpr (kVec) {
-    Pack<T, N> pk;
-#pragma unroll
-    for (int k = 0; k < N; ++k) pk.v[k] = static_cast<T>(in[k]);
-    *reinterpret_cast<Pack<T, N>*>(p) = pk;
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) p[k] = static_cast<T>(in[k]);
-  }
-}
-
-// Sum over the block, returned to every thread. Deterministic (fixed shuffle tree); blockDim.x a multiple of 32.
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // `part` may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  v = lane < warps ? part[lane] : 0.f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using common::block_sum, common::load, common::rnd, common::store;
 
 struct Geometry {
   int64_t rows, L, D;  // token rows B * L, tokens per sample (the table's rows), width N * Dh
