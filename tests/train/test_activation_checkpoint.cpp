@@ -11,6 +11,7 @@
 #include "model/lora.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
+#include "train/tiny_grads_test_util.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
 #include "tools/synth.h"
@@ -101,66 +102,17 @@ TEST(ActivationCheckpoint, LoraOnAFrozenBaseGetsEveryGradientAndHooksWrapEachRun
 
 // --- selective checkpointing -------------------------------------------------------------------------------------
 
-enum class Family { wan, h3 };
+using test::Family;
 
-// A tiny base of either family with its inputs (x a leaf that requires grad), optionally a LoRA (B non-zero) on a
-// frozen base, and the checkpointing mode. Returns the gradient of every trainable parameter and of the latents.
+// The gradient of every trainable parameter and of the latents (test::tiny_grads) under a checkpointing mode.
 std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk,
                                               int64_t selective_blocks = -1) {
-  torch::manual_seed(0);
-  std::shared_ptr<Denoiser> m;
-  DenoiserInputs in;
-  if (family == Family::wan) {
-    auto w = WanDiT(preset_config("tiny"));
-    w->init_random_base(5);
-    m = w.ptr();
-    in.x = torch::randn({1, 16, 4, 4, 4});
-    in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});
-    in.context = torch::randn({1, 5, 64});
-  } else {
-    auto h = H3DiT(h3_preset("h3-tiny"));
-    h->init_random_base(5);
-    m = h.ptr();
-    in.x = torch::randn({1, 24, 4, 4, 4});
-    in.t = torch::rand({1, 4}) * 1000;
-    in.context = torch::randn({1, 6, 48});
-    in.extra["picture1"] = torch::randn({1, 24, 1, 2, 4});
-    in.extra["audio"] = torch::randn({1, 2, 32, h3_span_audio_steps(4)});
-    in.extra["audio.t"] = torch::rand({1, h3_span_audio_steps(4)}) * 1000;
-    in.extra["text_tags"] = torch::tensor({{1, 0, 0, 1, 1, 1}});
-  }
-  if (causal_chunk > 0) in.attention = AttentionPattern::block_causal(causal_chunk);
-  std::vector<std::pair<std::string, torch::Tensor>> trainable;
-  if (lora) {
-    LoraConfig lc;
-    lc.rank = 2, lc.targets = m->lora_targets();
-    trainable = attach_lora(*m, lc, 3);
-    torch::NoGradGuard ng;
-    for (auto& [n, p] : trainable) p.normal_(0, 0.1);
-  } else {
-    for (auto& kv : m->named_parameters()) trainable.emplace_back(kv.key(), kv.value());
-  }
-  if (mode != Checkpointing::none) {
-    CheckpointOptions o;
-    o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
-    enable_block_checkpointing(*m, o);
-  }
-  in.x = in.x.clone().requires_grad_(true);
-  DenoiserAux aux;
-  auto out = m->forward(in, &aux);
-  auto loss = (out * torch::linspace(-1, 1, out.numel()).view_as(out)).sum();
-  for (auto& [name, s] : aux.streams) loss = loss + s.square().mean();
-  loss.backward();
-  std::map<std::string, torch::Tensor> g;
-  for (auto& [n, p] : trainable) g[n] = p.grad().defined() ? p.grad().clone() : torch::zeros_like(p);
-  g["input x"] = in.x.grad().clone();
-  if (lora)  // a frozen base: no weight gradient anywhere outside the factors
-    for (auto& kv : m->named_parameters())
-      if (kv.key().find(".lora_") == std::string::npos) {
-        EXPECT_FALSE(kv.value().requires_grad()) << kv.key();
-        EXPECT_FALSE(kv.value().grad().defined()) << kv.key();
-      }
-  return g;
+  return test::tiny_grads(family, lora, causal_chunk, [&](Denoiser& m) {
+           if (mode == Checkpointing::none) return;
+           CheckpointOptions o;
+           o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
+           enable_block_checkpointing(m, o);
+         }).grads;
 }
 
 void expect_same_grads(const std::map<std::string, torch::Tensor>& ref, const std::map<std::string, torch::Tensor>& got,

@@ -13,6 +13,7 @@
 #include "model/lora.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
+#include "train/tiny_grads_test_util.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
 #include "train/loop/activation_checkpoint.h"
@@ -57,7 +58,7 @@ TEST(Fp8Blocks, FlagAndDeviceErrorsNameTheFlag) {
   EXPECT_EQ(nlohmann::json::parse(causal.to_json())["fp8"], "on");  // args.json
 }
 
-enum class Family { wan, h3 };
+using test::Family;
 
 struct Run {
   std::map<std::string, torch::Tensor> grads;  // every trainable parameter's and the latents'
@@ -65,60 +66,18 @@ struct Run {
   std::string described;
 };
 
-// A tiny base of either family, optionally a LoRA (B non-zero) on a frozen base, the checkpointing mode and FP8 on the
-// given blocks (nullopt: off).
+// test::tiny_grads under the checkpointing mode and FP8 on the given blocks (nullopt: off).
 Run run(Family family, Checkpointing mode, bool lora, std::optional<std::vector<int64_t>> fp8) {
-  torch::manual_seed(0);
-  std::shared_ptr<Denoiser> m;
-  DenoiserInputs in;
-  if (family == Family::wan) {
-    auto w = WanDiT(preset_config("tiny"));
-    w->init_random_base(5);
-    m = w.ptr();
-    in.x = torch::randn({1, 16, 4, 4, 4});
-    in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});
-    in.context = torch::randn({1, 5, 64});
-  } else {
-    auto h = H3DiT(h3_preset("h3-tiny"));
-    h->init_random_base(5);
-    m = h.ptr();
-    in.x = torch::randn({1, 24, 4, 4, 4});
-    in.t = torch::rand({1, 4}) * 1000;
-    in.context = torch::randn({1, 6, 48});
-    in.extra["picture1"] = torch::randn({1, 24, 1, 2, 4});
-    in.extra["audio"] = torch::randn({1, 2, 32, h3_span_audio_steps(4)});
-    in.extra["audio.t"] = torch::rand({1, h3_span_audio_steps(4)}) * 1000;
-    in.extra["text_tags"] = torch::tensor({{1, 0, 0, 1, 1, 1}});
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> trainable;
-  if (lora) {
-    LoraConfig lc;
-    lc.rank = 2, lc.targets = m->lora_targets();
-    trainable = attach_lora(*m, lc, 3);
-    torch::NoGradGuard ng;
-    for (auto& [n, p] : trainable) p.normal_(0, 0.1);
-  } else {
-    for (auto& kv : m->named_parameters()) trainable.emplace_back(kv.key(), kv.value());
-  }
-  if (mode != Checkpointing::none) {
-    CheckpointOptions o;
-    o.selective = mode == Checkpointing::selective;
-    enable_block_checkpointing(*m, o);
-  }
   Run r;
-  if (fp8) r.described = enable_fp8_linears(*m, Fp8Mode::emulate, *fp8);
-  in.x = in.x.clone().requires_grad_(true);
-  DenoiserAux aux;
-  auto out = m->forward(in, &aux);
-  auto loss = (out * torch::linspace(-1, 1, out.numel()).view_as(out)).sum();
-  for (auto& [name, s] : aux.streams) loss = loss + s.square().mean();
-  loss.backward();
-  for (auto& [n, p] : trainable) r.grads[n] = p.grad().defined() ? p.grad().clone() : torch::zeros_like(p);
-  r.grads["input x"] = in.x.grad().clone();
-  r.out = out.detach();
-  if (lora)  // a frozen base stays without weight gradients under FP8 too
-    for (auto& kv : m->named_parameters())
-      if (kv.key().find(".lora_") == std::string::npos) EXPECT_FALSE(kv.value().grad().defined()) << kv.key();
+  auto g = test::tiny_grads(family, lora, 0, [&](Denoiser& m) {
+    if (mode != Checkpointing::none) {
+      CheckpointOptions o;
+      o.selective = mode == Checkpointing::selective;
+      enable_block_checkpointing(m, o);
+    }
+    if (fp8) r.described = enable_fp8_linears(m, Fp8Mode::emulate, *fp8);
+  });
+  r.grads = std::move(g.grads), r.out = g.out;
   return r;
 }
 
