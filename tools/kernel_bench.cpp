@@ -14,6 +14,8 @@
 #include "model/kernels/fused_ops.h"
 #include "model/kernels/qk_norm_rope.h"
 #include "model/kernels/reference_ops.h"
+#include "model/kernels/row_gather.h"
+#include "model/kernels/swiglu.h"
 #include "model/kernels/wan_qk_norm_rope.h"
 #include "model/embeddings.h"
 
@@ -170,6 +172,27 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
                  {wq_in, wk_in, wwq, wwk, rope.cos, rope.sin}, {"q_in", "k_in", "w_q", "w_k"},
                  torch::randn({B, WL, WN, 2 * WDh}, f32)});
   out.back().backend = kernels::wan_qk_backend(wq_in, wwq);
+  // The same kernels without RoPE: Wan cross-attention's q norm (and H3's block norms), x [B, L, D].
+  out.push_back({"wan_rms_norm", wan_shape, [](const auto& t) { return kernels::fused_wan_rms_norm(t[0], t[1], 1e-6, false); },
+                 [](const auto& t) { return kernels::wan_rms_norm_reference(t[0], t[1], 1e-6); },
+                 {x, (1 + 0.3 * torch::randn({D}, f32)).to(dt)}, {"x", "w"}, go});
+  out.back().backend = kernels::wan_qk_backend(x, out.back().inputs[1]);
+  // H3's MLP activation: fc1's output [S, 2F] (gate | up) -> silu(gate) * up [S, F].
+  const int64_t F = real ? 14336 : 24;
+  out.push_back({"swiglu", "h [" + std::to_string(S) + ", " + std::to_string(2 * F) + "]",
+                 [](const auto& t) { return kernels::fused_swiglu(t[0], false); },
+                 [](const auto& t) { return kernels::swiglu_reference(t[0]); }, {torch::randn({S, 2 * F}, f32).to(dt) * 3},
+                 {"h"}, torch::randn({S, F}, f32)});
+  out.back().backend = kernels::cuda_kernels_take(out.back().inputs[0]) ? "cuda" : "aten";
+  // Per-cell text: Wan's text keys [R, 512, D] gathered to 21 frames (a few rows, each named by several frames).
+  const int64_t Rt = real ? 4 : 3, Lt = real ? 512 : 5, Nc = real ? 21 : 7;
+  const auto ids = torch::arange(Nc, f32.dtype(torch::kInt64)).remainder(Rt);
+  out.push_back({"gather_rows", "rows [" + std::to_string(Rt) + ", " + std::to_string(Lt) + ", " + std::to_string(D) +
+                 "] ids [" + std::to_string(Nc) + "]",
+                 [](const auto& t) { return kernels::fused_gather_rows(t[0], t[1], false); },
+                 [](const auto& t) { return t[0].index_select(0, t[1]); }, {torch::randn({Rt, Lt, D}, f32).to(dt), ids},
+                 {"rows"}, torch::randn({Nc, Lt, D}, f32)});
+  out.back().backend = kernels::cuda_kernels_take(out.back().inputs[0]) ? "cuda" : "aten";
   return out;
 }
 

@@ -28,9 +28,14 @@ class Replicated : public GradSync {
   }
   void attach(const NamedTensors& compute) override { params_.rebind(compute); }
   void after_backward() override { params_.accumulate_grads(); }
-  torch::Tensor clip_grad_norm(double max_norm) override { return vdt::clip_grad_norm(params_.all(), max_norm); }
+  torch::Tensor clip_grad_norm(double max_norm) override {
+    auto norm = grad_norm(params_.all());
+    clip_ = max_norm > 0 ? clip_coefficient(norm, max_norm) : torch::Tensor();
+    return norm;
+  }
   void step(const torch::Tensor& found_inf) override {
-    opt_->step(found_inf);
+    opt_->step(found_inf, clip_);
+    clip_ = torch::Tensor();
     params_.publish();
     opt_->zero_grad();
     params_.clear_compute_grads();
@@ -62,6 +67,7 @@ class Replicated : public GradSync {
  protected:
   TrainParams params_;
   std::unique_ptr<AdamW> opt_;
+  torch::Tensor clip_;  // the clip coefficient for the next step (undefined: none)
 };
 
 // Every rank holds the trainable parameters whole; each gradient is all-reduced as soon as backward has produced it

@@ -135,17 +135,15 @@ torch::Tensor Zero2::clip_grad_norm(double max_norm) {
   for (auto& b : buckets_) sq += b->grad.to(torch::kFloat32).pow(2).sum();
   comm_.all_reduce(sq)->wait();
   auto total = sq.sqrt().squeeze();
-  if (max_norm > 0) {
-    auto coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-    for (auto& b : buckets_) b->grad.mul_(coef.to(b->grad.scalar_type()));
-  }
+  clip_ = max_norm > 0 ? clip_coefficient(total, max_norm) : torch::Tensor();  // applied by step()'s AdamW
   return total;
 }
 
 void Zero2::step(const torch::Tensor& found_inf) {
   torch::NoGradGuard ng;
   for (auto& b : buckets_) b->master.mutable_grad() = b->grad;
-  opt_->step(found_inf);
+  opt_->step(found_inf, clip_);
+  clip_ = torch::Tensor();
   for (auto& b : buckets_) {
     b->master.mutable_grad() = torch::Tensor();
     b->grad.zero_();

@@ -48,6 +48,7 @@ class Zero2 : public GradSync {
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<std::pair<size_t, size_t>> slot_of_;  // compute parameter -> (bucket, index in bucket)
   std::unique_ptr<AdamW> opt_;
+  torch::Tensor clip_;  // the clip coefficient for the next step (undefined: none)
   std::unique_ptr<GradHooks> hooks_;
 };
 

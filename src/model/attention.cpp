@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "model/kept_ops.h"
+#include "model/kernels/row_gather.h"
 #include "model/kernels/wan_qk_norm_rope.h"
 #include "model/lora.h"
 
@@ -17,9 +18,10 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // ATen's rms_norm (one fused kernel on CUDA, statistics in float32) without the weight, so the cast to x's dtype
-  // still comes before the weight multiply, as in Wan; rms_norm_reference is the spelled-out form (tests).
-  return at::rms_norm(x, {x.size(-1)}, std::nullopt, eps_) * weight;
+  // ATen's rms_norm (statistics in float32) without the weight, so the cast to x's dtype still comes before the weight
+  // multiply, as in Wan; on CUDA one kernel pair forward and backward (kernels/wan_qk_norm_rope.h). rms_norm_reference
+  // is the spelled-out form (tests).
+  return kernels::wan_rms_norm(x, weight, eps_);
 }
 
 torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -81,8 +83,8 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
     TORCH_CHECK(ctx_in.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
                 "and ctx_ids [B, F], got ", ctx_in.sizes(), " and ", ctx_ids.sizes());
     const auto idx = ctx_ids.flatten();
-    kc = kc.index_select(0, idx).unflatten(0, {B, ctx_ids.size(1)});
-    vc = vc.index_select(0, idx).unflatten(0, {B, ctx_ids.size(1)});
+    kc = kernels::gather_rows(kc, idx).unflatten(0, {B, ctx_ids.size(1)});  // index_select, backward by GEMM
+    vc = kernels::gather_rows(vc, idx).unflatten(0, {B, ctx_ids.size(1)});
     ctx = kc;  // only its shape is read below
   }
   auto attend = [this](const std::vector<torch::Tensor>& t) { return attention(t[0], t[1], t[2], kernel); };

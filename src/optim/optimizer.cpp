@@ -75,15 +75,16 @@ void AdamW::zero_grad() {
     for (auto& p : g.params) p.mutable_grad() = torch::Tensor();
 }
 
-void AdamW::step(const torch::Tensor& found_inf) {
+void AdamW::step(const torch::Tensor& found_inf, const torch::Tensor& grad_scale) {
   torch::NoGradGuard ng;
   // The reference path checks on the host; the fused kernel skips on the device.
   if (!cfg_.fused && found_inf.defined() && found_inf.item<double>() != 0) return;
   ++steps_;
-  for (size_t g = 0; g < groups_.size(); ++g) cfg_.fused ? step_fused(g, found_inf) : step_reference(g);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    cfg_.fused ? step_fused(g, found_inf, grad_scale) : step_reference(g, grad_scale);
 }
 
-void AdamW::step_reference(size_t gi) {
+void AdamW::step_reference(size_t gi, const torch::Tensor& grad_scale) {
   const auto& g = groups_[gi];
   const double bc1 = 1 - std::pow(cfg_.beta1, static_cast<double>(steps_));
   const double bc2 = 1 - std::pow(cfg_.beta2, static_cast<double>(steps_));
@@ -92,6 +93,7 @@ void AdamW::step_reference(size_t gi) {
     if (!p.grad().defined()) continue;
     step_tensors_[gi][i].fill_(static_cast<double>(steps_));
     auto grad = p.grad().to(torch::kFloat32);
+    if (grad_scale.defined()) grad = grad * grad_scale.to(grad.device(), torch::kFloat32);
     auto m = exp_avg_[gi][i].to(torch::kFloat32), v = exp_avg_sq_[gi][i].to(torch::kFloat32);
     auto pf = p.to(torch::kFloat32) * (1 - g.lr * g.weight_decay);
     m = m * cfg_.beta1 + grad * (1 - cfg_.beta1);
@@ -103,7 +105,7 @@ void AdamW::step_reference(size_t gi) {
   }
 }
 
-void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf) {
+void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf, const torch::Tensor& grad_scale) {
   const auto& g = groups_[gi];
   // _fused_adamw_ wants every list on one device and dtype family: bucket by (device, param dtype, state dtype).
   std::map<std::tuple<std::string, int, int>, std::vector<size_t>> buckets;
@@ -122,7 +124,9 @@ void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf) {
       vs.push_back(exp_avg_sq_[gi][i]);
       ss.push_back(step_tensors_[gi][i]);
     }
-    std::optional<torch::Tensor> inf;
+    std::optional<torch::Tensor> inf, divisor;
+    // The kernel divides the gradients by its grad_scale (AMP's unscale): hand it 1 / ours.
+    if (grad_scale.defined()) divisor = 1.0 / grad_scale.to(ps.front().device(), torch::kFloat32);
     if (found_inf.defined()) {
       inf = found_inf.to(ps.front().device(), torch::kFloat32);
       at::_foreach_add_(ss, 1.0 - *inf);  // a skipped step does not count (the kernel leaves steps alone)
@@ -130,22 +134,37 @@ void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf) {
       at::_foreach_add_(ss, 1.0);
     }
     at::_fused_adamw_(ps, gs, ms, vs, {}, ss, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+                      /*amsgrad=*/false, /*maximize=*/false, divisor, inf);
   }
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  torch::NoGradGuard ng;
+namespace {
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
   VDT_CHECK(!grads.empty(), "clip_grad_norm: no parameter has a gradient");
-  auto norms = at::_foreach_norm(grads, 2);
+  return grads;
+}
+}  // namespace
+
+torch::Tensor grad_norm(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard ng;
+  auto norms = at::_foreach_norm(grads_of(params), 2);
   for (auto& n : norms) n = n.to(torch::kFloat32);
-  auto total = torch::stack(norms).norm();
+  return torch::stack(norms).norm();
+}
+
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm) {
+  return torch::clamp(max_norm / (norm + 1e-6), c10::nullopt, 1.0);
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard ng;
+  auto total = grad_norm(params);
   if (max_norm > 0) {
-    auto coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-    for (auto& gr : grads) gr.mul_(coef.to(gr.scalar_type()));
+    const auto coef = clip_coefficient(total, max_norm);
+    for (auto& gr : grads_of(params)) gr.mul_(coef.to(gr.scalar_type()));
   }
   return total;
 }

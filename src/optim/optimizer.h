@@ -31,7 +31,10 @@ class AdamW {
   AdamW(std::vector<AdamWGroup> groups, AdamWConfig cfg);
   // One update from each parameter's .grad (parameters without a gradient are skipped). When `found_inf` (a 0-dim
   // float tensor on the parameters' device) is non-zero the update is skipped on the device, without a host sync.
-  void step(const torch::Tensor& found_inf = {});
+  // `grad_scale` (0-dim float32 on the device, optional) multiplies every gradient first: the clip coefficient,
+  // applied inside the fused kernel rather than in a pass of its own over the gradients (which the kernel then holds
+  // scaled, as clip_grad_norm would have left them).
+  void step(const torch::Tensor& found_inf = {}, const torch::Tensor& grad_scale = {});
   void zero_grad();
   std::vector<AdamWGroup>& groups() { return groups_; }
   // Moments per parameter, in group order: exp_avg, exp_avg_sq.
@@ -47,8 +50,8 @@ class AdamW {
   void load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& where);
 
  private:
-  void step_reference(size_t g);
-  void step_fused(size_t g, const torch::Tensor& found_inf);
+  void step_reference(size_t g, const torch::Tensor& grad_scale);
+  void step_fused(size_t g, const torch::Tensor& found_inf, const torch::Tensor& grad_scale);
   std::vector<AdamWGroup> groups_;
   AdamWConfig cfg_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_, step_tensors_;
@@ -58,5 +61,9 @@ class AdamW {
 // Scales all gradients so their global L2 norm is at most max_norm; returns the pre-clip norm (0-dim float32 tensor on
 // the gradients' device). max_norm <= 0 only measures.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// The parts of it, for an update that applies the coefficient itself (AdamW::step's grad_scale): the global L2 norm
+// of the parameters' gradients, and the clip coefficient min(1, max_norm / (norm + 1e-6)) (0-dim, on norm's device).
+torch::Tensor grad_norm(const std::vector<torch::Tensor>& params);
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm);
 
 }  // namespace vdt

@@ -56,5 +56,25 @@ TEST(ClipGradNorm, ReturnsPreClipNormAndScales) {
   EXPECT_NEAR(std::sqrt(after), 1.0, 1e-4);
 }
 
+// Clipping inside the update (grad_scale = the clip coefficient, what GradSync::step does) moves the weights as
+// clipping the gradients first and stepping without a scale, on the fused and on the reference path.
+TEST(AdamW, GradScaleEqualsClippingFirst) {
+  for (bool fused : {true, false}) {
+    auto a = make_params(3), b = make_params(3);
+    AdamW scaled({{"g", a, 1e-2, 0.1}}, {.fused = fused});
+    AdamW plain({{"g", b, 1e-2, 0.1}}, {.fused = fused});
+    for (int s = 0; s < 4; ++s) {
+      set_grads(a, s), set_grads(b, s);
+      const auto norm = grad_norm(a);
+      const auto coef = clip_coefficient(norm, 0.5);
+      EXPECT_LT(coef.item<double>(), 1.0);  // the clip is active
+      EXPECT_NEAR(clip_grad_norm(b, 0.5).item<double>(), norm.item<double>(), 1e-6);
+      scaled.step({}, coef), plain.step();
+    }
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), 1e-6) << (fused ? "fused" : "reference");
+  }
+}
+
 }  // namespace
 }  // namespace vdt

@@ -16,15 +16,17 @@ TEST(KernelBench, SmallShapesOnCpuPass) {
   const auto r = run_kernel_bench(cfg);
   EXPECT_FALSE(kernels::fused_kernels_switch());
   kernels::set_fused_kernels(true);
-  ASSERT_EQ(r.size(), 14u);  // 7 ops x 2 dtypes
+  ASSERT_EQ(r.size(), 20u);  // 10 ops x 2 dtypes
   int wan_qk = 0;
   for (const auto& k : r) {
     EXPECT_TRUE(k.pass()) << k.op << " " << k.dtype;
     EXPECT_EQ(k.backend, k.op == "fp8_linear" ? "emulate" : "aten");
-    // the output and three gradients (h3_qk_norm_rope: qkv, w_q, w_k; fp8_linear: x, w, b), four for
-    // wan_qk_norm_rope (q_in, k_in, w_q, w_k)
+    // the output and its gradients: three for most (h3_qk_norm_rope: qkv, w_q, w_k; fp8_linear: x, w, b), four for
+    // wan_qk_norm_rope (q_in, k_in, w_q, w_k), two for wan_rms_norm (x, w), one for swiglu (h) and gather_rows (rows)
     wan_qk += k.op == "wan_qk_norm_rope";
-    EXPECT_EQ(k.tensors.size(), k.op == "wan_qk_norm_rope" ? 5u : 4u) << k.op;
+    const size_t want = k.op == "wan_qk_norm_rope" ? 5u : k.op == "wan_rms_norm" ? 3u
+                        : k.op == "swiglu" || k.op == "gather_rows" ? 2u : 4u;
+    EXPECT_EQ(k.tensors.size(), want) << k.op;
     EXPECT_GT(k.fused_ms, 0);
   }
   EXPECT_EQ(wan_qk, 2);

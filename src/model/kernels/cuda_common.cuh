@@ -1,5 +1,5 @@
 // Device helpers shared by the kernel files (fused_ops_cuda.cu, qk_norm_rope_cuda.cu, wan_qk_norm_rope_cuda.cu,
-// fp8_linear_cuda.cu): rounding to a dtype as ATen's casts do, 16-byte packs, vector loads / stores as float32, a
+// fp8_linear_cuda.cu, row_gather_cuda.cu, swiglu_cuda.cu): rounding to a dtype as ATen's casts do, 16-byte packs, vector loads / stores as float32, a
 // deterministic block sum, and the host-side check that this binary has a kernel image for a device.
 // Not here: any op's kernel.
 #pragma once

@@ -50,6 +50,12 @@ bool use_cuda(const Tensor& x, const Tensor& mod, FusedPath path) {
 #endif
 }
 
+}  // namespace
+
+bool cuda_kernels_take(const Tensor& t) { return use_cuda(t, t, FusedPath::automatic); }
+
+namespace {
+
 #ifdef VDT_WITH_CUDA_KERNELS
 #define VDT_CUDA_ONLY(...) __VA_ARGS__
 #else

@@ -29,6 +29,9 @@ class FusedKernelsScope {
 };
 // Whether this binary has the CUDA kernels (nvcc found at configure time, LibTorch with CUDA).
 bool cuda_kernels_built();
+// Whether this directory's CUDA kernels run for t: float32 or bfloat16 on a CUDA device they have an image for (the
+// single-tensor ops: swiglu.h, row_gather.h).
+bool cuda_kernels_take(const torch::Tensor& t);
 
 // Which implementation a fused op runs: automatic = the CUDA kernel when x is on a CUDA device the kernels were built
 // for (sm_90a) and the dtypes are supported (x float32 or bfloat16; modulation float32 or x's dtype), else the ATen

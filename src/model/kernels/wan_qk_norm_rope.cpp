@@ -34,18 +34,22 @@ bool use_cuda(const Tensor& x, const Tensor& w_q, const Tensor& w_k, bool aten) 
 #endif
 }
 
-// The ATen form of the backward of one part: x [B, L, D], g [B, L, N, Dh], cos / sin [L, Dh/2] float32 ->
-// (dx [B, L, D] float32, dw [D] float32 or undefined).
+// The ATen form of the backward of one part: x [B, L, D], g [B, L, N, Dh], cos / sin [L, Dh/2] float32 (undefined:
+// no RoPE, g [B, L, D]) -> (dx [B, L, D] float32, dw [D] float32 or undefined).
 Pair backward_part(const Tensor& x_in, const Tensor& g_in, const Tensor& w, double eps, const Tensor& cos,
                    const Tensor& sin, bool want_w) {
-  const int64_t B = x_in.size(0), L = x_in.size(1), D = x_in.size(2), N = g_in.size(2), H2 = g_in.size(3) / 2;
+  const int64_t B = x_in.size(0), L = x_in.size(1), D = x_in.size(2);
   const auto x = x_in.to(torch::kFloat32);
   const auto rstd = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [B, L, 1]
   const auto nf = x * rstd;
-  const auto g = g_in.to(torch::kFloat32).reshape({B, L, N, H2, 2});  // [B, L, N, Dh] -> [B, L, N, Dh/2, 2]
-  const auto g0 = g.select(-1, 0), g1 = g.select(-1, 1);              // [B, L, N, Dh/2]
-  const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);              // [L, 1, Dh/2]
-  const auto gy = torch::stack({g0 * c + g1 * s, g1 * c - g0 * s}, -1).reshape({B, L, D});  // -> [B, L, D]
+  Tensor gy = g_in.to(torch::kFloat32).reshape({B, L, D});
+  if (cos.defined()) {
+    const int64_t N = g_in.size(2), H2 = g_in.size(3) / 2;
+    const auto g = gy.reshape({B, L, N, H2, 2});            // [B, L, D] -> [B, L, N, Dh/2, 2]
+    const auto g0 = g.select(-1, 0), g1 = g.select(-1, 1);  // [B, L, N, Dh/2]
+    const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [L, 1, Dh/2]
+    gy = torch::stack({g0 * c + g1 * s, g1 * c - g0 * s}, -1).reshape({B, L, D});  // -> [B, L, D]
+  }
   Tensor dw;
   if (want_w) dw = (gy * nf.to(x_in.scalar_type()).to(torch::kFloat32)).sum(std::vector<int64_t>{0, 1});
   const auto gn = gy * w.to(torch::kFloat32);
@@ -104,6 +108,40 @@ struct WanQkNormRopeFn : torch::autograd::Function<WanQkNormRopeFn> {
   }
 };
 
+// The plain norm (no RoPE) of one tensor, cross-attention's q and k: y = RMSNorm_D(x) * w.
+struct WanRmsNormFn : torch::autograd::Function<WanRmsNormFn> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, double eps, bool cuda) {
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["cuda"] = cuda;
+    if (cuda) {
+#ifdef VDT_WITH_CUDA_KERNELS
+      auto [y, rstd] = cuda::wan_rms_norm_forward(x, w, eps);
+      ctx->save_for_backward({x, w, rstd});
+      return {y};
+#endif
+    }
+    ctx->save_for_backward({x, w, Tensor()});
+    return {wan_rms_norm_reference(x, w, eps).contiguous()};  // autograd is off: no graph
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const bool want_w = ctx->needs_input_grad(1);
+    const auto g = grads[0].defined() ? grads[0] : torch::zeros_like(x);
+    Tensor dx, dw;
+    if (ctx->saved_data["cuda"].toBool()) {
+#ifdef VDT_WITH_CUDA_KERNELS
+      std::tie(dx, dw) = cuda::wan_rms_norm_backward(g.to(x.scalar_type()), x, w, saved[2], want_w);
+#endif
+    } else {
+      std::tie(dx, dw) = backward_part(x, g, w, ctx->saved_data["eps"].toDouble(), Tensor(), Tensor(), want_w);
+    }
+    return {ctx->needs_input_grad(0) ? dx.to(x.scalar_type()) : Tensor(),
+            want_w ? dw.to(w.scalar_type()) : Tensor(), Tensor(), Tensor()};
+  }
+};
+
 void check_shapes(const Tensor& q_in, const Tensor& k_in, const Tensor& w_q, const Tensor& w_k, const Tensor& cos,
                   const Tensor& sin, int64_t heads) {
   TORCH_CHECK(q_in.dim() == 3 && k_in.sizes() == q_in.sizes() && k_in.scalar_type() == q_in.scalar_type(),
@@ -148,6 +186,26 @@ Pair wan_qk_norm_rope(const Tensor& q_in, const Tensor& k_in, const Tensor& w_q,
                       const Tensor& cos, const Tensor& sin, int64_t heads) {
   if (!fused_kernels_on()) return wan_qk_norm_rope_reference(q_in, k_in, w_q, w_k, eps, cos, sin, heads);
   return fused_wan_qk_norm_rope(q_in, k_in, w_q, w_k, eps, cos, sin, heads, /*aten=*/false);
+}
+
+Tensor wan_rms_norm_reference(const Tensor& x, const Tensor& w, double eps) {
+  // ATen's rms_norm without the weight, so the cast to x's dtype comes before the weight multiply, as in Wan
+  return at::rms_norm(x, {x.size(-1)}, std::nullopt, eps) * w;
+}
+
+Tensor fused_wan_rms_norm(const Tensor& x, const Tensor& w, double eps, bool aten) {
+  TORCH_CHECK(x.dim() == 3 && w.dim() == 1 && w.size(0) == x.size(2) && w.scalar_type() == x.scalar_type(),
+              "wan_rms_norm: expected x [B, L, D] and w [D] of x's dtype, got ", x.sizes(), " ", x.scalar_type(),
+              " and ", w.sizes(), " ", w.scalar_type());
+  return WanRmsNormFn::apply(x, w, eps, use_cuda(x, w, w, aten))[0];
+}
+
+Tensor wan_rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  // The node only where its CUDA kernel runs; elsewhere the reference ops (no speed to gain on the CPU, and the CPU
+  // golden curves keep autograd's own backward).
+  if (!fused_kernels_on() || x.dim() < 2 || !use_cuda(x, w, w, /*aten=*/false)) return wan_rms_norm_reference(x, w, eps);
+  const auto x3 = x.reshape({1, -1, x.size(-1)});  // [..., D] -> [1, rows, D] (H3's blocks norm [S, D])
+  return fused_wan_rms_norm(x3, w, eps, /*aten=*/false).view(x.sizes());
 }
 
 }  // namespace vdt::kernels

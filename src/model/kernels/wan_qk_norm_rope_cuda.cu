@@ -5,7 +5,8 @@
 // Backward: the rotation's transpose, times w, RMSNorm's dx = rstd * (gn - nf * mean(gn * nf)); the norm weights'
 // gradient sum_rows gy * n as fixed partial sums: each block walks a fixed set of rows and keeps its columns' sums in
 // shared memory (each thread owns the same columns in every row: no races, no atomics), then one ATen sum.
-// 16-byte vector loads when the width and the pointers allow, else one pair at a time.
+// 16-byte vector loads when the width and the pointers allow, else one pair at a time. Without kRope (cross-attention's
+// q and k, wan_rms_norm_*) the same kernels normalise one tensor (grid.y = 1) and skip the rotation: y = n * w.
 #include "model/kernels/wan_qk_norm_rope_cuda.h"
 #include "model/kernels/cuda_common.cuh"
 
@@ -33,7 +34,7 @@ struct Geometry {
   int Dh;              // head width (the table has Dh / 2 angles per token)
 };
 
-template <typename T, int N, bool kVec>
+template <typename T, int N, bool kVec, bool kRope>
 __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ xk, const T* __restrict__ wq,
                                const T* __restrict__ wk, const float* __restrict__ cos, const float* __restrict__ sin,
                                T* __restrict__ q, T* __restrict__ k, float* __restrict__ rstd_out, Geometry g,
@@ -44,8 +45,8 @@ __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ x
   const T* w = part ? wk : wq;
   T* out = (part ? k : q) + row * g.D;
   const int H2 = g.Dh / 2;
-  const float* cr = cos + (row % g.L) * H2;
-  const float* sr = sin + (row % g.L) * H2;
+  const float* cr = kRope ? cos + (row % g.L) * H2 : nullptr;
+  const float* sr = kRope ? sin + (row % g.L) * H2 : nullptr;
   float acc = 0.f;
   for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N) {
     float v[N];
@@ -60,11 +61,15 @@ __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ x
     load<N, kVec>(w + i, wv);
 #pragma unroll
     for (int j = 0; j < N; j += 2) {
-      const int a = static_cast<int>((i + j) % g.Dh) / 2;  // the pair's angle within its head
-      const float c = cr[a], s = sr[a];
       const float y0 = rnd<T>(rnd<T>(v[j] * r) * wv[j]), y1 = rnd<T>(rnd<T>(v[j + 1] * r) * wv[j + 1]);
-      o[j] = y0 * c - y1 * s;
-      o[j + 1] = y0 * s + y1 * c;
+      if constexpr (kRope) {
+        const int a = static_cast<int>((i + j) % g.Dh) / 2;  // the pair's angle within its head
+        const float c = cr[a], s = sr[a];
+        o[j] = y0 * c - y1 * s;
+        o[j + 1] = y0 * s + y1 * c;
+      } else {
+        o[j] = y0, o[j + 1] = y1;
+      }
     }
     store<N, kVec>(out + i, o);
   }
@@ -73,7 +78,7 @@ __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ x
 
 // grid (P, 2): block b of part p takes rows b, b + P, ...; with kW it writes its weight-gradient partial sums to
 // dw_part[p, b, :].
-template <typename T, int N, bool kVec, bool kW>
+template <typename T, int N, bool kVec, bool kW, bool kRope>
 __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ gk, const T* __restrict__ xq,
                                 const T* __restrict__ xk, const T* __restrict__ wq, const T* __restrict__ wk,
                                 const float* __restrict__ rstd, const float* __restrict__ cos,
@@ -92,17 +97,21 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
       for (int j = 0; j < N; ++j) acc_w[i + j] = 0.f;
   for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
     const float r = rstd[part * g.rows + row];
-    const float* cr = cos + (row % g.L) * H2;
-    const float* sr = sin + (row % g.L) * H2;
+    const float* cr = kRope ? cos + (row % g.L) * H2 : nullptr;
+    const float* sr = kRope ? sin + (row % g.L) * H2 : nullptr;
     const T* gr = go + row * g.D;
     const T* x = xs + row * g.D;
     // gy = rope^T(g) per pair; gn = gy * w; nf = x * rstd
     auto pair = [&](const float (&gv)[N], const float (&v)[N], const float (&wv)[N], int64_t i, int j, float* gy,
                     float* gn, float* nf) {
-      const int a = static_cast<int>((i + j) % g.Dh) / 2;
-      const float c = cr[a], s = sr[a];
-      gy[0] = gv[j] * c + gv[j + 1] * s;
-      gy[1] = gv[j + 1] * c - gv[j] * s;
+      if constexpr (kRope) {
+        const int a = static_cast<int>((i + j) % g.Dh) / 2;
+        const float c = cr[a], s = sr[a];
+        gy[0] = gv[j] * c + gv[j + 1] * s;
+        gy[1] = gv[j + 1] * c - gv[j] * s;
+      } else {
+        gy[0] = gv[j], gy[1] = gv[j + 1];
+      }
       gn[0] = gy[0] * wv[j], gn[1] = gy[1] * wv[j + 1];
       nf[0] = v[j] * r, nf[1] = v[j + 1] * r;
     };
@@ -164,7 +173,7 @@ int block_threads(int64_t steps) {
 }
 
 Geometry geometry(const Tensor& x, const Tensor& cos) {
-  return {x.size(0) * x.size(1), x.size(1), x.size(2), static_cast<int>(2 * cos.size(1))};
+  return {x.size(0) * x.size(1), x.size(1), x.size(2), cos.defined() ? static_cast<int>(2 * cos.size(1)) : 2};
 }
 
 #define VDT_WAN_QK_DISPATCH(t, ...)                                                                              \
@@ -179,75 +188,119 @@ Geometry geometry(const Tensor& x, const Tensor& cos) {
     return __VA_ARGS__();                                                                                        \
   }()
 
-}  // namespace
-
-std::tuple<Tensor, Tensor, Tensor> wan_qk_norm_rope_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& w_q,
-                                                            const Tensor& w_k, double eps, const Tensor& cos_in,
-                                                            const Tensor& sin_in, int64_t heads) {
+// Both parts (q, k; with RoPE) or one (xk == xq, no cos / sin: the plain norm): out [parts, B, L, D] in x's dtype and
+// rstd [parts, B * L] float32.
+std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const Tensor& w_q, const Tensor& w_k,
+                                   double eps, const Tensor& cos_in, const Tensor& sin_in, int parts) {
   TORCH_CHECK(q_in.dim() == 3 && q_in.size(2) <= kWanQkMaxWidth && q_in.size(2) % 2 == 0, "wan_qk_norm_rope: expected ",
               "q_in [B, L, D <= ", kWanQkMaxWidth, "] with D even, got ", q_in.sizes());
   const c10::cuda::CUDAGuard guard(q_in.device());
   const auto xq = q_in.contiguous(), xk = k_in.contiguous(), wq = w_q.contiguous(), wk = w_k.contiguous();
-  const auto cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const bool rope = cos_in.defined();
+  const auto cos = rope ? cos_in.contiguous() : Tensor(), sin = rope ? sin_in.contiguous() : Tensor();
   const auto g = geometry(xq, cos);
   TORCH_CHECK(g.rows < (int64_t{1} << 31), "wan_qk_norm_rope: ", g.rows, " token rows exceed one grid");
-  const int64_t B = xq.size(0), L = xq.size(1);
-  auto q = at::empty({B, L, heads, g.D / heads}, xq.options()), k = at::empty_like(q);
-  auto rstd = at::empty({2, g.rows}, xq.options().dtype(at::kFloat));
+  auto out = at::empty({parts, xq.size(0), xq.size(1), g.D}, xq.options());
+  auto rstd = at::empty({parts, g.rows}, xq.options().dtype(at::kFloat));
   const auto stream = at::cuda::getCurrentCUDAStream();
   VDT_WAN_QK_DISPATCH(xq, [&] {
     constexpr int V = 16 / sizeof(T);
-    const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), q.data_ptr(),
-                                           k.data_ptr()});
-    const dim3 grid(static_cast<unsigned>(g.rows), 2);
+    T* q = out.data_ptr<T>();
+    T* k = q + (parts - 1) * g.rows * g.D;
+    const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), q, k});
+    const dim3 grid(static_cast<unsigned>(g.rows), static_cast<unsigned>(parts));
     auto launch = [&](auto kernel, int n) {
-      kernel<<<grid, block_threads(g.D / n), 0, stream>>>(xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(),
-                                                          wk.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
-                                                          q.data_ptr<T>(), k.data_ptr<T>(), rstd.data_ptr<float>(), g,
-                                                          static_cast<float>(eps));
+      kernel<<<grid, block_threads(g.D / n), 0, stream>>>(
+          xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(), rope ? cos.data_ptr<float>() : nullptr,
+          rope ? sin.data_ptr<float>() : nullptr, q, k, rstd.data_ptr<float>(), g, static_cast<float>(eps));
     };
-    if (vec) launch(forward_kernel<T, V, true>, V);
-    else launch(forward_kernel<T, 2, false>, 2);
+    if (vec && rope) launch(forward_kernel<T, V, true, true>, V);
+    else if (vec) launch(forward_kernel<T, V, true, false>, V);
+    else if (rope) launch(forward_kernel<T, 2, false, true>, 2);
+    else launch(forward_kernel<T, 2, false, false>, 2);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {q, k, rstd};
+  return {out, rstd};
 }
 
-std::tuple<Tensor, Tensor, Tensor> wan_qk_norm_rope_backward(const Tensor& gq_in, const Tensor& gk_in,
-                                                             const Tensor& q_in, const Tensor& k_in, const Tensor& w_q,
-                                                             const Tensor& w_k, const Tensor& rstd,
-                                                             const Tensor& cos_in, const Tensor& sin_in, bool want_w) {
+// The backward of forward(): gradients [B, L, D]-shaped (any view of that many elements) -> dx [parts, B, L, D] in
+// x's dtype, dw [parts, D] float32 when want_w.
+std::tuple<Tensor, Tensor> backward(const Tensor& gq_in, const Tensor& gk_in, const Tensor& q_in, const Tensor& k_in,
+                                    const Tensor& w_q, const Tensor& w_k, const Tensor& rstd, const Tensor& cos_in,
+                                    const Tensor& sin_in, bool want_w, int parts) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const auto xq = q_in.contiguous(), xk = k_in.contiguous(), wq = w_q.contiguous(), wk = w_k.contiguous();
   const auto gq = gq_in.to(xq.scalar_type()).contiguous(), gk = gk_in.to(xq.scalar_type()).contiguous();
-  const auto cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const bool rope = cos_in.defined();
+  const auto cos = rope ? cos_in.contiguous() : Tensor(), sin = rope ? sin_in.contiguous() : Tensor();
   const auto g = geometry(xq, cos);
-  auto dq = at::empty_like(xq), dk = at::empty_like(xq);
+  auto dx = at::empty({parts, xq.size(0), xq.size(1), g.D}, xq.options());
   // Weight gradients: a few blocks per SM, each over a fixed stride of rows; without them one block per row.
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t P = want_w ? std::min<int64_t>(g.rows, 4 * static_cast<int64_t>(sms)) : g.rows;
   TORCH_CHECK(P < (int64_t{1} << 31), "wan_qk_norm_rope: ", P, " token rows exceed one grid");
-  auto dw_part = want_w ? at::empty({2, P, g.D}, xq.options().dtype(at::kFloat)) : Tensor();
+  auto dw_part = want_w ? at::empty({parts, P, g.D}, xq.options().dtype(at::kFloat)) : Tensor();
   const auto stream = at::cuda::getCurrentCUDAStream();
   VDT_WAN_QK_DISPATCH(xq, [&] {
     constexpr int V = 16 / sizeof(T);
+    T* dq = dx.data_ptr<T>();
+    T* dk = dq + (parts - 1) * g.rows * g.D;
     const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), gq.data_ptr(),
-                                           gk.data_ptr(), dq.data_ptr(), dk.data_ptr()});
-    const dim3 grid(static_cast<unsigned>(P), 2);
+                                           gk.data_ptr(), dq, dk});
+    const dim3 grid(static_cast<unsigned>(P), static_cast<unsigned>(parts));
     const size_t shm = want_w ? static_cast<size_t>(g.D) * sizeof(float) : 0;
     auto launch = [&](auto kernel, int n) {
       kernel<<<grid, block_threads(g.D / n), shm, stream>>>(
           gq.data_ptr<T>(), gk.data_ptr<T>(), xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(),
-          rstd.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), dq.data_ptr<T>(), dk.data_ptr<T>(),
-          want_w ? dw_part.data_ptr<float>() : nullptr, g);
+          rstd.data_ptr<float>(), rope ? cos.data_ptr<float>() : nullptr, rope ? sin.data_ptr<float>() : nullptr, dq,
+          dk, want_w ? dw_part.data_ptr<float>() : nullptr, g);
     };
-    if (vec && want_w) launch(backward_kernel<T, V, true, true>, V);
-    else if (vec) launch(backward_kernel<T, V, true, false>, V);
-    else if (want_w) launch(backward_kernel<T, 2, false, true>, 2);
-    else launch(backward_kernel<T, 2, false, false>, 2);
+    // <T, N, vectors, weight gradient, RoPE>
+    if (rope) {
+      if (vec && want_w) launch(backward_kernel<T, V, true, true, true>, V);
+      else if (vec) launch(backward_kernel<T, V, true, false, true>, V);
+      else if (want_w) launch(backward_kernel<T, 2, false, true, true>, 2);
+      else launch(backward_kernel<T, 2, false, false, true>, 2);
+    } else {
+      if (vec && want_w) launch(backward_kernel<T, V, true, true, false>, V);
+      else if (vec) launch(backward_kernel<T, V, true, false, false>, V);
+      else if (want_w) launch(backward_kernel<T, 2, false, true, false>, 2);
+      else launch(backward_kernel<T, 2, false, false, false>, 2);
+    }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {dq, dk, want_w ? dw_part.sum(1) : Tensor()};  // [2, P, D] -> [2, D]
+  return {dx, want_w ? dw_part.sum(1) : Tensor()};  // [parts, P, D] -> [parts, D]
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> wan_qk_norm_rope_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& w_q,
+                                                            const Tensor& w_k, double eps, const Tensor& cos,
+                                                            const Tensor& sin, int64_t heads) {
+  TORCH_CHECK(cos.defined() && sin.defined(), "wan_qk_norm_rope: the RoPE table is missing");
+  auto [out, rstd] = forward(q_in, k_in, w_q, w_k, eps, cos, sin, /*parts=*/2);
+  const int64_t D = q_in.size(2);
+  out = out.unflatten(-1, {heads, D / heads});  // [2, B, L, D] -> [2, B, L, N, Dh]
+  return {out[0], out[1], rstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> wan_qk_norm_rope_backward(const Tensor& gq, const Tensor& gk, const Tensor& q_in,
+                                                             const Tensor& k_in, const Tensor& w_q, const Tensor& w_k,
+                                                             const Tensor& rstd, const Tensor& cos, const Tensor& sin,
+                                                             bool want_w) {
+  auto [dx, dw] = backward(gq, gk, q_in, k_in, w_q, w_k, rstd, cos, sin, want_w, /*parts=*/2);
+  return {dx[0], dx[1], dw};
+}
+
+std::tuple<Tensor, Tensor> wan_rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+  auto [out, rstd] = forward(x, x, w, w, eps, Tensor(), Tensor(), /*parts=*/1);
+  return {out[0], rstd};
+}
+
+std::tuple<Tensor, Tensor> wan_rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
+                                                 const Tensor& rstd, bool want_w) {
+  auto [dx, dw] = backward(g, g, x, x, w, w, rstd, Tensor(), Tensor(), want_w, /*parts=*/1);
+  return {dx[0], want_w ? dw[0] : Tensor()};
 }
 
 }  // namespace vdt::kernels::cuda

@@ -154,5 +154,47 @@ TEST(WanQkNormRope, BadShapesAreNamed) {
                      {"cos, sin [L=24, Dh/2=6]"});
 }
 
+// The plain norm (cross-attention's q / k: the same kernels without RoPE). mode 0: reference, 1: the node's ATen
+// fallback, 2: automatic (the CUDA kernel on a GPU). -> y, dx, dw (undefined when frozen).
+std::vector<torch::Tensor> run_norm(int mode, torch::ScalarType dtype, torch::Device device, int64_t L, int64_t D,
+                                    bool train_w) {
+  torch::manual_seed(34);
+  auto opt = torch::TensorOptions().dtype(dtype).device(device);
+  auto x = (torch::randn({2, L, D}) * 2 + 0.1).to(opt).requires_grad_();
+  auto w = (1 + 0.3 * torch::randn({D})).to(opt).requires_grad_(train_w);
+  auto y = mode == 0 ? wan_rms_norm_reference(x, w, 1e-6) : fused_wan_rms_norm(x, w, 1e-6, /*aten=*/mode == 1);
+  (y * torch::randn({2, L, D}).to(opt)).sum().backward();
+  return {y.detach(), x.grad(), w.grad()};
+}
+
+TEST(WanRmsNorm, FallbackAndCudaKernelEqualTheReference) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (torch::cuda::is_available() && cuda_kernels_built()) devices.push_back(torch::kCUDA);
+  for (const auto& device : devices)
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+      for (int64_t D : {36, 48})  // not a 16-byte multiple in either dtype; vectorizable
+        for (bool train_w : {true, false}) {
+          const auto what = device.str() + " " + c10::toString(dtype) + " D " + std::to_string(D) +
+                            (train_w ? "" : " frozen weight");
+          const auto ref = run_norm(0, dtype, device, 300, D, train_w);
+          const auto got = run_norm(device.is_cuda() ? 2 : 1, dtype, device, 300, D, train_w);
+          const double grad_tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+          const double fwd_tol = !device.is_cuda() ? 0 : dtype == torch::kFloat32 ? 1e-6 : 1e-2;  // CPU: same ops
+          EXPECT_LE(rel(got[0], ref[0]), fwd_tol) << what;
+          EXPECT_LT(rel(got[1], ref[1]), grad_tol) << what;
+          ASSERT_EQ(got[2].defined(), train_w) << what;
+          if (train_w) EXPECT_LT(rel(got[2], ref[2]), grad_tol) << what;
+        }
+}
+
+// RMSNormImpl (cross-attention's norms) runs the node only where the CUDA kernel does: on the CPU the reference ops.
+TEST(WanRmsNorm, CpuRunsTheReferenceOps) {
+  auto x = torch::randn({1, 4, 8}).requires_grad_();
+  auto w = torch::ones({8}).requires_grad_();
+  const auto name = wan_rms_norm(x, w, 1e-6).grad_fn()->name();
+  EXPECT_EQ(name.find("WanRmsNormFn"), std::string::npos) << name;
+  test::expect_error([&] { fused_wan_rms_norm(x, torch::ones({7}), 1e-6, true); }, {"w [D] of x's dtype"});
+}
+
 }  // namespace wan_qk_norm_rope_test
 }  // namespace vdt::kernels
