@@ -2,7 +2,7 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|fp8gate|all]
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|fp8gate|tests|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
@@ -35,7 +35,7 @@ torch_dir=$(python3 -c 'import torch, os; print(os.path.join(torch.utils.cmake_p
 head -20 "$OUT/machine.txt"
 build=build-gpu
 if [ ! -f $build/build.ninja ]; then
-  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" -DVDT_BUILD_TESTS=OFF \
+  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" -DVDT_BUILD_TESTS=${GPU_TESTS:-OFF} \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 fi
 t0=$(date +%s)
@@ -214,19 +214,24 @@ if [ "$what" = h3-resume ]; then  # H3 causal LoRA on NPROC GPUs: uninterrupted 
   grep -E "fresh run|resume|^step|CRC|rror" "$OUT/h3_cut_b.log" | cut -c1-200
 fi
 if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (block checkpointing) and the H3 causal step
-  for dt in bfloat16 float32; do
-    for f in wan_tiny_a h3_tiny_a; do
-      $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 | grep -E "PASS|FAIL" || rc=1
+  if [ "${PARITY:-1}" = 1 ]; then
+    for dt in bfloat16 float32; do
+      for f in wan_tiny_a h3_tiny_a; do
+        $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype $dt 2>&1 | grep -E "PASS|FAIL" || rc=1
+      done
     done
-  done
-  timeout 200 $build/vdt bench kernels --device cuda 2>&1 | grep -E "^kernel|FAIL" | cut -c1-200 || rc=1
+    timeout 200 $build/vdt bench kernels --device cuda 2>&1 | grep -E "^kernel|FAIL" | cut -c1-200 || rc=1
+  fi
+  rm -rf /tmp/vdt_prof_*  # fresh work dirs (see speed)
   for ck in ${CKS:-block}; do
     VDT_TRACE=$OUT/sft_$ck.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --checkpointing $ck \
       --steps 3 --warmup 2 --work-dir /tmp/vdt_prof_sft_$ck > "$OUT/prof_sft_$ck.log" 2>&1 || rc=1
     grep -E "^  step|result|rror" "$OUT/prof_sft_$ck.log" | cut -c1-200
     python3 benchmarks/trace_top.py $OUT/sft_$ck.json 40 | head -${TOPN:-24}
     python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | head -30
-    rm -f $OUT/sft_$ck.json
+    python3 benchmarks/trace_ops.py $OUT/sft_$ck.json elementwise 60 > "$OUT/sft_${ck}_elementwise.txt"
+    python3 benchmarks/trace_top.py $OUT/sft_$ck.json 80 > "$OUT/sft_${ck}_top.txt"
+    gzip -f $OUT/sft_$ck.json
   done
   for m in ${CAUSAL_MODELS:-}; do  # the Wan causal LoRA step (prefix), e.g. CAUSAL_MODELS="wan2.2-ti2v-5b"
     hw="--height 30 --width 52"; [ $m = wan2.1-t2v-1.3b ] && hw="--height 60 --width 104"
@@ -234,14 +239,17 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
       --work-dir /tmp/vdt_prof_causal_$m > "$OUT/prof_causal_$m.log" 2>&1 || rc=1
     grep -E "result|rror" "$OUT/prof_causal_$m.log" | cut -c1-200
   done
-  geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
-  VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=${H3_MEMORY:-1} timeout 300 $build/vdt bench step $geo --attn prefix \
-    --work-dir /tmp/vdt_prof_h3 > "$OUT/prof_h3.log" 2>&1 || rc=1
-  grep -E "rows per|^  step|result|rror" "$OUT/prof_h3.log" | cut -c1-200
-  python3 benchmarks/trace_top.py $OUT/h3.json 40 > "$OUT/h3_top.txt"; head -30 "$OUT/h3_top.txt"
-  [ "${H3_MEMORY:-1}" = 1 ] && python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
-  python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
-  gzip -f $OUT/h3.json
+  if [ "${H3:-1}" = 1 ]; then  # H3=0 skips the H3 step
+    geo="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
+    VDT_TRACE=$OUT/h3.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=${H3_MEMORY:-1} timeout 300 $build/vdt bench step $geo --attn prefix \
+      ${H3_ARGS:-} --work-dir /tmp/vdt_prof_h3 > "$OUT/prof_h3.log" 2>&1 || rc=1
+    grep -E "rows per|^  step|result|rror" "$OUT/prof_h3.log" | cut -c1-200
+    python3 benchmarks/trace_top.py $OUT/h3.json 40 > "$OUT/h3_top.txt"; head -30 "$OUT/h3_top.txt"
+    [ "${H3_MEMORY:-1}" = 1 ] && python3 benchmarks/trace_ops.py $OUT/h3.json memory 30 | tee "$OUT/h3_memory.txt"
+    python3 benchmarks/trace_ops.py $OUT/h3.json kernels gemm 15 > "$OUT/h3_gemms.txt"
+    python3 benchmarks/trace_ops.py $OUT/h3.json elementwise 60 > "$OUT/h3_elementwise.txt"
+    gzip -f $OUT/h3.json
+  fi
 fi
 if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` loss curves, the two runs side by side
   sum="$OUT/summary.txt"
@@ -261,6 +269,14 @@ if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` l
   python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" 2>&1 | tee -a $sum
   grep -hE "^\[done\]|rror" "$OUT"/gate_*.log | cut -c1-200 | tee -a $sum
 fi
+if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
+  # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)
+  [ -x $build/tests/vdt_tests ] || { echo "no $build/tests/vdt_tests: run with GPU_TESTS=ON on a fresh machine"; exit 1; }
+  timeout ${TESTS_S:-300} $build/tests/vdt_tests \
+    --gtest_filter="${GTEST_FILTER:-*Cuda*:WanRmsNorm.*:GatherRows.*:ColumnSums.*:Swiglu.*:WanQkNormRope.*:AdamW.*:GradSync*}" \
+    > "$OUT/gtest.log" 2>&1; echo "gtest rc $?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests ran" "$OUT/gtest.log" | head -40
+fi
 if [ "$what" = speed ]; then  # issue 15 / 14 speed table, most important first; a summary line per result
   # PARITY=0 skips the parity and kernel checks; ROWS picks the bench rows (default: all below, in this order).
   sum="$OUT/summary.txt"
@@ -275,6 +291,7 @@ if [ "$what" = speed ]; then  # issue 15 / 14 speed table, most important first;
   fi
   bench() {  # name, args...
     local name=$1; shift
+    rm -rf /tmp/vdt_speed_$name  # a stale work dir from an earlier call on a warm machine once gave no result line
     timeout ${ROW_S:-240} $build/vdt bench step "$@" --work-dir /tmp/vdt_speed_$name > "$OUT/$name.log" 2>&1
     echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-160)" | tee -a $sum
   }

@@ -2,6 +2,8 @@
 """Reads a VDT_TRACE chrome trace (recorded with input shapes, and VDT_TRACE_MEMORY=1 for the memory part).
   trace_ops.py TRACE.json kernels PATTERN [N]  which ops launched the kernels whose name contains PATTERN: op, its
                                                enclosing autograd node, input dims and strides, summed kernel time
+  trace_ops.py TRACE.json elementwise [N]      the non-GEMM, non-attention kernel time by launching op and its
+                                               enclosing autograd node (no shapes): where the small kernels come from
   trace_ops.py TRACE.json memory [N]           the CUDA allocation peak of the traced span: when, inside which ops,
                                                and the N largest allocations live at that moment with the op that
                                                made them"""
@@ -50,12 +52,17 @@ def index_ops(ops):
     return out
 
 
-def kernels(events, ops, pattern, top):
+def is_elementwise(name):
+    low = name.lower()
+    return not any(w in low for w in ("sdpa", "flash", "fmha", "cudnn", "nvjet", "gemm", "cutlass"))
+
+
+def kernels(events, ops, pattern, top, shapes=True):
     by_ext = {o["args"].get("External id"): o for o in ops if "External id" in o.get("args", {})}
     ops_by_tid = index_ops(ops)
     groups = collections.defaultdict(lambda: [0.0, 0])
     for k in events:
-        if k.get("cat") != "kernel" or pattern not in k["name"]:
+        if k.get("cat") != "kernel" or (pattern not in k["name"] if pattern else not is_elementwise(k["name"])):
             continue
         op = by_ext.get(k.get("args", {}).get("External id"))
         if op is None:
@@ -64,11 +71,13 @@ def kernels(events, ops, pattern, top):
             continue
         stack = enclosing(ops_by_tid, op["tid"], op["ts"])
         parent = next((s["name"] for s in reversed(stack) if "Backward" in s["name"] or "backward" in s["name"]), "forward")
-        key = (op["name"], parent, str(op["args"].get("Input Dims")), str(op["args"].get("Input Strides", "")))
+        key = ((op["name"], parent, str(op["args"].get("Input Dims")), str(op["args"].get("Input Strides", "")))
+               if shapes else (op["name"], parent, "", ""))
         groups[key][0] += k["dur"]
         groups[key][1] += 1
     for (name, parent, dims, strides), (dur, n) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]:
-        print(f"{dur / 1e3:9.2f} ms {n:5d}x  {name} in {parent}\n      dims {dims}\n      strides {strides}")
+        print(f"{dur / 1e3:9.2f} ms {n:5d}x  {name} in {parent}" +
+              (f"\n      dims {dims}\n      strides {strides}" if shapes else ""))
 
 
 def memory(events, ops, top):
@@ -115,7 +124,9 @@ def memory(events, ops, top):
 
 if __name__ == "__main__":
     events, ops = load(sys.argv[1])
-    if sys.argv[2] == "kernels":
+    if sys.argv[2] == "elementwise":
+        kernels(events, ops, None, int(sys.argv[3]) if len(sys.argv) > 3 else 40, shapes=False)
+    elif sys.argv[2] == "kernels":
         kernels(events, ops, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
     else:
         memory(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 25)
