@@ -83,7 +83,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
     TORCH_CHECK(ctx_in.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
                 "and ctx_ids [B, F], got ", ctx_in.sizes(), " and ", ctx_ids.sizes());
     const auto idx = ctx_ids.flatten();
-    kc = kernels::gather_rows(kc, idx).unflatten(0, {B, ctx_ids.size(1)});  // index_select, backward by GEMM
+    kc = kernels::gather_rows(kc, idx).unflatten(0, {B, ctx_ids.size(1)});  // index_select, backward one kernel on CUDA
     vc = kernels::gather_rows(vc, idx).unflatten(0, {B, ctx_ids.size(1)});
     ctx = kc;  // only its shape is read below
   }

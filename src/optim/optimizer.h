@@ -59,7 +59,8 @@ class AdamW {
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the pre-clip norm (0-dim float32 tensor on
-// the gradients' device). max_norm <= 0 only measures.
+// the gradients' device). max_norm <= 0 only measures. The trainers' update path (distributed/grad_sync.h) clips inside
+// AdamW::step instead; this in-place form is the reference its tests compare with.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 // The parts of it, for an update that applies the coefficient itself (AdamW::step's grad_scale): the global L2 norm
 // of the parameters' gradients, and the clip coefficient min(1, max_norm / (norm + 1e-6)) (0-dim, on norm's device).

@@ -194,18 +194,18 @@ Tensor wan_rms_norm_reference(const Tensor& x, const Tensor& w, double eps) {
 }
 
 Tensor fused_wan_rms_norm(const Tensor& x, const Tensor& w, double eps, bool aten) {
-  TORCH_CHECK(x.dim() == 3 && w.dim() == 1 && w.size(0) == x.size(2) && w.scalar_type() == x.scalar_type(),
-              "wan_rms_norm: expected x [B, L, D] and w [D] of x's dtype, got ", x.sizes(), " ", x.scalar_type(),
+  TORCH_CHECK(x.dim() >= 2 && w.dim() == 1 && w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type(),
+              "wan_rms_norm: expected x [..., D] and w [D] of x's dtype, got ", x.sizes(), " ", x.scalar_type(),
               " and ", w.sizes(), " ", w.scalar_type());
-  return WanRmsNormFn::apply(x, w, eps, use_cuda(x, w, w, aten))[0];
+  const auto x3 = x.reshape({1, -1, x.size(-1)});  // [..., D] -> [1, rows, D] (H3's blocks norm [S, D])
+  return WanRmsNormFn::apply(x3, w, eps, use_cuda(x, w, w, aten))[0].view(x.sizes());
 }
 
 Tensor wan_rms_norm(const Tensor& x, const Tensor& w, double eps) {
   // The node only where its CUDA kernel runs; elsewhere the reference ops (no speed to gain on the CPU, and the CPU
   // golden curves keep autograd's own backward).
   if (!fused_kernels_on() || x.dim() < 2 || !use_cuda(x, w, w, /*aten=*/false)) return wan_rms_norm_reference(x, w, eps);
-  const auto x3 = x.reshape({1, -1, x.size(-1)});  // [..., D] -> [1, rows, D] (H3's blocks norm [S, D])
-  return fused_wan_rms_norm(x3, w, eps, /*aten=*/false).view(x.sizes());
+  return fused_wan_rms_norm(x, w, eps, /*aten=*/false);
 }
 
 }  // namespace vdt::kernels
