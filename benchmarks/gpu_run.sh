@@ -230,6 +230,8 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
     python3 benchmarks/trace_top.py $OUT/sft_$ck.json 40 | head -${TOPN:-24}
     python3 benchmarks/trace_ops.py $OUT/sft_$ck.json kernels align2 12 | head -30
     python3 benchmarks/trace_ops.py $OUT/sft_$ck.json elementwise 60 > "$OUT/sft_${ck}_elementwise.txt"
+    head -${ELEM_N:-0} "$OUT/sft_${ck}_elementwise.txt"
+    python3 benchmarks/trace_ops.py $OUT/sft_$ck.json gaps 12 | tee "$OUT/sft_${ck}_gaps.txt" | head -${GAPS_N:-30}
     python3 benchmarks/trace_top.py $OUT/sft_$ck.json 80 > "$OUT/sft_${ck}_top.txt"
     gzip -f $OUT/sft_$ck.json
   done

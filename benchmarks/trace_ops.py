@@ -4,6 +4,9 @@
                                                enclosing autograd node, input dims and strides, summed kernel time
   trace_ops.py TRACE.json elementwise [N]      the non-GEMM, non-attention kernel time by launching op and its
                                                enclosing autograd node (no shapes): where the small kernels come from
+  trace_ops.py TRACE.json gaps [N]             the GPU's idle time inside the traced span: the N longest gaps between
+                                               consecutive kernels/copies, each with the op that launched the kernel
+                                               after it and that op's enclosing ops (what the GPU waited for)
   trace_ops.py TRACE.json memory [N]           the CUDA allocation peak of the traced span: when, inside which ops,
                                                and the N largest allocations live at that moment with the op that
                                                made them"""
@@ -80,6 +83,37 @@ def kernels(events, ops, pattern, top, shapes=True):
               (f"\n      dims {dims}\n      strides {strides}" if shapes else ""))
 
 
+def gaps(events, ops, top, floor_us=10.0):
+    by_ext = {o["args"].get("External id"): o for o in ops if "External id" in o.get("args", {})}
+    ops_by_tid = index_ops(ops)
+    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e),
+                  key=lambda e: e["ts"])
+    if not work:
+        sys.exit("no GPU kernels in the trace")
+    found, end, total = [], work[0]["ts"] + work[0]["dur"], 0.0
+    for prev, k in zip(work, work[1:]):
+        gap = k["ts"] - end
+        end = max(end, k["ts"] + k["dur"])
+        if gap < floor_us:
+            continue
+        total += gap
+        op = by_ext.get(k.get("args", {}).get("External id"))
+        where = " > ".join(o["name"] for o in enclosing(ops_by_tid, op["tid"], op["ts"])[-4:]) if op else "?"
+        found.append((gap, k["ts"] - work[0]["ts"], prev["name"][:60], k["name"][:60], where))
+    span = end - work[0]["ts"]
+    print(f"span {span / 1e3:.1f} ms, idle in gaps >= {floor_us:.0f} us: {total / 1e3:.2f} ms in {len(found)} gaps")
+    by_where = collections.defaultdict(lambda: [0.0, 0])
+    for gap, _, _, _, where in found:
+        by_where[where][0] += gap
+        by_where[where][1] += 1
+    print("by the op launching the next kernel:")
+    for where, (g, n) in sorted(by_where.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{g / 1e3:8.2f} ms {n:5d}x  {where}")
+    print("longest:")
+    for gap, at, prev, nxt, where in sorted(found, reverse=True)[:top]:
+        print(f"{gap / 1e3:8.2f} ms at +{at / 1e3:7.1f} ms  after {prev}\n      before {nxt}\n      launched in {where}")
+
+
 def memory(events, ops, top):
     mem = [e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1]
     if not mem:
@@ -126,6 +160,8 @@ if __name__ == "__main__":
     events, ops = load(sys.argv[1])
     if sys.argv[2] == "elementwise":
         kernels(events, ops, None, int(sys.argv[3]) if len(sys.argv) > 3 else 40, shapes=False)
+    elif sys.argv[2] == "gaps":
+        gaps(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 20)
     elif sys.argv[2] == "kernels":
         kernels(events, ops, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
     else:

@@ -1,7 +1,8 @@
 // AdamW. The reference path is the textbook update with decoupled weight decay and bias correction:
 //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
-// The fused path calls at::_fused_adamw_, which takes float32 step tensors incremented by the caller.
+// The fused path runs vdt's kernel (adamw_cuda.h) for the parameters it takes on a CUDA device, and at::_fused_adamw_
+// for the rest (and everywhere with own_kernel off); both take float32 step tensors incremented by the caller.
 #include "optim/optimizer.h"
 
 #include <ATen/ops/_foreach_norm.h>
@@ -9,8 +10,31 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "optim/adamw_cuda.h"  // declarations only; the kernel exists when VDT_WITH_CUDA_KERNELS is defined
 
 namespace vdt {
+namespace {
+
+bool own_kernel_takes(const torch::Tensor& p, const torch::Tensor& grad, const torch::Tensor& exp_avg) {
+#ifdef VDT_WITH_CUDA_KERNELS
+  return optim_cuda::adamw_takes(p, grad, exp_avg);
+#else
+  return false;
+#endif
+}
+
+void own_kernel_step(const std::vector<torch::Tensor>& ps, const std::vector<torch::Tensor>& gs,
+                     const std::vector<torch::Tensor>& ms, const std::vector<torch::Tensor>& vs,
+                     const std::vector<torch::Tensor>& ss, const optim_cuda::AdamWHyper& h, const torch::Tensor& found_inf,
+                     const torch::Tensor& grad_scale) {
+#ifdef VDT_WITH_CUDA_KERNELS
+  optim_cuda::adamw_step(ps, gs, ms, vs, ss, h, found_inf, grad_scale);
+#else
+  VDT_CHECK(false, "vdt was built without its CUDA kernels");
+#endif
+}
+
+}  // namespace
 
 AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWConfig cfg) : groups_(std::move(groups)), cfg_(cfg) {
   for (const auto& g : groups_) {
@@ -116,23 +140,30 @@ void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf, const torch::T
         .push_back(i);
   }
   for (const auto& [key, idx] : buckets) {
-    std::vector<torch::Tensor> ps, gs, ms, vs, ss;
+    const auto device = g.params[idx.front()].device();
+    std::optional<torch::Tensor> inf, scale;
+    if (grad_scale.defined()) scale = grad_scale.to(device, torch::kFloat32);
+    if (found_inf.defined()) inf = found_inf.to(device, torch::kFloat32);
+    // A skipped step does not count (the kernels leave the step tensors alone).
+    std::vector<torch::Tensor> all_steps;
+    for (auto i : idx) all_steps.push_back(step_tensors_[gi][i]);
+    inf ? at::_foreach_add_(all_steps, 1.0 - *inf) : at::_foreach_add_(all_steps, 1.0);
+    std::vector<torch::Tensor> ps, gs, ms, vs, ss;  // for at::_fused_adamw_
+    std::vector<torch::Tensor> kp, kg, km, kv, ks;  // for vdt's kernel
     for (auto i : idx) {
-      ps.push_back(g.params[i]);
-      gs.push_back(g.params[i].grad());
-      ms.push_back(exp_avg_[gi][i]);
-      vs.push_back(exp_avg_sq_[gi][i]);
-      ss.push_back(step_tensors_[gi][i]);
+      const bool own = cfg_.own_kernel && own_kernel_takes(g.params[i], g.params[i].grad(), exp_avg_[gi][i]);
+      (own ? kp : ps).push_back(g.params[i]);
+      (own ? kg : gs).push_back(g.params[i].grad());
+      (own ? km : ms).push_back(exp_avg_[gi][i]);
+      (own ? kv : vs).push_back(exp_avg_sq_[gi][i]);
+      (own ? ks : ss).push_back(step_tensors_[gi][i]);
     }
-    std::optional<torch::Tensor> inf, divisor;
-    // The kernel divides the gradients by its grad_scale (AMP's unscale): hand it 1 / ours.
-    if (grad_scale.defined()) divisor = 1.0 / grad_scale.to(ps.front().device(), torch::kFloat32);
-    if (found_inf.defined()) {
-      inf = found_inf.to(ps.front().device(), torch::kFloat32);
-      at::_foreach_add_(ss, 1.0 - *inf);  // a skipped step does not count (the kernel leaves steps alone)
-    } else {
-      at::_foreach_add_(ss, 1.0);
-    }
+    if (!kp.empty()) own_kernel_step(kp, kg, km, kv, ks, {g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps},
+                                     inf.value_or(torch::Tensor()), scale.value_or(torch::Tensor()));
+    if (ps.empty()) continue;
+    // at::_fused_adamw_ divides the gradients by its grad_scale (AMP's unscale): hand it 1 / ours.
+    std::optional<torch::Tensor> divisor;
+    if (scale) divisor = 1.0 / *scale;
     at::_fused_adamw_(ps, gs, ms, vs, {}, ss, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
                       /*amsgrad=*/false, /*maximize=*/false, divisor, inf);
   }

@@ -1,6 +1,6 @@
-// AdamW with parameter groups and explicit state dtype, as the trainers need it: a fused multi-tensor path
-// (at::_fused_adamw_, the kernel behind PyTorch's AdamW(fused=True)) and a slow per-tensor reference path written
-// from Loshchilov & Hutter's update, compared in tests. Plus gradient-norm clipping that reports the pre-clip norm
+// AdamW with parameter groups and explicit state dtype, as the trainers need it: a fused multi-tensor path (vdt's
+// kernel, optim/adamw_cuda.h, for CUDA parameters it takes; else at::_fused_adamw_, the kernel behind PyTorch's
+// AdamW(fused=True)) and a slow per-tensor reference path written from Loshchilov & Hutter's update, compared in tests. Plus gradient-norm clipping that reports the pre-clip norm
 // as a tensor (no host sync). Not here: LR schedules (train/), master weights (master_weights.h), gradient
 // synchronisation or sharding (distributed/grad_sync.h).
 #pragma once
@@ -23,6 +23,7 @@ struct AdamWGroup {
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool fused = true;  // false: the reference path
+  bool own_kernel = true;  // fused on CUDA: vdt's kernel where it takes the parameter; false: at::_fused_adamw_ only
   std::optional<torch::ScalarType> state_dtype;  // moments dtype; default: the parameter's dtype
 };
 
@@ -32,8 +33,8 @@ class AdamW {
   // One update from each parameter's .grad (parameters without a gradient are skipped). When `found_inf` (a 0-dim
   // float tensor on the parameters' device) is non-zero the update is skipped on the device, without a host sync.
   // `grad_scale` (0-dim float32 on the device, optional) multiplies every gradient first: the clip coefficient,
-  // applied inside the fused kernel rather than in a pass of its own over the gradients (which the kernel then holds
-  // scaled, as clip_grad_norm would have left them).
+  // applied inside the fused kernel rather than in a pass of its own over the gradients. What the gradients hold
+  // afterwards is unspecified (vdt's kernel leaves them as they were, at::_fused_adamw_ stores them scaled).
   void step(const torch::Tensor& found_inf = {}, const torch::Tensor& grad_scale = {});
   void zero_grad();
   std::vector<AdamWGroup>& groups() { return groups_; }
