@@ -1,11 +1,19 @@
 // CUDA kernels of fp8_linear_cuda.h: the row-wise amax + quantize of an operand and the column-wise one with the
-// transpose fused (the cast+transpose a column-major _scaled_mm operand needs). Correctness first: one thread block per
-// row for the row-wise op (amax by a warp-shuffle + shared-memory block reduction); for the column-wise op one pass
-// of column maxima (each block reduces a 32-column x 256-row patch, then one atomicMax per column on the float's bits,
-// which order like the floats for values >= 0, NaN above +inf) and one pass of 32x32 tiles through shared memory
-// (coalesced reads of t's rows, coalesced writes of q's rows). Every step is the one ATen takes in fp8_linear.cpp's
-// fallback (IEEE division, NaN-propagating max and clamp, c10's round-to-nearest-even E4M3 conversion), so the two
-// agree bit for bit. Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
+// transpose fused (the cast+transpose a column-major _scaled_mm operand needs).
+// Row-wise: one thread block per row (amax by a warp-shuffle + shared-memory block reduction, 16-byte loads).
+// Column-wise, t [R, C] -> q [C, Rp], built to run near memory bandwidth (it quantizes every frozen weight each step):
+//   1. column maxima: each block reduces 32 x N columns (N = 8 bfloat16 or 4 float32: one 16-byte load a thread, a
+//      warp on 512 contiguous bytes of a row) by 128 rows in registers, then shared memory, then one atomicMax per
+//      column on the float's bits, which order like the floats for values >= 0 (NaN, sign clear, above +inf);
+//   2. quantize + transpose by tiles of 128 rows x 64 columns of t: 16-byte loads along t's rows (4 rows x N columns a
+//      thread), each column's scale and its reciprocal computed once per tile, the 4 rows' E4M3 bytes of a column
+//      packed into one word of q's row in registers, an XOR-swizzled shared-memory tile (no bank conflicts on either
+//      side), 16-byte stores along q's rows (4- or 1-byte ones when Rp is not a multiple of 16 or of 4).
+// Without 16-byte alignment or with C not a multiple of N both passes load one element at a time. Every step gives
+// what ATen's in fp8_linear.cpp's fallback gives, bit for bit: IEEE division (__fdiv_rn, or in the column-wise
+// kernel its own fast path with the divisor's half hoisted, recip_of), NaN-propagating max and clamp, c10's
+// round-to-nearest-even E4M3 conversion (or the hardware's saturating one, which agrees with it on every non-NaN).
+// Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_linear_cuda.h"
 #include "model/kernels/cuda_common.cuh"
 
@@ -15,8 +23,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -28,9 +38,11 @@ using at::Tensor;
 using fp8 = c10::Float8_e4m3fn;
 using bf16 = c10::BFloat16;
 constexpr int kRowThreads = 256;      // threads per block of the row-wise kernel (a multiple of 32)
-constexpr int kTile = 32;             // tile width of the column-wise kernels (one warp across)
-constexpr int kTileRows = 8;          // warps per tile block
-constexpr int64_t kAmaxRows = 256;    // rows per block of the column-maximum pass
+constexpr int kAmaxWarps = 8;         // warps per block of the column-maximum pass (each on its own rows)
+constexpr int64_t kAmaxRows = 128;    // rows per block of the column-maximum pass (more when the grid needs it)
+constexpr int kColTileRows = 128;     // rows of t per tile of the column-wise quantize (a 128-byte span of a q row)
+constexpr int kColTileCols = 64;      // columns of t per tile (rows of q)
+constexpr int kColThreads = 256;      // threads per tile block
 
 // max that keeps a NaN, as ATen's amax does
 __device__ __forceinline__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
@@ -92,48 +104,205 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
   }
 }
 
-// Column maxima of t [R, C] into amax_bits [C] (zero-initialised): block (32, 8) over columns
-// blockIdx.x * 32 + threadIdx.x and rows [blockIdx.y * kAmaxRows, + kAmaxRows).
-template <typename T>
-__global__ void col_amax_kernel(const T* __restrict__ t, int* __restrict__ amax_bits, int64_t R, int64_t C) {
-  __shared__ float part[kTileRows][kTile];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kAmaxRows;
-  const int64_t r1 = r0 + kAmaxRows < R ? r0 + kAmaxRows : R;
-  float amax = 0.f;
-  if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) amax = nan_max(amax, fabsf(static_cast<float>(t[r * C + c])));
-  part[threadIdx.y][threadIdx.x] = amax;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
+// v / s by a column's scale s at the cost of a multiply and two FMAs a value. __fdiv_rn compiles to y0 = MUFU.RCP(s),
+// y = y0 + y0 (1 - s y0), q0 = v y, q = q0 + y (v - s q0), plus FCHK(v, s), which sends extreme exponent pairs to a
+// slow path; here the part that depends on s alone (recip_of) is computed once per column. Where FCHK keeps the fast
+// path the result is __fdiv_rn's bit for bit. The pairs it would divert have |v| tiny against s (s lies in
+// [1e-12/448, FLT_MAX/448] and |v| <= 448 s: no overflow is possible), and there the quotient may differ in its last
+// bits but not in its E4M3 byte, whose sign copysignf keeps from v (-0 included): checked on an H200 against
+// quantize() for every bfloat16 amax x every bfloat16 |v| <= amax (1.07e9 pairs) and 2.2e9 random float32 pairs.
+__device__ __forceinline__ float recip_of(float s) {
+  float y0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(s));
+  return __fmaf_rn(y0, __fmaf_rn(-s, y0, 1.f), y0);
+}
+__device__ __forceinline__ float div_by(float v, float s, float y) {
+  const float q0 = __fmul_rn(v, y);
+  return copysignf(__fmaf_rn(y, __fmaf_rn(-s, q0, v), q0), v);
+}
+
+// e4m3 bytes of a / s (low byte) and b / s (high byte) for a finite scale s (y = recip_of(s)): the saturating
+// round-to-nearest-even conversion (one instruction on sm_89+) equals quantize()'s clamp + c10 conversion for every
+// quotient that is not a NaN (checked over all 2^32 float32 patterns against cuda_fp8.h's host path), and with s
+// finite no quotient is a NaN: s is finite only when every value of its column is.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(div_by(a, s, y), div_by(b, s, y)), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Column maxima of t [R, C] into amax_bits [C] (zero-initialised). Block (32, kAmaxWarps): thread x takes the N
+// consecutive columns (blockIdx.x * 32 + x) * N (a 16-byte load when kVec: a warp reads 512 contiguous bytes of a row),
+// warp y every kAmaxWarps-th row of [blockIdx.y * rows, + rows); the warps' maxima meet in shared memory, then one
+// atomicMax per column on the float's bits, which order like the floats for values >= 0 (a NaN, sign clear, above +inf).
+template <typename T, int N, bool kVec>
+__global__ void __launch_bounds__(32 * kAmaxWarps)
+    col_amax_kernel(const T* __restrict__ t, int* __restrict__ amax_bits, int64_t R, int64_t C, int64_t rows) {
+  __shared__ common::Pack<float, N> part[kAmaxWarps][32];
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * N;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows, r1 = r0 + rows < R ? r0 + rows : R;
+  common::Pack<float, N> m;
 #pragma unroll
-    for (int k = 1; k < kTileRows; ++k) amax = nan_max(amax, part[k][threadIdx.x]);
-    atomicMax(amax_bits + c, __float_as_int(amax));  // amax >= 0 (or a NaN with the sign bit clear)
+  for (int j = 0; j < N; ++j) m.v[j] = 0.f;
+  if (c < C) {  // with kVec, C is a multiple of N: all N columns are in
+    constexpr int kStep = kAmaxWarps, kBatch = 4;  // 4 rows' loads in flight per thread
+    int64_t r = r0 + threadIdx.y;
+    for (; r + (kBatch - 1) * kStep < r1; r += kBatch * kStep) {
+      float v[kBatch][N];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) common::load<N, kVec>(t + (r + u * kStep) * C + c, v[u]);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int j = 0; j < N; ++j) m.v[j] = nan_max(m.v[j], fabsf(v[u][j]));
+    }
+    for (; r < r1; r += kStep) {
+      float v[N];
+      common::load<N, kVec>(t + r * C + c, v);
+#pragma unroll
+      for (int j = 0; j < N; ++j) m.v[j] = nan_max(m.v[j], fabsf(v[j]));
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = m;
+  __syncthreads();
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32 * N;
+  for (int i = threadIdx.y * 32 + threadIdx.x; i < 32 * N; i += 32 * kAmaxWarps) {  // column c0 + i
+    float a = reinterpret_cast<const float*>(part[0])[i];
+#pragma unroll
+    for (int k = 1; k < kAmaxWarps; ++k) a = nan_max(a, reinterpret_cast<const float*>(part[k])[i]);
+    if (c0 + i < C) atomicMax(amax_bits + c0 + i, __float_as_int(a));  // a >= 0 (or a NaN with the sign bit clear)
   }
 }
 
-// q [C, Rp] from t [R, C] by 32x32 tiles: tile (blockIdx.x, blockIdx.y) covers rows r0 = blockIdx.x * 32 of t (columns
-// of q) and columns c0 = blockIdx.y * 32 of t (rows of q); block (32, 8).
-template <typename T>
-__global__ void quantize_cols_kernel(const T* __restrict__ t, const int* __restrict__ amax_bits, fp8* __restrict__ q,
-                                     float* __restrict__ scale, int64_t R, int64_t C, int64_t Rp) {
-  __shared__ float tile[kTile][kTile + 1];  // +1: no bank conflicts on the transposed read
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  for (int k = threadIdx.y; k < kTile; k += kTileRows) {  // read along t's rows
-    const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    tile[k][threadIdx.x] = r < R && c < C ? static_cast<float>(t[r * C + c]) : 0.f;
+// q [C, Rp] from t [R, C] by tiles of kColTileRows rows x kColTileCols columns of t (q: 64 rows of 128 bytes), one
+// block of kColThreads each: blockIdx.x the column tile (the blocks in flight cover whole spans of t's rows),
+// blockIdx.y the row tile; rows R..Rp-1 are zeros.
+// 1. Loads: each thread takes sub-blocks of 4 rows x N columns, one N-wide load per row (16 bytes when kVec); a warp
+//    covers 4 rows' worth of 8 column groups (128 contiguous bytes of a row per load when kVec).
+// 2. Each sub-block is quantized by its columns' scales (and their reciprocals, computed once per tile column into
+//    shared memory) and transposed in registers: per column, the 4 rows' bytes make one 32-bit word of q's row, stored
+//    into the tile [64 q rows][32 words]. The word index is XOR-swizzled by the column group (bits 2-4), so a warp's
+//    32 stores hit 32 banks and each 16-byte chunk of a q row stays contiguous.
+// 3. Stores along q's rows, `store_bytes` (16, 4 or 1: the widest that divides Rp) a thread, conflict-free reads of
+//    the tile, each warp on whole 128-byte runs of q's rows (32-byte runs with 1-byte stores).
+// A column whose scale is not finite (a NaN or inf in it) takes quantize() value by value, as the ATen twin.
+template <typename T, int N, bool kVec>
+__global__ void __launch_bounds__(kColThreads)
+    quantize_cols_kernel(const T* __restrict__ t, const int* __restrict__ amax_bits, fp8* __restrict__ q,
+                         float* __restrict__ scale, int64_t R, int64_t C, int64_t Rp, int store_bytes) {
+  constexpr int kWords = kColTileRows / 4;              // 32-bit words of a tile's q row
+  constexpr int kGroups = kColTileCols / N;             // N-column groups of a tile's t row
+  constexpr int kSpans = kGroups / 8;                   // warps side by side across a tile row (8 groups each)
+  constexpr int kSub = kWords * kGroups / kColThreads;  // 4 x N sub-blocks per thread
+  static_assert(kWords == 32 && kGroups % 8 == 0 && kWords * kGroups % kColThreads == 0, "tile geometry");
+  __shared__ __align__(16) uint32_t tile[kColTileCols][kWords];
+  __shared__ float col_scale[kColTileCols], col_recip[kColTileCols];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kColTileCols, r0 = static_cast<int64_t>(blockIdx.y) * kColTileRows;
+  const int tid = threadIdx.x;
+  if (tid < kColTileCols && c0 + tid < C) {
+    const float s = scale_of(__int_as_float(amax_bits[c0 + tid]));
+    col_scale[tid] = s;
+    col_recip[tid] = isfinite(s) ? recip_of(s) : 0.f;
+    if (blockIdx.y == 0) scale[c0 + tid] = s;
+  }
+  // where word `word` of the tile's q row cl lives: bits 2-4 flipped by the row's column group (cl / N) % 8
+  auto slot = [](int cl, int word) { return word ^ (((cl / N) % 8) << 2); };
+  // sub-block i of this thread: column group cg, rows r0 + 4 rg .. + 3
+  auto coords = [tid](int i, int& cg, int& rg) {
+    const int s = i * kColThreads + tid, w = s / 32, lane = s % 32;
+    cg = (w % kSpans) * 8 + lane % 8;
+    rg = (w / kSpans) * 4 + lane / 8;
+  };
+  float v[kSub][4][N];
+#pragma unroll
+  for (int i = 0; i < kSub; ++i) {
+    int cg, rg;
+    coords(i, cg, rg);
+    const int64_t c = c0 + cg * N;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + rg * 4 + j;
+      if (r < R && c < C) {  // with kVec, C is a multiple of N: all N columns are in
+        common::load<N, kVec>(t + r * C + c, v[i][j]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[i][j][k] = 0.f;
+      }
+    }
+  }
+  __syncthreads();  // col_scale, col_recip
+#pragma unroll
+  for (int i = 0; i < kSub; ++i) {
+    int cg, rg;
+    coords(i, cg, rg);
+    if (c0 + cg * N >= C) continue;  // with kVec, C is a multiple of N: all N columns are in
+    const float* s = col_scale + cg * N;
+    const float* y = col_recip + cg * N;
+    uint32_t words[N];  // q row cg * N + k, bytes of rows r0 + 4 rg .. + 3
+    bool finite = true;
+#pragma unroll
+    for (int k = 0; k < N; ++k) finite &= isfinite(s[k]);
+    if (finite) {  // padding rows loaded as 0 quantize to 0
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        words[k] = e4m3x2(v[i][0][k], v[i][1][k], s[k], y[k]) | e4m3x2(v[i][2][k], v[i][3][k], s[k], y[k]) << 16;
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        words[k] = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (r0 + rg * 4 + j < R) words[k] |= static_cast<uint32_t>(quantize(v[i][j][k], s[k]).x) << (8 * j);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) tile[cg * N + k][slot(cg * N + k, rg)] = words[k];
   }
   __syncthreads();
-  for (int k = threadIdx.y; k < kTile; k += kTileRows) {  // write along q's rows
-    const int64_t c = c0 + k, r = r0 + threadIdx.x;
-    if (c >= C) continue;
-    const float s = scale_of(__int_as_float(amax_bits[c]));
-    if (blockIdx.x == 0 && threadIdx.x == 0) scale[c] = s;
-    if (r < Rp) q[c * Rp + r] = r < R ? quantize(tile[threadIdx.x][k], s) : fp8(0.f);
+  auto* out = reinterpret_cast<uint8_t*>(q);
+  if (store_bytes == 16) {
+    constexpr int kChunks = kWords / 4;  // 16-byte chunks of a tile's q row
+    for (int i = tid; i < kColTileCols * kChunks; i += kColThreads) {
+      const int cl = i / kChunks, m = i % kChunks;
+      const int64_t c = c0 + cl, r = r0 + m * 16;
+      if (c < C && r < Rp)
+        *reinterpret_cast<uint4*>(out + c * Rp + r) = *reinterpret_cast<const uint4*>(&tile[cl][slot(cl, m * 4)]);
+    }
+  } else if (store_bytes == 4) {
+    for (int i = tid; i < kColTileCols * kWords; i += kColThreads) {
+      const int cl = i / kWords, wd = i % kWords;
+      const int64_t c = c0 + cl, r = r0 + wd * 4;
+      if (c < C && r < Rp) *reinterpret_cast<uint32_t*>(out + c * Rp + r) = tile[cl][slot(cl, wd)];
+    }
+  } else {
+    for (int i = tid; i < kColTileCols * kColTileRows; i += kColThreads) {
+      const int cl = i / kColTileRows, b = i % kColTileRows;
+      const int64_t c = c0 + cl, r = r0 + b;
+      if (c < C && r < Rp) out[c * Rp + r] = static_cast<uint8_t>(tile[cl][slot(cl, b / 4)] >> (8 * (b % 4)));
+    }
   }
 }
 
 void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+
+// The launch of fp8_quantize_cols's two passes.
+struct ColsLaunch {
+  int64_t R, C, Rp;
+  int64_t amax_rows;  // rows per block of the amax pass
+  dim3 amax_grid;     // (column blocks of 32 x N, row blocks)
+  dim3 tile_grid;     // (column tiles, row tiles) of the quantize pass
+  int store_bytes;    // of q's rows per thread: 16, 4 or 1
+  cudaStream_t stream;
+};
+
+template <typename T, int N, bool kVec>
+void launch_cols(const ColsLaunch& l, const T* t, int* amax_bits, fp8* q, float* scale) {
+  if (l.R > 0) {
+    col_amax_kernel<T, N, kVec><<<l.amax_grid, dim3(32, kAmaxWarps), 0, l.stream>>>(t, amax_bits, l.R, l.C, l.amax_rows);
+    check_launch();
+  }
+  quantize_cols_kernel<T, N, kVec><<<l.tile_grid, kColThreads, 0, l.stream>>>(t, amax_bits, q, scale, l.R, l.C, l.Rp,
+                                                                              l.store_bytes);
+  check_launch();
+}
 
 void check_input(const Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda() && t.dim() == 2, name, ": expected a 2-D CUDA tensor, got ", t.sizes(), " on ", t.device());
@@ -184,26 +353,33 @@ std::tuple<Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t Rp) {
   auto scale = at::empty({C}, t.options().dtype(at::kFloat));
   if (C == 0 || Rp == 0) return {q, scale};
   auto amax_bits = at::zeros({C}, t.options().dtype(at::kInt));
-  const int64_t col_tiles = (C + kTile - 1) / kTile, amax_blocks = (R + kAmaxRows - 1) / kAmaxRows;
-  const int64_t row_tiles = (Rp + kTile - 1) / kTile;
-  TORCH_CHECK(col_tiles <= 65535 && amax_blocks <= 65535, "fp8_quantize_cols: [", R, ", ", C,
-              "] exceeds the kernels' grid (at most 2,097,120 columns and 16,776,960 rows)");
-  auto stream = at::cuda::getCurrentCUDAStream();
-  const dim3 block(kTile, kTileRows);
-  const dim3 amax_grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(amax_blocks));
-  const dim3 tile_grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
-  if (t.scalar_type() == at::kFloat) {
-    if (R > 0) col_amax_kernel<float><<<amax_grid, block, 0, stream>>>(t.data_ptr<float>(), amax_bits.data_ptr<int>(), R, C);
-    check_launch();
-    quantize_cols_kernel<float><<<tile_grid, block, 0, stream>>>(t.data_ptr<float>(), amax_bits.data_ptr<int>(),
-                                                                 static_cast<fp8*>(q.data_ptr()), scale.data_ptr<float>(), R, C, Rp);
+  // 16-byte loads of N = 4 float32 or 8 bfloat16 columns when aligned and C is a multiple of N, else one at a time.
+  const bool fp32 = t.scalar_type() == at::kFloat;
+  const int64_t n_vec = fp32 ? 4 : 8;
+  const bool vec = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && C % n_vec == 0;
+  const int64_t n = vec ? n_vec : 1, max_grid = (int64_t{1} << 31) - 1;
+  ColsLaunch l{R, C, Rp};
+  l.amax_rows = std::max(kAmaxRows, (R + 65534) / 65535);  // the row blocks within the grid's y limit
+  const int64_t amax_cols = (C + 32 * n - 1) / (32 * n);
+  const int64_t col_tiles = (C + kColTileCols - 1) / kColTileCols, row_tiles = (Rp + kColTileRows - 1) / kColTileRows;
+  TORCH_CHECK(amax_cols <= max_grid && col_tiles <= max_grid && row_tiles <= 65535, "fp8_quantize_cols: [", R, ", ",
+              C, "] padded to ", Rp, " rows exceeds the kernels' grid (at most ", 65535 * kColTileRows,
+              " padded rows and ", max_grid * kColTileCols, " columns)");
+  l.amax_grid = dim3(static_cast<unsigned>(amax_cols), static_cast<unsigned>((R + l.amax_rows - 1) / l.amax_rows));
+  l.tile_grid = dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+  const bool q_aligned = reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0;  // at::empty's are
+  l.store_bytes = q_aligned && Rp % 16 == 0 ? 16 : q_aligned && Rp % 4 == 0 ? 4 : 1;
+  l.stream = at::cuda::getCurrentCUDAStream();
+  auto* qp = static_cast<fp8*>(q.data_ptr());
+  auto* bits = amax_bits.data_ptr<int>();
+  auto* sp = scale.data_ptr<float>();
+  if (fp32) {
+    if (vec) launch_cols<float, 4, true>(l, t.data_ptr<float>(), bits, qp, sp);
+    else launch_cols<float, 1, false>(l, t.data_ptr<float>(), bits, qp, sp);
   } else {
-    if (R > 0) col_amax_kernel<bf16><<<amax_grid, block, 0, stream>>>(t.data_ptr<bf16>(), amax_bits.data_ptr<int>(), R, C);
-    check_launch();
-    quantize_cols_kernel<bf16><<<tile_grid, block, 0, stream>>>(t.data_ptr<bf16>(), amax_bits.data_ptr<int>(),
-                                                                static_cast<fp8*>(q.data_ptr()), scale.data_ptr<float>(), R, C, Rp);
+    if (vec) launch_cols<bf16, 8, true>(l, t.data_ptr<bf16>(), bits, qp, sp);
+    else launch_cols<bf16, 1, false>(l, t.data_ptr<bf16>(), bits, qp, sp);
   }
-  check_launch();
   return {q, scale};
 }
 

@@ -1,9 +1,14 @@
 // The FP8 linear (model/kernels/fp8_linear.h). On the CPU: the ATen quantization (the reference both backends share)
 // against E4M3's precision and an independent transcription of its formula, the emulated linear against the plain
 // fp32 linear within FP8's error, and its gradients (dgrad, wgrad, bias; none for a frozen weight) against the
-// transcription. On a GPU (skipped without one): the CUDA kernels' quantization bit for bit against ATen's, and the
-// _scaled_mm backend against the emulation, forward and backward.
+// transcription. On a GPU (skipped without one): the CUDA kernels' quantization bit for bit against ATen's (at the
+// column-wise kernels' tile edges, at E4M3's rounding edges, and NaN / inf by class), and the _scaled_mm backend
+// against the emulation, forward and backward.
 #include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "model/kernels/fp8_linear.h"
 #include "model/kernels/fused_ops.h"
@@ -123,26 +128,105 @@ TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
 
 // --- on a GPU ------------------------------------------------------------------------------------------------------
 
+bool kernels_on_gpu() { return torch::cuda::is_available() && cuda_kernels_built(); }
+
+std::string describe(const torch::Tensor& t) {
+  return std::string(t.scalar_type() == torch::kBFloat16 ? "bf16 " : "fp32 ") + std::to_string(t.size(0)) + "x" +
+         std::to_string(t.size(1));
+}
+
+// The kernels' row-wise and column-wise quantization of t against ATen's, bit for bit, at each pad.
+void expect_kernel_equals_aten(const torch::Tensor& t, std::initializer_list<int64_t> pads, const std::string& what) {
+  const auto kr = quantize_rows(t), ar = quantize_rows(t, QuantPath::aten);
+  EXPECT_TRUE(torch::equal(kr.scale, ar.scale)) << what;
+  EXPECT_TRUE(torch::equal(kr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what;
+  for (const int64_t pad : pads) {
+    const auto kc = quantize_cols(t, pad), ac = quantize_cols(t, pad, QuantPath::aten);
+    ASSERT_EQ(kc.q.sizes(), ac.q.sizes()) << what << " pad " << pad;
+    EXPECT_TRUE(torch::equal(kc.scale, ac.scale)) << what << " pad " << pad;
+    EXPECT_TRUE(torch::equal(kc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad;
+  }
+}
+
+// Shapes around the column-wise kernels' edges (quantize tiles of 128 rows x 64 columns, amax blocks of 128 rows x
+// 32 x 8 columns): R and C off the tile sizes, R under one tile, C not a multiple of 8 (bfloat16's one-element
+// fallback) or of 4 (float32's), Rp a multiple of 16 (16-byte stores), of 4 only (pad 100: 4-byte stores) or odd
+// (byte stores), pads beyond R by whole tiles, a misaligned data pointer.
 TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
-  if (!torch::cuda::is_available() || !cuda_kernels_built()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
+  if (!kernels_on_gpu()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
   const torch::Device dev(torch::kCUDA, 0);
   ASSERT_EQ(fp8_quant_backend(torch::zeros({2, 2}, dev)), "cuda");
   torch::manual_seed(5);
-  for (const auto dt : {torch::kBFloat16, torch::kFloat32})
-    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16}, {37, 48}, {1029, 3072}, {300, 1000}}) {
+  for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16}, {37, 48}, {1029, 3072}, {300, 1000}, {5, 13},
+                                                               {130, 68}, {257, 200}, {2100, 136}, {1, 8}}) {
       auto t = (torch::randn(shape) * torch::logspace(-2, 2, shape[0]).unsqueeze(1)).to(dt).to(dev);
       if (shape[0] > 3) t[3].zero_();
-      const std::string what = std::string(dt == torch::kBFloat16 ? "bf16 " : "fp32 ") + std::to_string(shape[0]) +
-                               "x" + std::to_string(shape[1]);
-      const auto kr = quantize_rows(t), ar = quantize_rows(t, QuantPath::aten);
-      EXPECT_TRUE(torch::equal(kr.scale, ar.scale)) << what;
-      EXPECT_TRUE(torch::equal(kr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what;
-      for (const int64_t pad : {1, 16}) {
-        const auto kc = quantize_cols(t, pad), ac = quantize_cols(t, pad, QuantPath::aten);
-        ASSERT_EQ(kc.q.sizes(), ac.q.sizes()) << what;
-        EXPECT_TRUE(torch::equal(kc.scale, ac.scale)) << what << " pad " << pad;
-        EXPECT_TRUE(torch::equal(kc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad;
-      }
+      expect_kernel_equals_aten(t, {1, 16, 100, 384}, describe(t));
+    }
+    // one element past an aligned start: the one-element loads though C is a multiple of 8
+    const auto flat = torch::randn({37 * 48 + 1}).to(dt).to(dev);
+    const auto t = flat.slice(0, 1).view({37, 48});
+    ASSERT_NE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16, 0u);
+    expect_kernel_equals_aten(t, {1, 16}, describe(t) + " misaligned");
+  }
+}
+
+// Rounding edges: every finite E4M3 value and the midpoint between each two neighbours (ties go to even), both signs,
+// ±0, and float32's neighbours of the midpoints. In column 0 the largest magnitude is 448, so the scale is exactly 1
+// and they reach the conversion unchanged; the other columns scale them (by powers of two, by 3, to below the amax
+// floor) or hold zeros or noise. C = 8: the vectorized path for both dtypes.
+TEST(Fp8LinearCuda, KernelQuantizationRoundsEdgeValuesAsAten) {
+  if (!kernels_on_gpu()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
+  const torch::Device dev(torch::kCUDA, 0);
+  const auto e4m3 = torch::arange(127, torch::kUInt8).view(torch::kFloat8_e4m3fn).to(torch::kFloat32);  // 0 .. 448
+  const auto mid = (e4m3.slice(0, 1) + e4m3.slice(0, 0, -1)) / 2;
+  const auto inf = torch::full_like(mid, INFINITY);
+  auto v = torch::cat({e4m3, mid, torch::nextafter(mid, inf), torch::nextafter(mid, -inf)});
+  v = torch::cat({v, -v});  // [1010], -0 included
+  torch::manual_seed(7);
+  const auto t32 = torch::stack({v, v * std::ldexp(1.0, -20), v * 3, v * std::ldexp(1.0, 100), torch::zeros_like(v),
+                                 v * 1e-30, torch::randn_like(v), v.flip(0) * 0.7},
+                                1);  // [1010, 8]
+  ASSERT_EQ(t32.abs().amax(0)[0].item<float>(), 448.f);
+  for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
+    const auto t = t32.to(dt).to(dev);
+    expect_kernel_equals_aten(t, {1, 16}, describe(t) + " edges");
+    // and column 0 is the plain conversion (scale 1)
+    const auto c = quantize_cols(t, 1);
+    EXPECT_EQ(c.scale[0].item<float>(), 1.f);
+    EXPECT_TRUE(torch::equal(c.q[0].view(torch::kUInt8), t.select(1, 0).to(torch::kFloat8_e4m3fn).view(torch::kUInt8)));
+  }
+}
+
+// A NaN or an infinity in a column: the same NaN scales and the same NaN / zero / value bytes as ATen (compared by
+// class, not NaN payload). A NaN column's zero padding differs from ATen's NaN padding (the kernel writes zeros), so
+// pad 1 here; an infinite column pads zeros in both.
+TEST(Fp8LinearCuda, KernelQuantizationPropagatesNanAndInfAsAten) {
+  if (!kernels_on_gpu()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
+  const torch::Device dev(torch::kCUDA, 0);
+  torch::manual_seed(8);
+  for (const auto dt : {torch::kBFloat16, torch::kFloat32})
+    for (const int64_t R : {300, 320}) {  // byte and 16-byte stores
+      auto t32 = torch::randn({R, 24});
+      t32.index_put_({5, 2}, NAN);
+      t32.index_put_({100, 7}, INFINITY);
+      t32.index_put_({200, 9}, -INFINITY);
+      t32.index_put_({0, 11}, NAN);
+      t32.index_put_({1, 11}, INFINITY);
+      t32.index_put_({R - 1, 13}, -std::numeric_limits<float>::quiet_NaN());
+      const auto t = t32.to(dt).to(dev);
+      const auto what = describe(t);
+      const auto kc = quantize_cols(t, 1), ac = quantize_cols(t, 1, QuantPath::aten);
+      EXPECT_TRUE(torch::allclose(kc.scale, ac.scale, 0, 0, /*equal_nan=*/true)) << what;
+      const auto kb = kc.q.view(torch::kUInt8).to(torch::kInt32), ab = ac.q.view(torch::kUInt8).to(torch::kInt32);
+      const auto k_nan = kb.bitwise_and(0x7F) == 0x7F, a_nan = ab.bitwise_and(0x7F) == 0x7F;
+      EXPECT_TRUE(torch::equal(k_nan, a_nan)) << what;
+      EXPECT_TRUE(torch::equal(kb.masked_fill(k_nan, 0), ab.masked_fill(a_nan, 0))) << what;
+      // what the data asks for: NaNs in the five columns with a NaN or an infinity, NaN throughout those with a NaN
+      const auto nan_cols = torch::tensor({2, 7, 9, 11, 13});
+      EXPECT_TRUE(torch::equal(k_nan.any(1).cpu(), torch::zeros({24}, torch::kBool).index_fill_(0, nan_cols, true)));
+      EXPECT_TRUE(k_nan.index_select(0, torch::tensor({2, 11, 13}).to(dev)).all().item<bool>()) << what;
     }
 }
 
