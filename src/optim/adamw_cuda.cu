@@ -6,7 +6,7 @@
 // update in float32, stores of the parameter and moments only. The gradient is read-only: the clip coefficient
 // multiplies it in registers. Built for VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "optim/adamw_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -23,7 +23,6 @@ namespace {
 
 using at::Tensor;
 using bf16 = c10::BFloat16;
-namespace common = vdt::kernels::cuda::common;
 
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = 16384;  // elements per chunk: a multiple of every N
@@ -40,10 +39,10 @@ template <typename P, typename S, int N, bool kVec>
 __device__ __forceinline__ void update(P* p, const P* g, S* m, S* v, float gs, float step_size, float bc2_sqrt,
                                        const Scalars& c) {
   float pp[N], gg[N], mm[N], vv[N];
-  common::load<N, kVec>(p, pp);
-  common::load<N, kVec>(g, gg);
-  common::load<N, kVec>(m, mm);
-  common::load<N, kVec>(v, vv);
+  cuda_common::load<N, kVec>(p, pp);
+  cuda_common::load<N, kVec>(g, gg);
+  cuda_common::load<N, kVec>(m, mm);
+  cuda_common::load<N, kVec>(v, vv);
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const float grad = gg[j] * gs;
@@ -53,9 +52,9 @@ __device__ __forceinline__ void update(P* p, const P* g, S* m, S* v, float gs, f
     const float denom = sqrtf(vv[j]) / bc2_sqrt + c.eps;
     pp[j] -= step_size * mm[j] / denom;
   }
-  common::store<N, kVec>(p, pp);
-  common::store<N, kVec>(m, mm);
-  common::store<N, kVec>(v, vv);
+  cuda_common::store<N, kVec>(p, pp);
+  cuda_common::store<N, kVec>(m, mm);
+  cuda_common::store<N, kVec>(v, vv);
 }
 
 // table [T, kFields], first_chunk [T + 1] (first_chunk[T] = the bucket's chunk count).
@@ -142,7 +141,7 @@ bool adamw_takes(const Tensor& param, const Tensor& grad, const Tensor& exp_avg)
   return param.is_cuda() && grad.device() == param.device() && grad.scalar_type() == param.scalar_type() &&
          supported(param.scalar_type()) && supported(exp_avg.scalar_type()) && param.is_contiguous() &&
          grad.is_contiguous() && exp_avg.is_contiguous() &&
-         common::image_fits(param.get_device(), adamw_kernel<float, float, 4>);
+         cuda_common::image_fits(param.get_device(), adamw_kernel<float, float, 4>);
 }
 
 void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,

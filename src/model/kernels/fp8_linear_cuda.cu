@@ -15,7 +15,7 @@
 // round-to-nearest-even E4M3 conversion (or the hardware's saturating one, which agrees with it on every non-NaN).
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_linear_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -82,7 +82,7 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
   float amax = 0.f;
   for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
     float v[N];
-    common::load<N, kVec>(row + c, v);
+    cuda_common::load<N, kVec>(row + c, v);
 #pragma unroll
     for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
   }
@@ -91,12 +91,12 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
   fp8* out = q + r * C;
   for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
     float v[N];
-    common::load<N, kVec>(row + c, v);
-    common::Pack<fp8, N> pk;
+    cuda_common::load<N, kVec>(row + c, v);
+    cuda_common::Pack<fp8, N> pk;
 #pragma unroll
     for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
     if constexpr (kVec) {
-      *reinterpret_cast<common::Pack<fp8, N>*>(out + c) = pk;
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
     } else {
 #pragma unroll
       for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
@@ -136,10 +136,10 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
 template <typename T, int N, bool kVec>
 __global__ void __launch_bounds__(32 * kAmaxWarps)
     col_amax_kernel(const T* __restrict__ t, int* __restrict__ amax_bits, int64_t R, int64_t C, int64_t rows) {
-  __shared__ common::Pack<float, N> part[kAmaxWarps][32];
+  __shared__ cuda_common::Pack<float, N> part[kAmaxWarps][32];
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * N;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows, r1 = r0 + rows < R ? r0 + rows : R;
-  common::Pack<float, N> m;
+  cuda_common::Pack<float, N> m;
 #pragma unroll
   for (int j = 0; j < N; ++j) m.v[j] = 0.f;
   if (c < C) {  // with kVec, C is a multiple of N: all N columns are in
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
     for (; r + (kBatch - 1) * kStep < r1; r += kBatch * kStep) {
       float v[kBatch][N];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) common::load<N, kVec>(t + (r + u * kStep) * C + c, v[u]);
+      for (int u = 0; u < kBatch; ++u) cuda_common::load<N, kVec>(t + (r + u * kStep) * C + c, v[u]);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
 #pragma unroll
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
     }
     for (; r < r1; r += kStep) {
       float v[N];
-      common::load<N, kVec>(t + r * C + c, v);
+      cuda_common::load<N, kVec>(t + r * C + c, v);
 #pragma unroll
       for (int j = 0; j < N; ++j) m.v[j] = nan_max(m.v[j], fabsf(v[j]));
     }
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kColThreads)
     for (int j = 0; j < 4; ++j) {
       const int64_t r = r0 + rg * 4 + j;
       if (r < R && c < C) {  // with kVec, C is a multiple of N: all N columns are in
-        common::load<N, kVec>(t + r * C + c, v[i][j]);
+        cuda_common::load<N, kVec>(t + r * C + c, v[i][j]);
       } else {
 #pragma unroll
         for (int k = 0; k < N; ++k) v[i][j][k] = 0.f;
@@ -313,7 +313,7 @@ void check_input(const Tensor& t, const char* name) {
 }  // namespace
 
 bool fp8_device_supported(int device_index) {
-  return common::image_fits(device_index, quantize_rows_kernel<float, 1, false>);
+  return cuda_common::image_fits(device_index, quantize_rows_kernel<float, 1, false>);
 }
 
 std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in) {

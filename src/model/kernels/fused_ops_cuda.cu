@@ -5,7 +5,7 @@
 // the dtype the reference op would have produced (`rnd<T>`), so the forward matches reference_ops.cpp.
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fused_ops_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -27,7 +27,7 @@ using bf16 = c10::BFloat16;
 constexpr int kRowThreads = 256;  // threads per block of the row kernels (a multiple of 32)
 constexpr int kColThreads = 256;  // columns per block of the group sums
 
-using common::block_sum, common::load, common::rnd, common::store;
+using cuda_common::block_sum, cuda_common::load, cuda_common::rnd, cuda_common::store;
 
 // Token row -> modulation row. Wan: x [B, L, D] against [B, G, 1, D] (groups of L/G consecutive tokens); H3: an index.
 struct GroupRows {
@@ -267,7 +267,7 @@ void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 
 }  // namespace
 
-bool device_supported(int device_index) { return common::image_fits(device_index, norm_modulate_kernel<float, 1>); }
+bool device_supported(int device_index) { return cuda_common::image_fits(device_index, norm_modulate_kernel<float, 1>); }
 
 std::tuple<Tensor, Tensor, Tensor> modulated_norm_forward(const Tensor& x_in, const Tensor& shift_in,
                                                           const Tensor& scale_in, double eps) {

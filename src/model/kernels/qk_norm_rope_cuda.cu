@@ -3,7 +3,7 @@
 // tables rounded to x's dtype and each product and the sum rounded, as the reference ops. Backward: the rotation by
 // the negated angle, times w, then RMSNorm's backward dx = rstd * (gn - nf * mean(gn * nf)), nf = x * rstd.
 #include "model/kernels/qk_norm_rope_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -20,7 +20,7 @@ namespace {
 using at::Tensor;
 constexpr int kWarps = 8;  // rows per block
 
-using common::rnd;
+using cuda_common::rnd;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -2,7 +2,7 @@
 // and adds the gradient rows that name its output row (float32), so each gradient element is read once by the one
 // thread that owns its column pack for that row, and the result is deterministic.
 #include "model/kernels/row_gather_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -18,7 +18,7 @@ namespace {
 
 using at::Tensor;
 using bf16 = c10::BFloat16;
-using common::load, common::store;
+using cuda_common::load, cuda_common::store;
 
 constexpr int kThreads = 128;
 

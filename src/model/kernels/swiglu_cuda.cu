@@ -1,7 +1,7 @@
 // CUDA kernels of swiglu.h: one thread per 8 (bfloat16) or 4 (float32) consecutive columns of one row, 16-byte loads
 // of the gate and up halves when F allows, else one element at a time. float32 math with the reference's roundings.
 #include "model/kernels/swiglu_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -17,7 +17,7 @@ namespace {
 
 using at::Tensor;
 using bf16 = c10::BFloat16;
-using common::load, common::rnd, common::store;
+using cuda_common::load, cuda_common::rnd, cuda_common::store;
 
 constexpr int kThreads = 256;
 

@@ -8,7 +8,7 @@
 // 16-byte vector loads when the width and the pointers allow, else one pair at a time. Without kRope (cross-attention's
 // q and k, wan_rms_norm_*) the same kernels normalise one tensor (grid.y = 1) and skip the rotation: y = n * w.
 #include "model/kernels/wan_qk_norm_rope_cuda.h"
-#include "model/kernels/cuda_common.cuh"
+#include "core/cuda_common.cuh"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -27,7 +27,7 @@ namespace {
 using at::Tensor;
 using bf16 = c10::BFloat16;
 
-using common::block_sum, common::load, common::rnd, common::store;
+using cuda_common::block_sum, cuda_common::load, cuda_common::rnd, cuda_common::store;
 
 struct Geometry {
   int64_t rows, L, D;  // token rows B * L, tokens per sample (the table's rows), width N * Dh

@@ -1,6 +1,6 @@
-// Device helpers shared by the kernel files (fused_ops_cuda.cu, qk_norm_rope_cuda.cu, wan_qk_norm_rope_cuda.cu,
-// fp8_linear_cuda.cu, row_gather_cuda.cu, swiglu_cuda.cu): rounding to a dtype as ATen's casts do, 16-byte packs, vector loads / stores as float32, a
-// deterministic block sum, and the host-side check that this binary has a kernel image for a device.
+// Device helpers shared by vdt's CUDA kernel files (model/kernels/*_cuda.cu, optim/adamw_cuda.cu): rounding to a dtype
+// as ATen's casts do, 16-byte packs, vector loads / stores as float32, a deterministic block sum, and the host-side
+// check that this binary has a kernel image for a device.
 // Not here: any op's kernel.
 #pragma once
 #include <c10/cuda/CUDAGuard.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-namespace vdt::kernels::cuda::common {
+namespace vdt::cuda_common {
 
 // v rounded to T and back (round to nearest even, as ATen's casts).
 template <typename T>
@@ -82,4 +82,4 @@ bool image_fits(int device_index, Kernel* kernel) {
   return known[device_index] == 1;
 }
 
-}  // namespace vdt::kernels::cuda::common
+}  // namespace vdt::cuda_common
