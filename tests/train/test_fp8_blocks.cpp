@@ -36,10 +36,13 @@ TEST(Fp8Blocks, AllBlocksButTheFirstAndLast) {
 
 TEST(Fp8Blocks, FlagAndDeviceErrorsNameTheFlag) {
   EXPECT_EQ(parse_fp8("emulate", "--fp8"), Fp8Mode::emulate);
-  test::expect_error([] { parse_fp8("e4m3", "--fp8"); }, {"--fp8", "'e4m3'", "off", "on", "emulate"});
+  EXPECT_EQ(parse_fp8("fast", "--fp8"), Fp8Mode::fast);
+  test::expect_error([] { parse_fp8("e4m3", "--fp8"); }, {"--fp8", "'e4m3'", "off", "on", "fast", "emulate"});
   // on needs a GPU of compute capability 8.9+; the error says what to do instead
   test::expect_error([] { check_fp8_device(Fp8Mode::on, torch::Device(torch::kCPU), "--fp8"); },
                      {"--fp8 on", "cpu", "8.9", "--fp8 off", "--fp8 emulate"});
+  test::expect_error([] { check_fp8_device(Fp8Mode::fast, torch::Device(torch::kCPU), "--fp8"); },
+                     {"--fp8 fast", "cpu", "--fp8 off"});
   check_fp8_device(Fp8Mode::emulate, torch::Device(torch::kCPU), "--fp8");
   check_fp8_device(Fp8Mode::off, torch::Device(torch::kCPU), "--fp8");
   SftConfig sft;

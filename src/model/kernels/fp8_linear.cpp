@@ -47,29 +47,29 @@ std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
   return s;
 }
 
-Tensor linear_forward(const Tensor& x, const Tensor& w, Fp8Backend backend) {
+Tensor linear_forward(const Tensor& x, const Tensor& w, Fp8Backend backend, bool fast_accum) {
   VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
             w.sizes(), " do not chain (expected x [..., in], w [out, in])");
   const int64_t K = w.size(1), N = w.size(0);
   const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
   if (x2.size(0) == 0) return torch::zeros(with_last(x.sizes(), N), x.options());
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
-  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend);  // [M, N] bfloat16
+  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend, fast_accum);  // [M, N] bfloat16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
 }
 
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, int64_t backend) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, int64_t backend, bool fast_accum) {
     ctx->saved_data["backend"] = backend;
     // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
     ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
-    return linear_forward(x, w, static_cast<Fp8Backend>(backend));
+    return linear_forward(x, w, static_cast<Fp8Backend>(backend), fast_accum);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     auto [dx, dw] = fp8_linear_grads(grads[0], saved[0], saved[1], ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                      static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
-    return {dx, dw, Tensor()};
+    return {dx, dw, Tensor(), Tensor()};
   }
 };
 
@@ -104,7 +104,7 @@ Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path) {
   return aten_quantize_rows(tt);
 }
 
-Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend) {
+Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum) {
   const int64_t M = a.q.size(0), K = a.q.size(1), N = b.q.size(0);
   VDT_CHECK(b.q.size(1) == K, "fp8_gemm_nt: a [", M, ", ", K, "] and b [", N, ", ", b.q.size(1), "] do not chain");
   if (backend == Fp8Backend::emulate) {
@@ -118,15 +118,15 @@ Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend) {
             "of 16, this GEMM is [", M, ", ", K, "] x [", N, ", ", K, "]^T; use --fp8 off (or emulate) for this model");
   // mat2 column-major: the transpose of b.q's row-major [N, K]; row-wise scales [M, 1] and [1, N], float32, contiguous.
   return at::_scaled_mm(a.q, b.q.t(), a.scale.view({M, 1}), b.scale.view({1, N}), std::nullopt, std::nullopt,
-                        torch::kBFloat16, /*use_fast_accum=*/false);
+                        torch::kBFloat16, fast_accum);
 }
 
-Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend) {
+Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum) {
   Tensor y;
   if (torch::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()))
-    y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(backend));
+    y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(backend), fast_accum);
   else
-    y = linear_forward(x, w, backend);
+    y = linear_forward(x, w, backend, fast_accum);
   return b.defined() ? y + b : y;  // in the activations' dtype, differentiated by autograd
 }
 

@@ -38,12 +38,15 @@ Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = Quan
 
 // a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),
 // a.scale [M, 1], b.scale [1, N]); K and N must be multiples of 16 (its rule). emulate: (a.q a.scale) (b.q b.scale)^T
-// in fp32, rounded to bfloat16.
-torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend);
+// in fp32, rounded to bfloat16. fast_accum (cuda only; the emulation ignores it): _scaled_mm's use_fast_accum, Hopper's
+// FP8 tensor-core accumulation without the periodic promotion to fp32 (faster, less exact over long K).
+torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum = false);
 
 // x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
-// and b (plain). Frozen w (no grad): no wgrad and x is not kept for it.
-torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend);
+// and b (plain). Frozen w (no grad): no wgrad and x is not kept for it. fast_accum: the forward GEMM's (fp8_gemm_nt);
+// the backward GEMMs always accumulate exactly (TransformerEngine's default recipe does the same).
+torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend,
+                         bool fast_accum = false);
 // The gradients fp8_linear's backward computes for the output gradient g [..., out] (in x's dtype): dx [..., in] in
 // g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then).
 std::pair<torch::Tensor, torch::Tensor> fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x,
@@ -53,18 +56,20 @@ std::pair<torch::Tensor, torch::Tensor> fp8_linear_grads(const torch::Tensor& g,
 // The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h).
 class Fp8Linear : public LinearImpl {
  public:
-  explicit Fp8Linear(Fp8Backend backend) : backend_(backend) {}
+  explicit Fp8Linear(Fp8Backend backend, bool fast_accum = false) : backend_(backend), fast_accum_(fast_accum) {}
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
-    return fp8_linear(x, w, b, backend_);
+    return fp8_linear(x, w, b, backend_, fast_accum_);
   }
   std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w,
                                                 bool want_x, bool want_w) override {
     return fp8_linear_grads(g, x, w, want_x, want_w, backend_);
   }
   Fp8Backend backend() const { return backend_; }
+  bool fast_accum() const { return fast_accum_; }
 
  private:
   Fp8Backend backend_;
+  bool fast_accum_;
 };
 
 // Empty when `device` runs the cuda backend (a row-wise FP8 _scaled_mm is tried there once), else why not, in words.

@@ -17,15 +17,17 @@ namespace vdt {
 Fp8Mode parse_fp8(const std::string& value, const std::string& flag) {
   if (value == "off") return Fp8Mode::off;
   if (value == "on") return Fp8Mode::on;
+  if (value == "fast") return Fp8Mode::fast;
   if (value == "emulate") return Fp8Mode::emulate;
-  VDT_FAIL(flag, ": expected off, on (FP8 GEMMs on a CUDA GPU of compute capability 8.9+) or emulate (the same "
-           "numerics in fp32 ops on any device), got '", value, "'");
+  VDT_FAIL(flag, ": expected off, on (FP8 GEMMs on a CUDA GPU of compute capability 8.9+), fast (on, with fast "
+           "accumulation in the forward GEMMs) or emulate (the same numerics in fp32 ops on any device), got '", value,
+           "'");
 }
 
 void check_fp8_device(Fp8Mode mode, const torch::Device& device, const std::string& flag) {
-  if (mode != Fp8Mode::on) return;
+  if (mode != Fp8Mode::on && mode != Fp8Mode::fast) return;
   const auto why = kernels::fp8_unsupported_reason(device);
-  VDT_CHECK(why.empty(), flag, " on: ", why, ". FP8 GEMMs need a CUDA GPU of compute capability 8.9 or newer (Ada, "
+  VDT_CHECK(why.empty(), flag, mode == Fp8Mode::on ? " on: " : " fast: ", why, ". FP8 GEMMs need a CUDA GPU of compute capability 8.9 or newer (Ada, "
             "Hopper, Blackwell); use ", flag, " off, or ", flag, " emulate to run the same FP8 numerics in fp32 ops "
             "on any device (slow: for checks and tests)");
 }
@@ -46,8 +48,8 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
               all.size(), " blocks");
     selected->insert(all[i]);
   }
-  auto impl = std::make_shared<kernels::Fp8Linear>(mode == Fp8Mode::on ? kernels::Fp8Backend::cuda
-                                                                        : kernels::Fp8Backend::emulate);
+  auto impl = std::make_shared<kernels::Fp8Linear>(
+      mode == Fp8Mode::emulate ? kernels::Fp8Backend::emulate : kernels::Fp8Backend::cuda, mode == Fp8Mode::fast);
   BlockRunner inner = model.block_runner();
   model.set_block_runner([inner, selected, impl](const BlockCall& call) {
     if (!selected->count(&call.block)) return inner ? inner(call) : call.run(call.inputs);
@@ -66,8 +68,9 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
     else if (run_end) which << "-" << blocks[k];
   }
   std::ostringstream out;
-  out << (mode == Fp8Mode::on ? "on" : "emulate") << ": the linears of blocks "
-      << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size() << " in FP8 (E4M3, row-wise scales)";
+  out << (mode == Fp8Mode::on ? "on" : mode == Fp8Mode::fast ? "fast" : "emulate") << ": the linears of blocks "
+      << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size() << " in FP8 (E4M3, row-wise scales"
+      << (mode == Fp8Mode::fast ? "; fast accumulation in the forward GEMMs)" : ")");
   return out.str();
 }
 

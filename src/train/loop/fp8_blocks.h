@@ -17,9 +17,10 @@
 
 namespace vdt {
 
-// off; on: FP8 GEMMs (a CUDA GPU of compute capability 8.9+); emulate: the same numerics in fp32 ops on any device
+// off; on: FP8 GEMMs (a CUDA GPU of compute capability 8.9+); fast: on, with fast accumulation in the forward GEMMs
+// (TransformerEngine's default recipe; the backward's stay exact); emulate: on's numerics in fp32 ops on any device
 // (the reference: checks, CPU tests; slow).
-enum class Fp8Mode { off, on, emulate };
+enum class Fp8Mode { off, on, fast, emulate };
 // Throws naming `flag` and the choices.
 Fp8Mode parse_fp8(const std::string& value, const std::string& flag);
 // Throws naming `flag` when `mode` is on and `device` cannot run FP8 GEMMs, saying what to do instead.

@@ -239,19 +239,22 @@ TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
   const auto opt = torch::TensorOptions().device(dev).dtype(torch::kBFloat16);
   const auto x0 = torch::randn({M, K}, opt), w0 = (torch::randn({N, K}, opt) * 0.05), b0 = torch::randn({N}, opt);
   const auto g = torch::randn({M, N}, opt);
-  auto run = [&](Fp8Backend be) {
+  auto run = [&](Fp8Backend be, bool fast) {
     auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
-    auto y = fp8_linear(x, w, b, be);
+    auto y = fp8_linear(x, w, b, be, fast);
     y.backward(g);
     return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
   };
-  const auto cuda = run(Fp8Backend::cuda), emu = run(Fp8Backend::emulate);
+  const auto cuda = run(Fp8Backend::cuda, false), emu = run(Fp8Backend::emulate, false);
+  const auto fast = run(Fp8Backend::cuda, true);  // fast accumulation in the forward GEMM only
   const char* names[] = {"y", "dx", "dw", "db"};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(cuda[i].scalar_type(), torch::kBFloat16) << names[i];
     // the same quantized operands; only the accumulation order and the bfloat16 rounding of the result differ
     EXPECT_LT(rel(cuda[i], emu[i]), 1e-2) << names[i];
+    EXPECT_LT(rel(fast[i], emu[i]), 1e-2) << names[i] << " (fast accumulation)";
   }
+  EXPECT_TRUE(torch::equal(fast[1], cuda[1]));  // the backward is the exact one either way
   // against the bf16 linear: FP8's error
   auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
   torch::linear(x, w, b0).backward(g);
