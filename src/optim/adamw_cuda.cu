@@ -121,9 +121,10 @@ void launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
   if (chunks == 0) return;
   const auto device = params.front().device();
   const auto table = host.to(device, /*non_blocking=*/true);
-  const Scalars c{static_cast<float>(h.lr),    static_cast<float>(h.lr * h.weight_decay), static_cast<float>(h.beta1),
-                  static_cast<float>(1 - h.beta1), static_cast<float>(h.beta2), static_cast<float>(1 - h.beta2),
-                  static_cast<float>(h.eps),    h.beta1,                                  h.beta2};
+  Scalars c{};
+  c.lr = static_cast<float>(h.lr), c.lr_wd = static_cast<float>(h.lr * h.weight_decay), c.eps = static_cast<float>(h.eps);
+  c.beta1 = static_cast<float>(h.beta1), c.one_minus_beta1 = static_cast<float>(1 - h.beta1), c.beta1_d = h.beta1;
+  c.beta2 = static_cast<float>(h.beta2), c.one_minus_beta2 = static_cast<float>(1 - h.beta2), c.beta2_d = h.beta2;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const auto grid = static_cast<unsigned>(std::min<int64_t>(chunks, int64_t{sms} * kBlocksPerSm));
   const float* inf = found_inf.defined() ? found_inf.data_ptr<float>() : nullptr;
