@@ -25,10 +25,7 @@ torch::Tensor kept_attention(const std::vector<torch::Tensor>& inputs, const Att
   return current ? current->attention(inputs, fn) : fn(inputs);
 }
 
-KeptOpsScope::KeptOpsScope(KeptOps* ops) : prev_(current) { current = ops; }
-KeptOpsScope::~KeptOpsScope() { current = prev_; }
-
-LinearImplScope::LinearImplScope(LinearImpl* impl) : prev_(current_impl) { current_impl = impl; }
-LinearImplScope::~LinearImplScope() { current_impl = prev_; }
+KeptOpsScope::KeptOpsScope(KeptOps* ops) : ThreadSlotScope(current, ops) {}
+LinearImplScope::LinearImplScope(LinearImpl* impl) : ThreadSlotScope(current_impl, impl) {}
 
 }  // namespace vdt

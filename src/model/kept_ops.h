@@ -54,28 +54,30 @@ torch::Tensor kept_attention(const std::vector<torch::Tensor>& inputs, const Att
 torch::Tensor base_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 LinearImpl* current_linear_impl();  // nullptr: none
 
-// Installs `ops` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
-class KeptOpsScope {
+// Sets a thread-local pointer for the scope's life; the previous value comes back after (the two scopes below).
+template <typename T>
+class ThreadSlotScope {
  public:
-  explicit KeptOpsScope(KeptOps* ops);
-  ~KeptOpsScope();
-  KeptOpsScope(const KeptOpsScope&) = delete;
-  KeptOpsScope& operator=(const KeptOpsScope&) = delete;
+  ThreadSlotScope(T*& slot, T* value) : slot_(slot), prev_(slot) { slot = value; }
+  ~ThreadSlotScope() { slot_ = prev_; }
+  ThreadSlotScope(const ThreadSlotScope&) = delete;
+  ThreadSlotScope& operator=(const ThreadSlotScope&) = delete;
 
  private:
-  KeptOps* prev_;
+  T*& slot_;  // this thread's slot
+  T* prev_;
+};
+
+// Installs `ops` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
+class KeptOpsScope : ThreadSlotScope<KeptOps> {
+ public:
+  explicit KeptOpsScope(KeptOps* ops);
 };
 
 // Installs `impl` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
-class LinearImplScope {
+class LinearImplScope : ThreadSlotScope<LinearImpl> {
  public:
   explicit LinearImplScope(LinearImpl* impl);
-  ~LinearImplScope();
-  LinearImplScope(const LinearImplScope&) = delete;
-  LinearImplScope& operator=(const LinearImplScope&) = delete;
-
- private:
-  LinearImpl* prev_;
 };
 
 }  // namespace vdt

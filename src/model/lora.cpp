@@ -43,7 +43,7 @@ bool is_lora_target(const std::string& module, const std::vector<std::string>& t
 
 std::string lora_module_of(const std::string& key, char* which) {
   for (const char w : {'A', 'B'})
-    for (const std::string suffix : {std::string(".lora_") + w + ".weight", std::string(".lora_") + w + ".default.weight"})
+    for (const std::string& suffix : {std::string(".lora_") + w + ".weight", std::string(".lora_") + w + ".default.weight"})
       if (ends_with(key, suffix)) {
         std::string m = key.substr(0, key.size() - suffix.size());
         for (const char* prefix : {"base_model.model.", "diffusion_model.", "dit."})
