@@ -23,12 +23,19 @@ bool own_kernel_takes(const torch::Tensor& p, const torch::Tensor& grad, const t
 #endif
 }
 
-void own_kernel_step(const std::vector<torch::Tensor>& ps, const std::vector<torch::Tensor>& gs,
-                     const std::vector<torch::Tensor>& ms, const std::vector<torch::Tensor>& vs,
-                     const std::vector<torch::Tensor>& ss, const optim_cuda::AdamWHyper& h, const torch::Tensor& found_inf,
+// One update's tensor lists: parameters, gradients, moments, step counts.
+struct Lists {
+  std::vector<torch::Tensor> p, g, m, v, s;
+  void add(const torch::Tensor& param, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+           const torch::Tensor& step) {
+    p.push_back(param), g.push_back(param.grad()), m.push_back(exp_avg), v.push_back(exp_avg_sq), s.push_back(step);
+  }
+};
+
+void own_kernel_step(const Lists& l, const optim_cuda::AdamWHyper& h, const torch::Tensor& found_inf,
                      const torch::Tensor& grad_scale) {
 #ifdef VDT_WITH_CUDA_KERNELS
-  optim_cuda::adamw_step(ps, gs, ms, vs, ss, h, found_inf, grad_scale);
+  optim_cuda::adamw_step(l.p, l.g, l.m, l.v, l.s, h, found_inf, grad_scale);
 #else
   VDT_CHECK(false, "vdt was built without its CUDA kernels");
 #endif
@@ -148,23 +155,19 @@ void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf, const torch::T
     std::vector<torch::Tensor> all_steps;
     for (auto i : idx) all_steps.push_back(step_tensors_[gi][i]);
     inf ? at::_foreach_add_(all_steps, 1.0 - *inf) : at::_foreach_add_(all_steps, 1.0);
-    std::vector<torch::Tensor> ps, gs, ms, vs, ss;  // for at::_fused_adamw_
-    std::vector<torch::Tensor> kp, kg, km, kv, ks;  // for vdt's kernel
+    Lists aten, own;  // for at::_fused_adamw_, for vdt's kernel
     for (auto i : idx) {
-      const bool own = cfg_.own_kernel && own_kernel_takes(g.params[i], g.params[i].grad(), exp_avg_[gi][i]);
-      (own ? kp : ps).push_back(g.params[i]);
-      (own ? kg : gs).push_back(g.params[i].grad());
-      (own ? km : ms).push_back(exp_avg_[gi][i]);
-      (own ? kv : vs).push_back(exp_avg_sq_[gi][i]);
-      (own ? ks : ss).push_back(step_tensors_[gi][i]);
+      const auto& p = g.params[i];
+      const bool mine = cfg_.own_kernel && own_kernel_takes(p, p.grad(), exp_avg_[gi][i]);
+      (mine ? own : aten).add(p, exp_avg_[gi][i], exp_avg_sq_[gi][i], step_tensors_[gi][i]);
     }
-    if (!kp.empty()) own_kernel_step(kp, kg, km, kv, ks, {g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps},
-                                     inf.value_or(torch::Tensor()), scale.value_or(torch::Tensor()));
-    if (ps.empty()) continue;
+    if (!own.p.empty()) own_kernel_step(own, {g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps},
+                                        inf.value_or(torch::Tensor()), scale.value_or(torch::Tensor()));
+    if (aten.p.empty()) continue;
     // at::_fused_adamw_ divides the gradients by its grad_scale (AMP's unscale): hand it 1 / ours.
     std::optional<torch::Tensor> divisor;
     if (scale) divisor = 1.0 / *scale;
-    at::_fused_adamw_(ps, gs, ms, vs, {}, ss, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
+    at::_fused_adamw_(aten.p, aten.g, aten.m, aten.v, {}, aten.s, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
                       /*amsgrad=*/false, /*maximize=*/false, divisor, inf);
   }
 }
