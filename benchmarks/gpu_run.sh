@@ -2,13 +2,16 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|fp8gate|tests|all]
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|tests|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
+# table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
+# `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
+# rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
 # fp8gate: two `vdt train sft` runs side by side on one GPU (random 5B weights, a synthetic 832x480 root of GATE_FRAMES
 # latent frames, --precision bf16, selective checkpointing), without and with FP8 (FP8 flags), GATE_STEPS steps each:
-# the running-mean loss curves compared by benchmarks/loss_gate.py.
+# the running-mean loss curves compared by benchmarks/loss_gate.py. GATE_ACCUM: micro batches per step (default 2).
 # profile: bf16 parity, then one traced step (VDT_TRACE, input shapes) of the 5B SFT bench (CKS, default "block") with
 # the ops that launched align2 GEMMs (benchmarks/trace_ops.py), and of the H3 causal bench step with its allocations
 # (VDT_TRACE_MEMORY=1): kernel time by name and what is live at the allocation peak.
@@ -42,6 +45,42 @@ t0=$(date +%s)
 cmake --build $build -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -A5 error "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
+sum="$OUT/summary.txt"
+bench() {  # name, args...: one `vdt bench step` row, its result line in $OUT/summary.txt
+  local name=$1; shift
+  rm -rf /tmp/vdt_speed_$name  # a stale work dir from an earlier call on a warm machine once gave no result line
+  timeout ${ROW_S:-240} $build/vdt bench step "$@" --work-dir /tmp/vdt_speed_$name > "$OUT/$name.log" 2>&1
+  echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-160)" | tee -a $sum
+}
+h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
+c5="--trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps 4 --warmup 2"
+c13="--trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --steps 4 --warmup 2"
+sft="--trainer sft --steps 4 --warmup 2"
+speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with selective checkpointing, default 20)
+  local row=$1
+  case $row in
+    h3_block) bench $row $h3 --attn prefix ;;
+    h3_block_fp8) bench $row $h3 --attn prefix --fp8 on ;;
+    h3_block_fast) bench $row $h3 --attn prefix --fp8 fast ;;
+    h3_selective) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} ;;
+    h3_selective_fp8) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 on ;;
+    h3_selective_fast) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 fast ;;
+    sft_selective) bench $row $sft --checkpointing selective ;;
+    sft_selective_fp8) bench $row $sft --checkpointing selective --fp8 on ;;
+    sft_selective_fast) bench $row $sft --checkpointing selective --fp8 fast ;;
+    sft_block) bench $row $sft --checkpointing block ;;
+    sft_block_fp8) bench $row $sft --checkpointing block --fp8 on ;;
+    sft_none) bench $row $sft --checkpointing none ;;
+    causal5b_selective) bench $row $c5 --checkpointing selective ;;
+    causal5b_selective_fp8) bench $row $c5 --checkpointing selective --fp8 on ;;
+    causal5b_block) bench $row $c5 ;;
+    causal5b_block_mask) bench $row $c5 --attn mask ;;
+    causal13b_selective) bench $row $c13 --checkpointing selective ;;
+    causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
+    causal13b_block) bench $row $c13 ;;
+    *) echo "unknown row $row" | tee -a $sum ;;
+  esac
+}
 if [ "$what" = parity ] || [ "$what" = all ]; then
   for dt in bfloat16 float32; do
     for f in wan_tiny_a h3_tiny_a; do
@@ -254,7 +293,6 @@ if [ "$what" = profile ]; then  # where the time and memory go: the SFT step (bl
   fi
 fi
 if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` loss curves, the two runs side by side
-  sum="$OUT/summary.txt"
   root=/tmp/vdt_gate_root
   $build/vdt data synth $root --overwrite --channels 48 --latent_frames ${GATE_FRAMES:-6} --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 4 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 2 \
@@ -262,7 +300,7 @@ if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` l
   for mode in bf16 fp8; do
     extra=""; [ $mode = fp8 ] && extra="${FP8:---fp8 on}"
     timeout ${GATE_S:-500} $build/vdt train sft --random-init --data_root $root --output /tmp/vdt_gate_$mode --res 832x480 \
-      --max_steps ${GATE_STEPS:-1000} --precision bf16 --checkpointing selective --lr 1e-4 --warmup_steps 20 \
+      --max_steps ${GATE_STEPS:-1000} --grad_accum ${GATE_ACCUM:-2} --precision bf16 --checkpointing selective --lr 1e-4 --warmup_steps 20 \
       --val_every 0 --save_every 100000 --no-save_state --num_workers 2 --device cuda --seed 0 $extra \
       > "$OUT/gate_$mode.log" 2>&1 &
   done
@@ -280,8 +318,7 @@ if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with 
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests ran" "$OUT/gtest.log" | head -40
 fi
 if [ "$what" = speed ]; then  # issue 15 / 14 speed table, most important first; a summary line per result
-  # PARITY=0 skips the parity and kernel checks; ROWS picks the bench rows (default: all below, in this order).
-  sum="$OUT/summary.txt"
+  # PARITY=0 skips the parity and kernel checks; ROWS picks the bench rows (speed_row above).
   if [ "${PARITY:-1}" = 1 ]; then
     for dt in bfloat16 float32; do
       for f in wan_tiny_a h3_tiny_a; do
@@ -291,38 +328,47 @@ if [ "$what" = speed ]; then  # issue 15 / 14 speed table, most important first;
     done
     timeout 200 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL|rror" | cut -c1-200 | tee -a $sum
   fi
-  bench() {  # name, args...
-    local name=$1; shift
-    rm -rf /tmp/vdt_speed_$name  # a stale work dir from an earlier call on a warm machine once gave no result line
-    timeout ${ROW_S:-240} $build/vdt bench step "$@" --work-dir /tmp/vdt_speed_$name > "$OUT/$name.log" 2>&1
-    echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-160)" | tee -a $sum
-  }
-  h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
-  c5="--trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps 4 --warmup 2"
-  c13="--trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --steps 4 --warmup 2"
-  sft="--trainer sft --steps 4 --warmup 2"
   for row in ${ROWS:-h3_block sft_selective causal5b_selective h3_selective causal13b_selective sft_block}; do
-    case $row in
-      h3_block) bench $row $h3 --attn prefix ;;
-      h3_block_fp8) bench $row $h3 --attn prefix --fp8 on ;;
-      h3_selective) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} ;;
-      h3_selective_fp8) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 on ;;
-      h3_selective_fast) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 fast ;;
-      h3_block_fast) bench $row $h3 --attn prefix --fp8 fast ;;
-      sft_selective) bench $row $sft --checkpointing selective ;;
-      sft_selective_fp8) bench $row $sft --checkpointing selective --fp8 on ;;
-      sft_selective_fast) bench $row $sft --checkpointing selective --fp8 fast ;;
-      sft_block) bench $row $sft --checkpointing block ;;
-      sft_block_fp8) bench $row $sft --checkpointing block --fp8 on ;;
-      sft_none) bench $row $sft --checkpointing none ;;
-      causal5b_selective) bench $row $c5 --checkpointing selective ;;
-      causal5b_selective_fp8) bench $row $c5 --checkpointing selective --fp8 on ;;
-      causal5b_block) bench $row $c5 ;;
-      causal13b_selective) bench $row $c13 --checkpointing selective ;;
-      causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
-      causal13b_block) bench $row $c13 ;;
-      *) echo "unknown row $row" | tee -a $sum ;;
-    esac
+    speed_row $row
   done
+fi
+if [ "$what" = table ]; then  # issue 15 item 7: the speed table's rows in one run; TABLE picks parts (sft causal h3)
+  parts=" ${TABLE:-sft causal h3} "
+  if [[ $parts == *" sft "* ]]; then
+    for f in wan_tiny_a h3_tiny_a; do
+      $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 > "$OUT/parity_$f.log" 2>&1
+      echo "parity $f bfloat16: rc $?, $(grep -c PASS "$OUT/parity_$f.log") PASS, $(grep -c FAIL "$OUT/parity_$f.log") FAIL" | tee -a $sum
+    done
+    for row in sft_selective sft_selective_fast sft_block sft_none; do speed_row $row; done
+    # `vdt train sft` (adapter, per-cell text, loader, logging) at the bench's geometry, one micro batch per step:
+    # the median of steps 3.. from train_log.csv against the bench rows above
+    root=/tmp/vdt_table_root
+    $build/vdt data synth $root --overwrite --channels 48 --latent_frames 21 --latent_h 30 --latent_w 52 \
+      --text_dim 4096 --text_len 512 --train_runs 2 --train_clips_per_run 6 --val_runs 1 --val_clips_per_run 1 \
+      --n_drop 0 > "$OUT/table_synth.log" 2>&1 || rc=1
+    for prec in bf16 mixed; do
+      rm -rf /tmp/vdt_table_$prec
+      timeout 200 $build/vdt train sft --random-init --data_root $root --output /tmp/vdt_table_$prec --res 832x480 \
+        --max_steps ${TRAIN_STEPS:-12} --grad_accum 1 --precision $prec --checkpointing selective --val_every 0 \
+        --save_every 100000 --no-save_state --num_workers 4 --device cuda > "$OUT/table_train_$prec.log" 2>&1 || rc=1
+      python3 -c "import csv,statistics,sys; r=list(csv.DictReader(open(sys.argv[1])))[2:]; print('train_sft_$prec: median %.3f s/step over steps 3..%d, peak %.1f GB' % (statistics.median(float(x['step_time']) for x in r), len(r) + 2, max(float(x['mem_gb']) for x in r)))" \
+        /tmp/vdt_table_$prec/train_log.csv 2>&1 | tee -a $sum
+    done
+    VDT_TRACE=$OUT/sft_selective.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step $sft --checkpointing selective \
+      --work-dir /tmp/vdt_table_trace > "$OUT/table_trace.log" 2>&1 || rc=1
+    python3 benchmarks/trace_top.py $OUT/sft_selective.json 40 > "$OUT/sft_selective_top.txt"
+    grep -E "^kernels|^split" "$OUT/sft_selective_top.txt" | sed 's/^/sft_selective trace: /' | tee -a $sum
+    python3 benchmarks/trace_ops.py $OUT/sft_selective.json elementwise 40 > "$OUT/sft_selective_elementwise.txt"
+    head -${ELEM_N:-0} "$OUT/sft_selective_elementwise.txt"; rm -f $OUT/sft_selective.json
+  fi
+  if [[ $parts == *" causal "* ]]; then
+    for row in causal5b_block causal5b_block_mask causal5b_selective causal13b_block causal13b_selective; do
+      speed_row $row
+    done
+  fi
+  if [[ $parts == *" h3 "* ]]; then
+    speed_row h3_block
+    SEL=${SEL:-24} speed_row h3_selective_fast
+  fi
 fi
 exit $rc
