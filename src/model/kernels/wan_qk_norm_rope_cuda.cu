@@ -4,7 +4,10 @@
 // and rounded once, as the reference (ATen rms_norm, the weight multiply, apply_rope's complex multiply in float32).
 // Backward: the rotation's transpose, times w, RMSNorm's dx = rstd * (gn - nf * mean(gn * nf)); the norm weights'
 // gradient sum_rows gy * n as fixed partial sums: each block walks a fixed set of rows and keeps its columns' sums in
-// shared memory (each thread owns the same columns in every row: no races, no atomics), then one ATen sum.
+// shared memory (each thread owns the same columns in every row: no races, no atomics), then one ATen sum. The sums sit
+// in shared memory as [round, element, thread], so a warp's lanes update consecutive words (laid out by column, a
+// lane's vector was 8 words from the next lane's: 8-way bank conflicts on every update). Widths are below 2^31 (at
+// most kWanQkMaxWidth), so column and angle arithmetic is 32-bit.
 // 16-byte vector loads when the width and the pointers allow, else one pair at a time. Without kRope (cross-attention's
 // q and k, wan_rms_norm_*) the same kernels normalise one tensor (grid.y = 1) and skip the rotation: y = n * w.
 #include "model/kernels/wan_qk_norm_rope_cuda.h"
@@ -34,6 +37,13 @@ struct Geometry {
   int Dh;              // head width (the table has Dh / 2 angles per token)
 };
 
+// Column c of a row within its head, for c = (a vector's first column within its head) + j, j < N: c < Dh + N, and a
+// vector spans more than two heads only when Dh < N (tiny test widths).
+__device__ __forceinline__ int head_column(int c, int Dh) {
+  while (c >= Dh) c -= Dh;
+  return c;
+}
+
 template <typename T, int N, bool kVec, bool kRope>
 __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ xk, const T* __restrict__ wq,
                                const T* __restrict__ wk, const float* __restrict__ cos, const float* __restrict__ sin,
@@ -47,23 +57,25 @@ __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ x
   const int H2 = g.Dh / 2;
   const float* cr = kRope ? cos + (row % g.L) * H2 : nullptr;
   const float* sr = kRope ? sin + (row % g.L) * H2 : nullptr;
+  const int D = static_cast<int>(g.D);
   float acc = 0.f;
-  for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N) {
+  for (int i = threadIdx.x * N; i < D; i += blockDim.x * N) {
     float v[N];
     load<N, kVec>(x + i, v);
 #pragma unroll
     for (int j = 0; j < N; ++j) acc += v[j] * v[j];
   }
-  const float r = rsqrtf(block_sum(acc) / static_cast<float>(g.D) + eps);
-  for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N) {
+  const float r = rsqrtf(block_sum(acc) / static_cast<float>(D) + eps);
+  for (int i = threadIdx.x * N; i < D; i += blockDim.x * N) {
     float v[N], wv[N], o[N];
     load<N, kVec>(x + i, v);
     load<N, kVec>(w + i, wv);
+    const int h0 = kRope ? i % g.Dh : 0;  // the vector's first column within its head
 #pragma unroll
     for (int j = 0; j < N; j += 2) {
       const float y0 = rnd<T>(rnd<T>(v[j] * r) * wv[j]), y1 = rnd<T>(rnd<T>(v[j + 1] * r) * wv[j + 1]);
       if constexpr (kRope) {
-        const int a = static_cast<int>((i + j) % g.Dh) / 2;  // the pair's angle within its head
+        const int a = head_column(h0 + j, g.Dh) / 2;  // the pair's angle within its head
         const float c = cr[a], s = sr[a];
         o[j] = y0 * c - y1 * s;
         o[j + 1] = y0 * s + y1 * c;
@@ -77,24 +89,25 @@ __global__ void forward_kernel(const T* __restrict__ xq, const T* __restrict__ x
 }
 
 // grid (P, 2): block b of part p takes rows b, b + P, ...; with kW it writes its weight-gradient partial sums to
-// dw_part[p, b, :].
+// dw_part[p, b, :] (acc_w in shared memory: [rounds, N, blockDim.x], see the top of the file).
 template <typename T, int N, bool kVec, bool kW, bool kRope>
 __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ gk, const T* __restrict__ xq,
                                 const T* __restrict__ xk, const T* __restrict__ wq, const T* __restrict__ wk,
                                 const float* __restrict__ rstd, const float* __restrict__ cos,
                                 const float* __restrict__ sin, T* __restrict__ dq, T* __restrict__ dk,
                                 float* __restrict__ dw_part, Geometry g) {
-  extern __shared__ float acc_w[];  // [D] when kW
+  extern __shared__ float acc_w[];  // [rounds, N, blockDim.x] when kW
   const int part = blockIdx.y;
   const T* go = part ? gk : gq;
   const T* xs = part ? xk : xq;
   const T* w = part ? wk : wq;
   T* dxs = part ? dk : dq;
-  const int H2 = g.Dh / 2;
+  const int H2 = g.Dh / 2, D = static_cast<int>(g.D), step = blockDim.x * N;
+  auto slot = [&](int i, int j) { return ((i / step) * N + j) * blockDim.x + threadIdx.x; };  // i: the vector's column
   if constexpr (kW)
-    for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N)
+    for (int i = threadIdx.x * N; i < D; i += step)
 #pragma unroll
-      for (int j = 0; j < N; ++j) acc_w[i + j] = 0.f;
+      for (int j = 0; j < N; ++j) acc_w[slot(i, j)] = 0.f;
   for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
     const float r = rstd[part * g.rows + row];
     const float* cr = kRope ? cos + (row % g.L) * H2 : nullptr;
@@ -102,10 +115,10 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
     const T* gr = go + row * g.D;
     const T* x = xs + row * g.D;
     // gy = rope^T(g) per pair; gn = gy * w; nf = x * rstd
-    auto pair = [&](const float (&gv)[N], const float (&v)[N], const float (&wv)[N], int64_t i, int j, float* gy,
+    auto pair = [&](const float (&gv)[N], const float (&v)[N], const float (&wv)[N], int h0, int j, float* gy,
                     float* gn, float* nf) {
       if constexpr (kRope) {
-        const int a = static_cast<int>((i + j) % g.Dh) / 2;
+        const int a = head_column(h0 + j, g.Dh) / 2;
         const float c = cr[a], s = sr[a];
         gy[0] = gv[j] * c + gv[j + 1] * s;
         gy[1] = gv[j + 1] * c - gv[j] * s;
@@ -116,32 +129,34 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
       nf[0] = v[j] * r, nf[1] = v[j + 1] * r;
     };
     float dot = 0.f;
-    for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N) {
+    for (int i = threadIdx.x * N; i < D; i += step) {
       float gv[N], v[N], wv[N];
       load<N, kVec>(gr + i, gv);
       load<N, kVec>(x + i, v);
       load<N, kVec>(w + i, wv);
+      const int h0 = kRope ? i % g.Dh : 0;
 #pragma unroll
       for (int j = 0; j < N; j += 2) {
         float gy[2], gn[2], nf[2];
-        pair(gv, v, wv, i, j, gy, gn, nf);
+        pair(gv, v, wv, h0, j, gy, gn, nf);
         dot += gn[0] * nf[0] + gn[1] * nf[1];
         if constexpr (kW) {
-          acc_w[i + j] += gy[0] * rnd<T>(nf[0]);
-          acc_w[i + j + 1] += gy[1] * rnd<T>(nf[1]);
+          acc_w[slot(i, j)] += gy[0] * rnd<T>(nf[0]);
+          acc_w[slot(i, j + 1)] += gy[1] * rnd<T>(nf[1]);
         }
       }
     }
-    const float mean = block_sum(dot) / static_cast<float>(g.D);
-    for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N) {
+    const float mean = block_sum(dot) / static_cast<float>(D);
+    for (int i = threadIdx.x * N; i < D; i += step) {
       float gv[N], v[N], wv[N], o[N];
       load<N, kVec>(gr + i, gv);
       load<N, kVec>(x + i, v);
       load<N, kVec>(w + i, wv);
+      const int h0 = kRope ? i % g.Dh : 0;
 #pragma unroll
       for (int j = 0; j < N; j += 2) {
         float gy[2], gn[2], nf[2];
-        pair(gv, v, wv, i, j, gy, gn, nf);
+        pair(gv, v, wv, h0, j, gy, gn, nf);
         o[j] = r * (gn[0] - nf[0] * mean);
         o[j + 1] = r * (gn[1] - nf[1] * mean);
       }
@@ -149,9 +164,10 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
     }
   }
   if constexpr (kW)
-    for (int64_t i = threadIdx.x * N; i < g.D; i += blockDim.x * N)
+    for (int i = threadIdx.x * N; i < D; i += step)
 #pragma unroll
-      for (int j = 0; j < N; ++j) dw_part[(static_cast<int64_t>(part) * gridDim.x + blockIdx.x) * g.D + i + j] = acc_w[i + j];
+      for (int j = 0; j < N; ++j)
+        dw_part[(static_cast<int64_t>(part) * gridDim.x + blockIdx.x) * g.D + i + j] = acc_w[slot(i, j)];
 }
 
 // 16-byte vectors when D and every pointer allow.
@@ -248,9 +264,11 @@ std::tuple<Tensor, Tensor> backward(const Tensor& gq_in, const Tensor& gk_in, co
     const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), gq.data_ptr(),
                                            gk.data_ptr(), dq, dk});
     const dim3 grid(static_cast<unsigned>(P), static_cast<unsigned>(parts));
-    const size_t shm = want_w ? static_cast<size_t>(g.D) * sizeof(float) : 0;
     auto launch = [&](auto kernel, int n) {
-      kernel<<<grid, block_threads(g.D / n), shm, stream>>>(
+      const int threads = block_threads(g.D / n);
+      const int64_t rounds = (g.D / n + threads - 1) / threads;  // acc_w: [rounds, n, threads] floats
+      const size_t shm = want_w ? static_cast<size_t>(rounds * n * threads) * sizeof(float) : 0;
+      kernel<<<grid, threads, shm, stream>>>(
           gq.data_ptr<T>(), gk.data_ptr<T>(), xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(),
           rstd.data_ptr<float>(), rope ? cos.data_ptr<float>() : nullptr, rope ? sin.data_ptr<float>() : nullptr, dq,
           dk, want_w ? dw_part.data_ptr<float>() : nullptr, g);

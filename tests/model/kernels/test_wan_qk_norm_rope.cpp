@@ -83,9 +83,11 @@ TEST(WanQkNormRope, CudaKernelEqualsTheReference) {
   if (!torch::cuda::is_available() || !cuda_kernels_built()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
   ASSERT_EQ(wan_qk_backend(torch::zeros({1, 1, 8}, torch::kCUDA), torch::zeros({8}, torch::kCUDA)), "cuda");
   // kLong: 600 token rows, more than the backward's weight-gradient blocks (4 per SM), so blocks walk several rows.
-  const Shape kLong{2, 4, 64, {3, 10, 10}};
+  // kStraddle: Dh 12, so a bfloat16 vector of 8 spans two heads. kWide: D 2400, several rounds per thread with a
+  // partial last round (bf16: 300 vectors on 160 threads; fp32: 600 on 224).
+  const Shape kLong{2, 4, 64, {3, 10, 10}}, kStraddle{1, 4, 12, {2, 3, 4}}, kWide{1, 20, 120, {2, 4, 4}};
   for (auto dtype : {torch::kFloat32, torch::kBFloat16})
-    for (const auto& sh : {kOdd, kVec, kLong})
+    for (const auto& sh : {kOdd, kVec, kLong, kStraddle, kWide})
       for (bool train_w : {true, false}) {
         const auto what = std::string(c10::toString(dtype)) + " D " + std::to_string(sh.N * sh.Dh) +
                           (train_w ? "" : " frozen weights");
@@ -172,7 +174,7 @@ TEST(WanRmsNorm, FallbackAndCudaKernelEqualTheReference) {
   if (torch::cuda::is_available() && cuda_kernels_built()) devices.push_back(torch::kCUDA);
   for (const auto& device : devices)
     for (auto dtype : {torch::kFloat32, torch::kBFloat16})
-      for (int64_t D : {36, 48})  // not a 16-byte multiple in either dtype; vectorizable
+      for (int64_t D : {36, 48, 2400})  // not a 16-byte multiple in either dtype; vectorizable; several rounds per thread
         for (bool train_w : {true, false}) {
           const auto what = device.str() + " " + c10::toString(dtype) + " D " + std::to_string(D) +
                             (train_w ? "" : " frozen weight");
