@@ -18,7 +18,8 @@
 # h3: bf16 parity of h3_tiny_a, then `vdt bench step --trainer causal --model minimax-h3` (random 33B weights, LoRA r32
 # on the four targets, block-causal) at the peer's geometry (256 text + Picture 1 + 6 chunks of 5 latents at 480x832
 # with their audio = 12,686 rows) on GPU 0 with ATTNS (default "prefix mask"), then sharded over NPROC (default 2)
-# with act-offload OFFLOADS (default "off on"). zero2: the 5B SFT bench step on 1 GPU and under ZeRO-2 on NPROC.
+# with act-offload OFFLOADS (default "off on"); H3_TRACE=1 adds a traced sharded step (rank 0's allocations at its peak,
+# act-offload H3_TRACE_OFFLOAD, default off). zero2: the 5B SFT bench step on 1 GPU and under ZeRO-2 on NPROC.
 # skeleton: bf16 parity of both families (Wan, MiniMax-H3), `vdt bench step` through the real trainers (sft, causal)
 # on GPU 0, then both under torchrun on NPROC (default 2) GPUs with each rank's weight / LoRA CRC.
 # quick: bf16 parity, `vdt bench step` with checkpointing, and an 8-step 5B causal run (after a model change).
@@ -222,6 +223,13 @@ if [ "$what" = h3 ]; then
       grep -E "blocks sharded|^  step|result|CRC|rror|what" "$OUT/bench_h3_${n}gpu_$off.log" | cut -c1-220
       echo "wall $(( $(date +%s) - t0 )) s"
     done
+    if [ "${H3_TRACE:-0}" = 1 ]; then  # where the sharded step's peak is: rank 0's allocations over step 4
+      VDT_TRACE=$OUT/h3_${n}gpu.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=1 timeout 420 python3 -m torch.distributed.run \
+        --nproc-per-node $n --no-python $build/vdt bench step $geo --attn prefix --act-offload ${H3_TRACE_OFFLOAD:-off} \
+        --work-dir /tmp/vdt_h3_${n}gpu_trace > "$OUT/bench_h3_${n}gpu_trace.log" 2>&1 || rc=1
+      python3 benchmarks/trace_ops.py $OUT/h3_${n}gpu.rank0.json memory 30 | tee "$OUT/h3_${n}gpu_memory.txt"
+      rm -f $OUT/h3_${n}gpu.rank*.json
+    fi
   fi
 fi
 if [ "$what" = zero2 ]; then  # the 5B SFT step (ZeRO-2 over NPROC GPUs): s/step per GPU and each rank's weight CRC

@@ -550,7 +550,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
     sum.stopped = true;
     return finish(r, sum, 0);
   }
-  StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
+  StepTrace trace(r.ctx->rank, r.ctx->world);  // VDT_TRACE / VDT_TRACE_STEP: one step's profiler trace (benchmarks)
   if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
   const auto t_start = std::chrono::steady_clock::now();
   r.ctx->reset_peak_memory();  // the peak of training, not of the build

@@ -26,13 +26,22 @@ bool env_on(const char* name) {
 }
 }  // namespace
 
-StepTrace::StepTrace() {
+std::string rank_file(const std::string& path, int rank, int world) {
+  if (world <= 1) return path;
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
+StepTrace::StepTrace(int rank, int world) {
   const char* path = std::getenv("VDT_TRACE");
   const char* step = std::getenv("VDT_TRACE_STEP");
   const char* snapshot = std::getenv("VDT_MEMORY_SNAPSHOT");
-  if (snapshot && *snapshot) snapshot_path_ = snapshot;
+  if (snapshot && *snapshot) snapshot_path_ = rank_file(snapshot, rank, world);
   if ((!path || !*path) && snapshot_path_.empty()) return;
-  if (path && *path) path_ = path;
+  if (path && *path) path_ = rank_file(path, rank, world);
   try {
     step_ = step ? std::stoll(step) : 3;
   } catch (...) {

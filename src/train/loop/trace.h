@@ -3,16 +3,20 @@
 // trace that PyTorch's profiler writes (Perfetto / chrome://tracing; benchmarks/trace_top.py sums kernel time by
 // name). VDT_MEMORY_SNAPSHOT=<file.pickle> (CUDA builds) also records the caching allocator's history over that step
 // and writes the snapshot PyTorch's memory viz reads (pytorch.org/memory_viz). Not a timed test: a trace slows the
-// step it records.
+// step it records. Under several ranks each rank writes its own files: `.rank<R>` before the extension (trace.json ->
+// trace.rank1.json).
 #pragma once
 #include <memory>
 #include <string>
 
 namespace vdt {
 
+// `path` for `rank` of `world` ranks: unchanged for one rank, else `.rank<R>` inserted before the extension.
+std::string rank_file(const std::string& path, int rank, int world);
+
 class StepTrace {
  public:
-  StepTrace();  // reads the environment; inactive when unset
+  StepTrace(int rank = 0, int world = 1);  // reads the environment; inactive when unset
   // Starts recording when `step` (1-based) is the traced one; stops and writes the file after it.
   void before_step(int64_t step);
   void after_step(int64_t step);

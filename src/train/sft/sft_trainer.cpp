@@ -106,7 +106,8 @@ void build_data(SftRun& r) {
   VDT_CHECK(r.n_micro > 0, "--batch_size ", r.cfg.batch_size, " exceeds the ", r.train_ds->size(),
             " train clips per rank; lower it");
   r.loader = std::make_unique<Loader>(r.train_ds, r.cfg.batch_size, r.cfg.num_workers, 2, r.ctx->device.is_cuda());
-  r.geometry = {world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, r.train_ds->size(), r.cfg.seed};
+  const auto clips = static_cast<int64_t>(r.train_ds->size());
+  r.geometry = {world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, clips, r.cfg.seed};
 }
 
 bool is_warm_start(const std::string& resume) {
@@ -522,7 +523,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
   if (r.ctx->stop_requested_anywhere()) return stopped_at_start_up(r.ctx->rank, r.start_step, sum);
-  StepTrace trace;              // VDT_TRACE / VDT_TRACE_STEP: a profiler trace of one step (benchmarks)
+  StepTrace trace(r.ctx->rank, r.ctx->world);  // VDT_TRACE / VDT_TRACE_STEP: one step's profiler trace (benchmarks)
   start_epoch(r, r.skip_micro);
   r.ctx->reset_peak_memory();  // the peak of training, not of the build
   // ------------------------------------------ TRAINING SECTION ------------------------------------------
