@@ -2,7 +2,8 @@
 # One call on a lent H200 (see docs/BENCHMARKS.md): build vdt against that machine's python3 torch 2.11, run the
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
-# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|tests|all]
+# Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|
+# fp8gate-h3|tests|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
@@ -316,6 +317,27 @@ if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` l
   for mode in bf16 fp8; do cp /tmp/vdt_gate_$mode/train_log.csv "$OUT/gate_${mode}_train_log.csv"; done
   python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" 2>&1 | tee -a $sum
   grep -hE "^\[done\]|rror" "$OUT"/gate_*.log | cut -c1-200 | tee -a $sum
+fi
+if [ "$what" = fp8gate-h3 ]; then  # the FP8 gate for the H3 LoRA: `vdt train causal` on a random H3 base, bf16 then FP8
+  # (FP8 flags, default --fp8 fast), one after the other (both do not fit one H200 together); a short H3 root of
+  # 6 chunks of GATE_CHUNK latent frames (default 2: 4,680 video rows) so GATE_STEPS (default 150) steps fit one call.
+  root=/tmp/vdt_gate_h3_root; ck=${GATE_CHUNK:-2}
+  $build/vdt data synth $root --overwrite --model h3 --latent_frames $(( 6 * ck )) --latent_h 30 --latent_w 52 \
+    --text_dim 5120 --text_len 256 --train_runs 2 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 1 \
+    --n_drop 0 > "$OUT/gate_h3_synth.log" 2>&1 || { tail -5 "$OUT/gate_h3_synth.log"; rc=1; }
+  for mode in bf16 fp8; do
+    extra=""; [ $mode = fp8 ] && extra="${FP8:---fp8 fast}"
+    rm -rf /tmp/vdt_gate_h3_$mode
+    timeout ${GATE_S:-270} $build/vdt train causal --random-init --data-root $root --out /tmp/vdt_gate_h3_$mode \
+      --model minimax-h3 --chunk-frames $ck --steps ${GATE_STEPS:-150} --save-every 100000 --val-clips 1 --lora-rank 32 \
+      --lora-alpha 32 --lr ${GATE_LR:-1e-4} --warmup 10 --seed 0 $extra > "$OUT/gate_h3_$mode.log" 2>&1
+    echo "gate_h3 $mode: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$mode.log") step lines" | tee -a $sum
+    cp /tmp/vdt_gate_h3_$mode/train_log.jsonl "$OUT/gate_h3_${mode}_train_log.jsonl"
+  done
+  for w in 25 50; do
+    python3 benchmarks/loss_gate.py "$OUT/gate_h3_bf16_train_log.jsonl" "$OUT/gate_h3_fp8_train_log.jsonl" --window $w \
+      2>&1 | tee -a $sum
+  done
 fi
 if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
   # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)

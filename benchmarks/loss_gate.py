@@ -1,15 +1,27 @@
-"""The FP8 accuracy gate: two train_log.csv files of the same run (same seed, data order and timesteps), a reference
-(bf16) and a candidate (fp8). Compares their running-mean loss (trailing window, paired step by step) and prints one
-line per check, then PASS when the running means stay within the tolerance everywhere past the first window.
+"""The FP8 accuracy gate: two train logs (train_log.csv of `vdt train sft`, or train_log.jsonl of `vdt train causal`)
+of the same run (same seed, data order and timesteps), a reference (bf16) and a candidate (fp8). Compares their
+running-mean loss (trailing window, paired step by step) and prints one line per check, then PASS when the running
+means stay within the tolerance everywhere past the first window.
 
-Usage: python3 benchmarks/loss_gate.py REF.csv CAND.csv [--window 100] [--tol 0.02] [--points 10]
+Usage: python3 benchmarks/loss_gate.py REF.csv|REF.jsonl CAND.csv|CAND.jsonl [--window 100] [--tol 0.02] [--points 10]
 """
 import argparse
 import csv
+import json
 import statistics
 
 
 def read(path):
+    """step -> {"loss", "step_time"}: `vdt train sft`'s train_log.csv, or `vdt train causal`'s train_log.jsonl
+    (loss_v; step time from the elapsed seconds `sec`)."""
+    if path.endswith(".jsonl"):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        out, prev = {}, 0.0
+        for r in rows:
+            out[int(r["step"])] = {"loss": r["loss_v"], "step_time": r["sec"] - prev}
+            prev = r["sec"]
+        return out
     with open(path) as f:
         rows = list(csv.DictReader(f))
     return {int(r["step"]): r for r in rows}
