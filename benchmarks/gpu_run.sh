@@ -389,7 +389,8 @@ if [ "$what" = table ]; then  # issue 15 item 7: the speed table's rows in one r
     python3 benchmarks/trace_top.py $OUT/sft_selective.json 40 > "$OUT/sft_selective_top.txt"
     grep -E "^kernels|^split" "$OUT/sft_selective_top.txt" | sed 's/^/sft_selective trace: /' | tee -a $sum
     python3 benchmarks/trace_ops.py $OUT/sft_selective.json elementwise 40 > "$OUT/sft_selective_elementwise.txt"
-    head -${ELEM_N:-0} "$OUT/sft_selective_elementwise.txt"; rm -f $OUT/sft_selective.json
+    head -${ELEM_N:-0} "$OUT/sft_selective_elementwise.txt"
+    python3 benchmarks/trace_ops.py $OUT/sft_selective.json gaps 12 | head -${GAPS_N:-0}; rm -f $OUT/sft_selective.json
   fi
   if [[ $parts == *" causal "* ]]; then
     for row in causal5b_block causal5b_block_mask causal5b_selective causal13b_block causal13b_selective; do
