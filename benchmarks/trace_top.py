@@ -27,6 +27,7 @@ for name, (dur, n) in by.items():
     low = name.lower()
     kind = ("attention" if "sdpa" in low or "flash" in low or "fmha" in low or "cudnn" in low else
             "gemm" if "nvjet" in low or "gemm" in low or "cutlass" in low else
-            "optimizer" if "multi_tensor_apply" in low or "fusedopti" in low or "optim_cuda" in low else "elementwise and copies")
+            "optimizer" if "multi_tensor_apply" in low or "fusedopti" in low or "optim_cuda" in low else
+            "elementwise and copies")
     split[kind] += dur
 print("split: " + ", ".join(f"{k} {v / 1e3:.0f} ms" for k, v in sorted(split.items(), key=lambda kv: -kv[1])))

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -28,11 +29,9 @@ bool env_on(const char* name) {
 
 std::string rank_file(const std::string& path, int rank, int world) {
   if (world <= 1) return path;
-  const auto slash = path.find_last_of('/');
-  const auto dot = path.find_last_of('.');
-  const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
-  const std::string tag = ".rank" + std::to_string(rank);
-  return ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+  std::filesystem::path p(path);  // stem / extension: a hidden file's leading dot is no extension
+  p.replace_filename(p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string());
+  return p.string();
 }
 
 StepTrace::StepTrace(int rank, int world) {
