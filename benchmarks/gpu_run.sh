@@ -3,7 +3,7 @@
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|
-# fp8gate-h3|tests|all]
+# fp8gate-h3|sfthost|tests|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
@@ -338,6 +338,22 @@ if [ "$what" = fp8gate-h3 ]; then  # the FP8 gate for the H3 LoRA: `vdt train ca
     python3 benchmarks/loss_gate.py "$OUT/gate_h3_bf16_train_log.jsonl" "$OUT/gate_h3_fp8_train_log.jsonl" --window $w \
       2>&1 | tee -a $sum
   done
+fi
+if [ "$what" = sfthost ]; then  # bf16 parity of both fixtures, the SFT selective step over SFT_STEPS
+  # timed steps (default 10: a steadier median), then one traced step: where its wall time goes outside the GPU's span (trace_ops.py host) and the
+  # GPU's idle gaps inside it
+  for f in wan_tiny_a h3_tiny_a; do
+    $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 2>&1 | grep -E "PASS|FAIL" | tail -3 || rc=1
+  done
+  bench sft_selective_long --trainer sft --steps ${SFT_STEPS:-10} --warmup 3 --checkpointing selective ${SFT_ARGS:-}
+  grep -E "^  step" "$OUT/sft_selective_long.log" | tr -s ' ' | tr '\n' ' '; echo
+  VDT_TRACE=$OUT/sft_host.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step $sft --checkpointing selective \
+    ${SFT_ARGS:-} --work-dir /tmp/vdt_host_trace > "$OUT/host_trace.log" 2>&1 || rc=1
+  grep -E "^  step|result" "$OUT/host_trace.log" | cut -c1-160
+  python3 benchmarks/trace_ops.py $OUT/sft_host.json host ${HOST_N:-15}
+  python3 benchmarks/trace_ops.py $OUT/sft_host.json gaps ${GAPS_N:-12} | head -40
+  python3 benchmarks/trace_top.py $OUT/sft_host.json 40 | grep -E "^kernels|^split"
+  gzip -f $OUT/sft_host.json
 fi
 if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
   # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)

@@ -7,6 +7,9 @@
   trace_ops.py TRACE.json gaps [N]             the GPU's idle time inside the traced span: the N longest gaps between
                                                consecutive kernels/copies, each with the op that launched the kernel
                                                after it and that op's enclosing ops (what the GPU waited for)
+  trace_ops.py TRACE.json host [N]             the step's wall time outside the GPU's span: from the first host op to
+                                               the first kernel (what the host did before the GPU had work), after the
+                                               last kernel, and the N longest CUDA runtime calls (syncs inside a step)
   trace_ops.py TRACE.json memory [N]           the CUDA allocation peak of the traced span: when, inside which ops,
                                                and the N largest allocations live at that moment with the op that
                                                made them"""
@@ -114,6 +117,32 @@ def gaps(events, ops, top, floor_us=10.0):
         print(f"{gap / 1e3:8.2f} ms at +{at / 1e3:7.1f} ms  after {prev}\n      before {nxt}\n      launched in {where}")
 
 
+def host(events, ops, top):
+    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e),
+                  key=lambda e: e["ts"])
+    if not work or not ops:
+        sys.exit("no GPU kernels or host ops in the trace")
+    h0, h1 = min(o["ts"] for o in ops), max(o["ts"] + o["dur"] for o in ops)
+    g0, g1 = work[0]["ts"], max(k["ts"] + k["dur"] for k in work)
+    print(f"host ops {(h1 - h0) / 1e3:.1f} ms, GPU span {(g1 - g0) / 1e3:.1f} ms; before the first kernel "
+          f"{(g0 - h0) / 1e3:.2f} ms, after the last {(h1 - g1) / 1e3:.2f} ms")
+    ops_by_tid = index_ops(ops)
+    lead = collections.defaultdict(lambda: [0.0, 0])
+    for tid, (v, _) in ops_by_tid.items():
+        for o in v:
+            if o["_parent"] == -1 and o["ts"] < g0:
+                lead[o["name"]][0] += min(o["ts"] + o["dur"], g0) - o["ts"]
+                lead[o["name"]][1] += 1
+    print("top-level host ops before the first kernel:")
+    for name, (d, n) in sorted(lead.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{d / 1e3:8.2f} ms {n:5d}x  {name}")
+    rt = [e for e in events if e.get("cat") == "cuda_runtime" and "dur" in e]
+    print("longest CUDA runtime calls:")
+    for e in sorted(rt, key=lambda e: -e["dur"])[:top]:
+        where = " > ".join(o["name"] for o in enclosing(ops_by_tid, e["tid"], e["ts"])[-3:])
+        print(f"{e['dur'] / 1e3:8.2f} ms at +{(e['ts'] - h0) / 1e3:7.1f} ms  {e['name']}  in {where or '-'}")
+
+
 def memory(events, ops, top):
     mem = [e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1]
     if not mem:
@@ -162,6 +191,8 @@ if __name__ == "__main__":
         kernels(events, ops, None, int(sys.argv[3]) if len(sys.argv) > 3 else 40, shapes=False)
     elif sys.argv[2] == "gaps":
         gaps(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 20)
+    elif sys.argv[2] == "host":
+        host(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 15)
     elif sys.argv[2] == "kernels":
         kernels(events, ops, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
     else:
