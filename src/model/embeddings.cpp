@@ -45,6 +45,22 @@ RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch:
   return {torch::cos(angle).to(torch::kFloat32).to(device), torch::sin(angle).to(torch::kFloat32).to(device)};
 }
 
+RopeTable RopeCache::get(std::array<int64_t, 3> grid, const torch::Device& device, bool repeated) {
+  const Key key{grid[0], grid[1], grid[2], static_cast<int>(device.type()), device.index(), repeated};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = tables_.find(key); it != tables_.end()) return it->second;
+  RopeTable t;
+  if (repeated) {
+    VDT_CHECK(grid[0] % 2 == 0, "rope: a repeated table needs an even frame count, got ", grid[0]);
+    const auto half = rope_table(head_dim_, {grid[0] / 2, grid[1], grid[2]}, device);  // [L/2, Dh/2]
+    t = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};         // [L, Dh/2]
+  } else {
+    t = rope_table(head_dim_, grid, device);
+  }
+  if (tables_.size() >= kMaxTables) tables_.clear();
+  return tables_.emplace(key, t).first->second;
+}
+
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& rope) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == rope.cos.size(0) && x.size(3) == 2 * rope.cos.size(1),
               "apply_rope: expected x [B, L, N, Dh] with L = ", rope.cos.size(0), " and Dh = ", 2 * rope.cos.size(1),

@@ -24,6 +24,7 @@ torch::Tensor HeadImpl::forward(const torch::Tensor& x, const torch::Tensor& e) 
 
 WanDiTImpl::WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options) : cfg_(cfg) {
   cfg.validate();
+  rope_cache_ = std::make_shared<RopeCache>(cfg.head_dim());
   const int64_t D = cfg.dim;
   auto place = [&](auto m) {
     if (options.has_device() || options.has_dtype())
@@ -220,11 +221,10 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
   if (pattern.teacher_forcing) {  // [clean | noisy]: the span's positions twice
     TORCH_CHECK(pattern.chunk_frames > 0 && grid[0] % (2 * pattern.chunk_frames) == 0, "WanDiT: teacher forcing "
                 "needs a chunk size and two equal halves of whole chunks, got ", grid[0], " token frames");
-    const auto half = rope_table(cfg_.head_dim(), {grid[0] / 2, grid[1], grid[2]}, x.device());  // [L/2, Dh/2]
-    bin.rope = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};            // [L, Dh/2]
+    bin.rope = rope_cache_->get(grid, x.device(), /*repeated=*/true);  // [L, Dh/2]: the halves share positions
     bin.pattern.teacher_forcing = true;
   } else {
-    bin.rope = rope_table(cfg_.head_dim(), grid, x.device());
+    bin.rope = rope_cache_->get(grid, x.device());  // [L, Dh/2]
   }
   if (pattern.causal()) {
     TORCH_CHECK(grid[0] % pattern.chunk_frames == 0, "WanDiT: ", grid[0], " latent frames do not split into chunks of ",

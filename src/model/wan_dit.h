@@ -12,10 +12,12 @@
 #include <torch/nn/modules/conv.h>
 
 #include <functional>
+#include <memory>
 
 #include "model/block.h"
 #include "model/config.h"
 #include "model/denoiser.h"
+#include "model/embeddings.h"
 #include "model/sem_cond.h"
 
 namespace vdt {
@@ -84,6 +86,7 @@ class WanDiTImpl : public Denoiser {
   ModelConfig cfg_;
   BlockRunner block_runner_;
   bool distinct_time_rows_ = true;
+  std::shared_ptr<RopeCache> rope_cache_;  // the RoPE tables of the grids seen, on their device
 };
 TORCH_MODULE(WanDiT);
 

@@ -67,5 +67,8 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
 // of the parameters' gradients, and the clip coefficient min(1, max_norm / (norm + 1e-6)) (0-dim, on norm's device).
 torch::Tensor grad_norm(const std::vector<torch::Tensor>& params);
 torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm);
+// 0-dim tensors that are consecutive elements of one buffer (ATen's CUDA _foreach_norm returns its norms so) as one
+// [T] view of it, no copy; undefined otherwise (grad_norm then stacks them).
+torch::Tensor consecutive_scalars(const std::vector<torch::Tensor>& scalars);
 
 }  // namespace vdt

@@ -63,6 +63,22 @@ TEST(Rope, ApplyIsComplexMultiplicationOnInterleavedPairs) {
   EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-5);
 }
 
+// The memoised tables equal rope_table's exactly (repeated: the half grid twice), are kept (the same storage on a
+// second call) per grid, and the cache empties itself when it holds kMaxTables grids.
+TEST(RopeCache, EqualsRopeTableAndKeepsItsTables) {
+  RopeCache cache(24);
+  const auto a = cache.get({2, 3, 4}, torch::kCPU), direct = rope_table(24, {2, 3, 4}, torch::kCPU);
+  EXPECT_TRUE(torch::equal(a.cos, direct.cos) && torch::equal(a.sin, direct.sin));
+  EXPECT_EQ(cache.get({2, 3, 4}, torch::kCPU).cos.data_ptr(), a.cos.data_ptr());
+  const auto r = cache.get({4, 3, 4}, torch::kCPU, /*repeated=*/true), half = rope_table(24, {2, 3, 4}, torch::kCPU);
+  EXPECT_TRUE(torch::equal(r.cos, torch::cat({half.cos, half.cos})) && torch::equal(r.sin, torch::cat({half.sin, half.sin})));
+  EXPECT_FALSE(torch::equal(r.cos, rope_table(24, {4, 3, 4}, torch::kCPU).cos));  // not the full grid's positions
+  EXPECT_THROW(cache.get({3, 3, 4}, torch::kCPU, /*repeated=*/true), std::exception);
+  for (int64_t f = 1; f <= static_cast<int64_t>(RopeCache::kMaxTables); ++f) cache.get({f, 1, 1}, torch::kCPU);
+  EXPECT_NE(cache.get({2, 3, 4}, torch::kCPU).cos.data_ptr(), a.cos.data_ptr());  // rebuilt after the clear
+  EXPECT_TRUE(torch::equal(cache.get({2, 3, 4}, torch::kCPU).cos, direct.cos));
+}
+
 // The fast paths against their spelled-out references, forward and backward, in float32 and bf16: RoPE as one
 // complex multiply vs real pairs, RMSNorm through ATen's rms_norm vs op by op.
 TEST(FastPaths, RopeAndRmsNormMatchTheirReferences) {

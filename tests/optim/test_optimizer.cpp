@@ -56,6 +56,28 @@ TEST(ClipGradNorm, ReturnsPreClipNormAndScales) {
   EXPECT_NEAR(std::sqrt(after), 1.0, 1e-4);
 }
 
+// The total from one buffer (what ATen's CUDA _foreach_norm returns) is taken without a copy; scalars in separate
+// buffers, out of order or of mixed dtypes are not (grad_norm stacks them); both give the same norm; bf16 gradients'
+// norms are summed in float32.
+TEST(ClipGradNorm, ConsecutiveScalarsAndTheStackAgree) {
+  const auto buf = torch::tensor({3.0f, 4.0f, 12.0f, 84.0f});
+  std::vector<torch::Tensor> views, apart;
+  for (int64_t i = 1; i < 4; ++i) views.push_back(buf[i]), apart.push_back(buf[i].clone());
+  const auto v = consecutive_scalars(views);
+  ASSERT_TRUE(v.defined());
+  EXPECT_EQ(v.data_ptr(), buf[1].data_ptr());
+  EXPECT_TRUE(torch::equal(v, torch::stack(views)));
+  EXPECT_EQ(v.norm().item<float>(), torch::stack(apart).norm().item<float>());  // 85
+  EXPECT_FALSE(consecutive_scalars(apart).defined());
+  EXPECT_FALSE(consecutive_scalars({buf[2], buf[1]}).defined());
+  EXPECT_FALSE(consecutive_scalars({buf[0], buf[1].to(torch::kFloat64)}).defined());
+  EXPECT_FALSE(consecutive_scalars({}).defined());
+  auto p = torch::zeros({3}, torch::kBFloat16).requires_grad_();
+  p.mutable_grad() = torch::full({3}, 300.0, torch::kBFloat16);  // each square and the sum exact in float32
+  EXPECT_EQ(grad_norm({p}).scalar_type(), torch::kFloat32);
+  EXPECT_NEAR(grad_norm({p}).item<double>(), 300.0 * std::sqrt(3.0), 1e-3);
+}
+
 // Clipping inside the update (grad_scale = the clip coefficient, what GradSync::step does) moves the weights as
 // clipping the gradients first and stepping without a scale, on the fused and on the reference path.
 TEST(AdamW, GradScaleEqualsClippingFirst) {

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "model/kept_ops.h"
+#include "model/kernels/bias_grad.h"
 
 namespace vdt {
 namespace {
@@ -98,7 +99,7 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
       if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
       if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
     }
-    if (has_bias && ctx->needs_input_grad(2)) grads[2] = g2.sum(0);                   // [out]
+    if (has_bias && ctx->needs_input_grad(2)) grads[2] = kernels::bias_grad(g2);     // [out]
     return grads;
   }
 };

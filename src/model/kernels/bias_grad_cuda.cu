@@ -1,0 +1,113 @@
+// CUDA kernels of bias_grad.h. Pass 1 (partial_kernel): block (x, s) takes columns [x * kThreads * N, ...) and the s-th
+// slice of rows; each thread sums its N columns over the slice in float32 (16-byte loads, kUnroll rows in flight) and
+// writes one partial row. Pass 2 (finish_kernel): one thread per column adds the S partials in slice order and rounds
+// to g's dtype once. S is picked so that pass 1 has ~8 blocks per SM; the partials ([S, C] float32) are small against g.
+#include "model/kernels/bias_grad_cuda.h"
+#include "core/cuda_common.cuh"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/BFloat16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace vdt::kernels::cuda {
+namespace {
+
+using at::Tensor;
+using bf16 = c10::BFloat16;
+using cuda_common::load;
+
+constexpr int kThreads = 128;
+constexpr int kUnroll = 8;
+
+template <typename T, int N, bool kVec>
+__global__ void partial_kernel(const T* __restrict__ g, int64_t rows, int64_t C, int64_t rows_per_slice,
+                               float* __restrict__ partial) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * N;
+  if (c >= C) return;
+  const int64_t begin = blockIdx.y * rows_per_slice;
+  const int64_t end = begin + rows_per_slice < rows ? begin + rows_per_slice : rows;
+  float acc[N] = {};
+  int64_t r = begin;
+  for (; r + kUnroll <= end; r += kUnroll) {
+    float v[kUnroll][N];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load<N, kVec>(g + (r + u) * C + c, v[u]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < N; ++j) acc[j] += v[u][j];
+  }
+  for (; r < end; ++r) {
+    float v[N];
+    load<N, kVec>(g + r * C + c, v);
+#pragma unroll
+    for (int j = 0; j < N; ++j) acc[j] += v[j];
+  }
+  float* out = partial + blockIdx.y * C + c;
+#pragma unroll
+  for (int j = 0; j < N; ++j) out[j] = acc[j];
+}
+
+template <typename T>
+__global__ void finish_kernel(const float* __restrict__ partial, int64_t slices, int64_t C, T* __restrict__ out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.f;
+  for (int64_t s = 0; s < slices; ++s) acc += partial[s * C + c];
+  out[c] = static_cast<T>(acc);
+}
+
+template <typename T, int N, bool kVec>
+void launch(const Tensor& g, Tensor& out) {
+  const int64_t rows = g.size(0), C = g.size(1);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t col_blocks = (C / N + kThreads - 1) / kThreads;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  // ~8 blocks per SM in pass 1 (enough 16-byte loads in flight to cover the memory latency), slices of >= 16 rows
+  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((8 * sms + col_blocks - 1) / col_blocks,
+                                                                (rows + 15) / 16));
+  const int64_t per = (rows + slices - 1) / slices;
+  auto partial = at::empty({slices, C}, g.options().dtype(at::kFloat));
+  partial_kernel<T, N, kVec><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)), kThreads, 0,
+                               stream>>>(g.data_ptr<T>(), rows, C, per, partial.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  finish_kernel<T><<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      partial.data_ptr<float>(), slices, C, out.data_ptr<T>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void dispatch(const Tensor& g, Tensor& out) {
+  constexpr int V = 16 / sizeof(T);
+  if (g.size(1) % V == 0 && reinterpret_cast<uintptr_t>(g.data_ptr()) % 16 == 0)
+    launch<T, V, true>(g, out);
+  else
+    launch<T, 1, false>(g, out);
+}
+
+}  // namespace
+
+Tensor column_sum(const Tensor& g_in) {
+  TORCH_CHECK(g_in.dim() == 2, "column_sum: expected g [N, C], got ", g_in.sizes());
+  const c10::cuda::CUDAGuard guard(g_in.device());
+  const auto g = g_in.contiguous();
+  auto out = at::empty({g.size(1)}, g.options());
+  if (g.size(1) == 0) return out;
+  if (g.size(0) == 0) return out.zero_();
+  if (g.scalar_type() == at::kFloat) {
+    dispatch<float>(g, out);
+  } else {
+    TORCH_CHECK(g.scalar_type() == at::kBFloat16, "column_sum: the CUDA kernel takes float32 or bfloat16, got ",
+                g.scalar_type());
+    dispatch<bf16>(g, out);
+  }
+  return out;
+}
+
+}  // namespace vdt::kernels::cuda
