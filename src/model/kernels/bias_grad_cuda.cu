@@ -1,7 +1,9 @@
-// CUDA kernels of bias_grad.h. Pass 1 (partial_kernel): block (x, s) takes columns [x * kThreads * N, ...) and the s-th
-// slice of rows; each thread sums its N columns over the slice in float32 (16-byte loads, kUnroll rows in flight) and
-// writes one partial row. Pass 2 (finish_kernel): one thread per column adds the S partials in slice order and rounds
-// to g's dtype once. S is picked so that pass 1 has ~8 blocks per SM; the partials ([S, C] float32) are small against g.
+// CUDA kernels of bias_grad.h. Pass 1 (partial_kernel): block (x, s) takes the x-th tile of 32 * N columns and the
+// s-th slice of rows; its 8 warps take every 8th row of the slice, each lane summing N columns in float32 (16-byte
+// loads, kUnroll rows in flight), then the 8 warp sums are added in warp order through shared memory into one partial
+// row. Pass 2 (finish_kernel): per 32 columns, 8 warps each add every 8th partial row, then the 8 sums in order, and
+// the total is rounded to g's dtype once. S is picked for ~4 blocks per SM in pass 1; the partials ([S, C] float32) are
+// small against g. Deterministic on a given device (fixed order everywhere).
 #include "model/kernels/bias_grad_cuda.h"
 #include "core/cuda_common.cuh"
 
@@ -22,63 +24,83 @@ using at::Tensor;
 using bf16 = c10::BFloat16;
 using cuda_common::load;
 
-constexpr int kThreads = 128;
-constexpr int kUnroll = 8;
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kUnroll = 4;
 
 template <typename T, int N, bool kVec>
 __global__ void partial_kernel(const T* __restrict__ g, int64_t rows, int64_t C, int64_t rows_per_slice,
                                float* __restrict__ partial) {
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * N;
-  if (c >= C) return;
+  __shared__ float sums[kWarps][32 * N];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * 32 * N, c = tile + lane * N;
   const int64_t begin = blockIdx.y * rows_per_slice;
   const int64_t end = begin + rows_per_slice < rows ? begin + rows_per_slice : rows;
   float acc[N] = {};
-  int64_t r = begin;
-  for (; r + kUnroll <= end; r += kUnroll) {
-    float v[kUnroll][N];
+  if (c < C) {
+    int64_t r = begin + warp;
+    for (; r + (kUnroll - 1) * kWarps < end; r += kUnroll * kWarps) {
+      float v[kUnroll][N];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load<N, kVec>(g + (r + u) * C + c, v[u]);
+      for (int u = 0; u < kUnroll; ++u) load<N, kVec>(g + (r + u * kWarps) * C + c, v[u]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < N; ++j) acc[j] += v[u][j];
+        for (int j = 0; j < N; ++j) acc[j] += v[u][j];
+    }
+    for (; r < end; r += kWarps) {
+      float v[N];
+      load<N, kVec>(g + r * C + c, v);
+#pragma unroll
+      for (int j = 0; j < N; ++j) acc[j] += v[j];
+    }
   }
-  for (; r < end; ++r) {
-    float v[N];
-    load<N, kVec>(g + r * C + c, v);
 #pragma unroll
-    for (int j = 0; j < N; ++j) acc[j] += v[j];
+  for (int j = 0; j < N; ++j) sums[warp][lane * N + j] = acc[j];
+  __syncthreads();
+  for (int k = threadIdx.x; k < 32 * N; k += kThreads) {
+    if (tile + k >= C) continue;
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sums[w][k];
+    partial[blockIdx.y * C + tile + k] = total;
   }
-  float* out = partial + blockIdx.y * C + c;
-#pragma unroll
-  for (int j = 0; j < N; ++j) out[j] = acc[j];
 }
 
 template <typename T>
 __global__ void finish_kernel(const float* __restrict__ partial, int64_t slices, int64_t C, T* __restrict__ out) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float sums[kWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + lane;
   float acc = 0.f;
-  for (int64_t s = 0; s < slices; ++s) acc += partial[s * C + c];
-  out[c] = static_cast<T>(acc);
+  if (c < C)
+    for (int64_t s = warp; s < slices; s += kWarps) acc += partial[s * C + c];
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && c < C) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sums[w][lane];
+    out[c] = static_cast<T>(total);
+  }
 }
 
 template <typename T, int N, bool kVec>
 void launch(const Tensor& g, Tensor& out) {
   const int64_t rows = g.size(0), C = g.size(1);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const int64_t col_blocks = (C / N + kThreads - 1) / kThreads;
+  const int64_t tiles = (C + 32 * N - 1) / (32 * N);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  // ~8 blocks per SM in pass 1 (enough 16-byte loads in flight to cover the memory latency), slices of >= 16 rows
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((8 * sms + col_blocks - 1) / col_blocks,
-                                                                (rows + 15) / 16));
+  // ~4 blocks per SM in pass 1 (enough 16-byte loads in flight to cover the memory latency), slices of >= 64 rows
+  const int64_t slices =
+      std::max<int64_t>(1, std::min<int64_t>((4 * sms + tiles - 1) / tiles, (rows + 63) / 64));
   const int64_t per = (rows + slices - 1) / slices;
   auto partial = at::empty({slices, C}, g.options().dtype(at::kFloat));
-  partial_kernel<T, N, kVec><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)), kThreads, 0,
+  partial_kernel<T, N, kVec><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)), kThreads, 0,
                                stream>>>(g.data_ptr<T>(), rows, C, per, partial.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  finish_kernel<T><<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      partial.data_ptr<float>(), slices, C, out.data_ptr<T>());
+  finish_kernel<T><<<static_cast<unsigned>((C + 31) / 32), kThreads, 0, stream>>>(partial.data_ptr<float>(), slices,
+                                                                                   C, out.data_ptr<T>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
