@@ -16,6 +16,7 @@
 import bisect
 import collections
 import json
+import signal
 import sys
 
 
@@ -186,6 +187,7 @@ def memory(events, ops, top):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly, no BrokenPipeError trace
     events, ops = load(sys.argv[1])
     if sys.argv[2] == "elementwise":
         kernels(events, ops, None, int(sys.argv[3]) if len(sys.argv) > 3 else 40, shapes=False)

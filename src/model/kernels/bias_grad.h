@@ -10,7 +10,7 @@ namespace vdt::kernels {
 
 // g [N, C] -> [C] in g's dtype: the sum over N (float32 accumulation). The kernel on CUDA, else g.sum(0).
 torch::Tensor bias_grad(const torch::Tensor& g);
-// Either path on any device (aten: g.sum(0); tests and `vdt bench kernels`).
+// Either path on any device (aten: g.sum(0); the tests).
 torch::Tensor bias_grad(const torch::Tensor& g, bool aten);
 
 }  // namespace vdt::kernels
