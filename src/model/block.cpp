@@ -37,18 +37,19 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
               "WanBlock: expected x [B, L, D] and e0 [B, G, 6, D] with G dividing L, got ", in.x.sizes(), " and ",
               in.e0.sizes());
   auto mod = (modulation.to(in.e0.scalar_type()) + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D], float32
-  auto x = in.x;
-  // 1) self-attention with adaLN
-  x = gated_add(x, self_attn(modulated_norm(x, mod[0], mod[1], eps_), in.rope, in.pattern), mod[2]);
+  // 1) self-attention with adaLN (the norm hands x on to the residual add: one node takes both branches' gradients)
+  auto [x, h1] = kernels::modulated_norm_branch(in.x, mod[0], mod[1], eps_);
+  x = gated_add(x, self_attn(h1, in.rope, in.pattern), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
   x = x + cross_attn(norm3(x), in.ctx, in.ctx_ids);
   // 3) FFN with adaLN
   //    (ffn.0 and ffn.2 called one by one, so a LoRA attached to either takes part)
   torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));
   torch::nn::Linear ffn2(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(2)));
-  auto h = lora_or_linear(ffn0, modulated_norm(x, mod[3], mod[4], eps_));  // [B, L, ffn_dim]
+  auto [x_res, h2] = kernels::modulated_norm_branch(x, mod[3], mod[4], eps_);
+  auto h = lora_or_linear(ffn0, h2);  // [B, L, ffn_dim]
   h = ffn[1]->as<torch::nn::GELU>()->forward(h);
-  x = gated_add(x, lora_or_linear(ffn2, h), mod[5]);
+  x = gated_add(x_res, lora_or_linear(ffn2, h), mod[5]);
   return x;
 }
 

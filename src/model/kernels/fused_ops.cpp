@@ -2,6 +2,7 @@
 // Gradients (fp32 inside, g = the output's gradient, per token row i with modulation row r(i)):
 //   LayerNorm + modulate  out = h * (1 + scale) + shift, h = n rounded to x's dtype, n = (x - mean) * rstd
 //     dshift[r] = sum g;  dscale[r] = sum g * h;  dn = g * (1 + scale);  dx = rstd * (dn - mean(dn) - n * mean(dn * n))
+//     (+ the gradient of its second output x: the residual branch)
 //   gate + residual       out = x + gate * y:  dx = g;  dy = g * gate;  dgate[r] = sum g * y
 //   H3 modulate           out = x * (1 + scale) + shift:  dx = g * (1 + scale);  dscale[r] = sum g * x;  dshift[r] = sum g
 // The reference differs only where it rounds an intermediate gradient to bfloat16 (autograd keeps each tensor's dtype);
@@ -68,9 +69,11 @@ torch::ScalarType dtype_of(AutogradContext* ctx, const char* key) {
 }
 
 // ---- Wan: LayerNorm (no affine) + modulate ------------------------------------------------------------------------
+// Outputs (x, out): x comes back (a view) for the residual add that follows the branch, so that this one node receives
+// the residual stream's gradient of x too and adds it into dx in the same pass (no separate accumulation add).
 struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& shift, const Tensor& scale, double eps,
-                        bool cuda) {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& shift, const Tensor& scale,
+                               double eps, bool cuda) {
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["cuda"] = cuda;
     ctx->saved_data["G"] = shift.size(1);
@@ -78,29 +81,34 @@ struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
     ctx->saved_data["scale_dtype"] = static_cast<int64_t>(scale.scalar_type());
     if (cuda) {
       VDT_CUDA_ONLY(auto [out, mean, rstd] = cuda::modulated_norm_forward(x, shift, scale, eps);
-                    ctx->save_for_backward({x, scale, mean, rstd}); return out;);
+                    ctx->save_for_backward({x, scale, mean, rstd}); return {x, out};);
     }
     ctx->save_for_backward({x, scale});  // the statistics are recomputed in backward
-    return reference_modulated_norm(x, shift, scale, eps);  // autograd is off here: the reference ops, no graph
+    return {x, reference_modulated_norm(x, shift, scale, eps)};  // autograd is off here: the reference ops, no graph
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     const auto& scale = saved[1];
+    const auto& res = grads[0];  // the residual stream's gradient of x (undefined when x was not used again)
     const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = ctx->saved_data["G"].toInt();
     const bool want_x = ctx->needs_input_grad(0), want_shift = ctx->needs_input_grad(1),
                want_scale = ctx->needs_input_grad(2);
+    if (!grads[1].defined()) return {want_x ? res : Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     Tensor dx, dshift, dscale;
     if (ctx->saved_data["cuda"].toBool()) {
-      VDT_CUDA_ONLY(const auto go = grads[0].to(x.scalar_type()).contiguous();
-                    if (want_x) dx = cuda::modulated_norm_backward_x(go, x, saved[2], saved[3], scale);
-                    if (want_shift || want_scale) {
-                      std::tie(dscale, dshift) = cuda::group_sums(go, x, saved[2], saved[3], G, true, want_shift);
-                    });
+      VDT_CUDA_ONLY(
+          const auto go = grads[1].to(x.scalar_type()).contiguous(); const auto &mean = saved[2], &rstd = saved[3];
+          if (want_x) {
+            std::tie(dx, dscale, dshift) =
+                cuda::modulated_norm_backward(go, x, mean, rstd, scale, res, want_shift || want_scale, want_shift);
+          } else if (want_shift || want_scale) {
+            std::tie(dscale, dshift) = cuda::modulated_norm_sums(go, x, mean, rstd, G, want_shift);
+          });
     } else {
       const double eps = ctx->saved_data["eps"].toDouble();
-      const auto go = grads[0].to(torch::kFloat32).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
+      const auto go = grads[1].to(torch::kFloat32).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
       const auto xf = x.to(torch::kFloat32).view({B, G, L / G, D});
       const auto xc = xf - xf.mean(-1, /*keepdim=*/true);
       const auto rstd = torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [B, G, L/G, 1]
@@ -108,11 +116,12 @@ struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
       if (want_x) {
         const auto dn = go * (1 + scale.to(torch::kFloat32));
         dx = (rstd * (dn - dn.mean(-1, true) - n * (dn * n).mean(-1, true))).view({B, L, D});  // -> [B, L, D]
+        dx = dx.to(x.scalar_type());
+        if (res.defined()) dx = dx + res;  // what autograd's accumulation of the two branches would add
       }
       if (want_shift) dshift = go.sum(2, /*keepdim=*/true);                                                // [B, G, 1, D]
       if (want_scale) dscale = (go * n.to(x.scalar_type()).to(torch::kFloat32)).sum(2, /*keepdim=*/true);  // h as forward
     }
-    if (dx.defined()) dx = dx.to(x.scalar_type());
     if (dshift.defined() && want_shift) dshift = dshift.to(dtype_of(ctx, "shift_dtype"));
     else dshift = Tensor();
     if (dscale.defined() && want_scale) dscale = dscale.to(dtype_of(ctx, "scale_dtype"));
@@ -143,9 +152,8 @@ struct GatedAddFn : torch::autograd::Function<GatedAddFn> {
     const auto y_dtype = dtype_of(ctx, "y_dtype");
     Tensor dy, dgate;
     if (ctx->saved_data["cuda"].toBool()) {
-      VDT_CUDA_ONLY(const auto g = go.contiguous();
-                    if (ctx->needs_input_grad(1)) dy = cuda::group_scale(g, gate, y_dtype);
-                    if (ctx->needs_input_grad(2)) dgate = std::get<0>(cuda::group_sums(g, y, {}, {}, G, false, false)););
+      VDT_CUDA_ONLY(std::tie(dy, dgate) = cuda::gated_add_backward(go, y, gate, y_dtype, ctx->needs_input_grad(1),
+                                                                   ctx->needs_input_grad(2)););
     } else {
       const auto gf = go.to(torch::kFloat32).view({B, G, L / G, D});  // [B, L, D] -> [B, G, L/G, D]
       if (ctx->needs_input_grad(1)) dy = (gf * gate.to(torch::kFloat32)).view({B, L, D}).to(y_dtype);
@@ -276,7 +284,15 @@ std::string fused_backend(const torch::Tensor& x, const torch::Tensor& mod) {
 Tensor fused_modulated_norm(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps, FusedPath path) {
   check_wan("modulated_norm", x, shift, "shift");
   check_same("modulated_norm", scale, "scale", shift, "shift");
-  return ModulatedNormFn::apply(x, shift, scale, eps, use_cuda(x, shift, path));
+  return ModulatedNormFn::apply(x, shift, scale, eps, use_cuda(x, shift, path))[1];
+}
+
+std::pair<Tensor, Tensor> fused_modulated_norm_branch(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                                                      double eps, FusedPath path) {
+  check_wan("modulated_norm", x, shift, "shift");
+  check_same("modulated_norm", scale, "scale", shift, "shift");
+  auto out = ModulatedNormFn::apply(x, shift, scale, eps, use_cuda(x, shift, path));
+  return {out[0], out[1]};
 }
 
 Tensor fused_gated_add(const Tensor& x, const Tensor& y, const Tensor& gate, FusedPath path) {
@@ -299,6 +315,11 @@ Tensor fused_h3_gate(const Tensor& x, const Tensor& gate, const Tensor& y, const
 
 Tensor modulated_norm(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps) {
   return fused_kernels_on() ? fused_modulated_norm(x, shift, scale, eps) : reference_modulated_norm(x, shift, scale, eps);
+}
+
+std::pair<Tensor, Tensor> modulated_norm_branch(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps) {
+  if (fused_kernels_on()) return fused_modulated_norm_branch(x, shift, scale, eps);
+  return {x, reference_modulated_norm(x, shift, scale, eps)};
 }
 
 Tensor gated_add(const Tensor& x, const Tensor& y, const Tensor& gate) {

@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <string>
+#include <utility>
 
 namespace vdt::kernels {
 
@@ -42,6 +43,10 @@ std::string fused_backend(const torch::Tensor& x, const torch::Tensor& mod);
 
 // What the blocks call: the fused op when the switch is on, else the reference (reference_ops.h).
 torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+// (x, modulated_norm(x, ...)) where x feeds a residual add next: use the first for it. Fused, the norm's backward then
+// adds the residual's gradient of x into its dx (one kernel, no accumulation add); the reference returns x itself.
+std::pair<torch::Tensor, torch::Tensor> modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
+                                                              const torch::Tensor& scale, double eps);
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                           const torch::Tensor& rows);
@@ -51,6 +56,10 @@ torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const t
 // x [B, L, D] (float32/bfloat16/half), shift/scale [B, G, 1, D] with G dividing L -> [B, L, D] in x's dtype
 torch::Tensor fused_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps, FusedPath path = FusedPath::automatic);
+// -> (x again, a view carrying this op's node; the LayerNorm + modulate as above)
+std::pair<torch::Tensor, torch::Tensor> fused_modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
+                                                                    const torch::Tensor& scale, double eps,
+                                                                    FusedPath path = FusedPath::automatic);
 // x, y [B, L, D] (same dtype), gate [B, G, 1, D] -> x + (y * gate).to(x's dtype)
 torch::Tensor fused_gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
                               FusedPath path = FusedPath::automatic);

@@ -1,7 +1,9 @@
-// CUDA kernels of fused_ops.h. Correctness first: one thread block per token row for the row-wise ops (LayerNorm
-// statistics by a warp-shuffle + shared-memory block reduction in fp32, two passes: mean, then centred variance),
-// 16-byte vector loads when the width and the pointers allow, one thread per column for the sums over a modulation
-// row's tokens (deterministic: fixed partial sums, then one ATen sum; no atomics). Every intermediate is rounded to
+// CUDA kernels of fused_ops.h. Correctness first: one thread block per token row for the row-wise forward ops
+// (LayerNorm statistics by a warp-shuffle + shared-memory block reduction in fp32, two passes: mean, then centred
+// variance), 16-byte vector loads when the width and the pointers allow. The Wan backward runs over chunks of a
+// modulation group's rows with each thread keeping its columns, so one pass over the gradient gives dx (or dy) and the
+// modulation's column sums together (deterministic: fixed partial sums per chunk, then one ATen sum; no atomics); rows
+// too wide for it (and H3's indexed rows) take one block per row and one thread per column. Every intermediate is rounded to
 // the dtype the reference op would have produced (`rnd<T>`), so the forward matches reference_ops.cpp.
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fused_ops_cuda.h"
@@ -14,7 +16,9 @@
 #include <c10/util/BFloat16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -226,6 +230,171 @@ __global__ void row_sums_kernel(const X* __restrict__ go, const X* __restrict__ 
   }
 }
 
+// ---- Wan backward over chunks of rows: each thread keeps its columns ------------------------------------------------
+// Block (segment s, split k) takes the rows [s * Lg + k * per, min(s * Lg + (k + 1) * per, (s + 1) * Lg)): one chunk of
+// modulation group s (row s of [B * G, D]). Thread t owns the V vectors t, t + T, ..., t + (V - 1) * T (N columns each,
+// T = blockDim.x) of every row, so it adds its columns over the chunk in registers and writes them once:
+// part[(s * splits + k) * D + column]. The host adds the splits (fixed order: deterministic).
+
+// Sums over the block of K values at once, returned to every thread. Deterministic: a fixed shuffle tree per warp, the
+// warp partials added in warp order. `part` is shared [K][32]; blockDim.x a multiple of 32.
+template <int K>
+__device__ __forceinline__ void block_sums(float (&v)[K], float (*part)[32]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // the previous call's readers are done with `part`
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) part[k][warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int w = 0; w < warps; ++w) s += part[k][w];
+    v[k] = s;
+  }
+}
+
+constexpr int kStepRows = 2;  // rows per step of the norm backward: their row sums share one block reduction
+
+// Wan LN + modulate, the whole backward in one pass over g and x: per row dn = g * (1 + scale),
+// dx = rstd * (dn - mean(dn) - n * mean(dn * n)) (+ res, the residual stream's gradient of the same x, when given), and
+// per column the chunk's sums of g * h (h = n rounded to X, as the forward) and g (when prod is given).
+template <typename X, int N, int V>
+__global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ x,
+                                           const X* __restrict__ res, const float* __restrict__ mean,
+                                           const float* __restrict__ rstd, const float* __restrict__ scale,
+                                           X* __restrict__ dx, float* __restrict__ prod, float* __restrict__ plain,
+                                           int64_t D, int64_t Lg, int64_t splits, int64_t per) {
+  __shared__ float part[2 * kStepRows][32];
+  const int64_t seg = blockIdx.x / splits, split = blockIdx.x % splits;
+  const int64_t r0 = seg * Lg + split * per, r1 = min(r0 + per, (seg + 1) * Lg);
+  bool own[V];
+  int64_t col[V];
+  float s1[V][N], acc_p[V][N], acc_g[V][N];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    col[v] = (static_cast<int64_t>(threadIdx.x) + v * blockDim.x) * N;
+    own[v] = col[v] < D;
+    if (own[v]) load<N>(scale + seg * D + col[v], s1[v]);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      s1[v][k] = own[v] ? 1.f + s1[v][k] : 0.f;
+      acc_p[v][k] = acc_g[v][k] = 0.f;
+    }
+  }
+  for (int64_t r = r0; r < r1; r += kStepRows) {
+    float g[kStepRows][V][N], n[kStepRows][V][N], rv[kStepRows][V][N], sums[2 * kStepRows];
+    float rs[kStepRows];
+#pragma unroll
+    for (int j = 0; j < kStepRows; ++j) {
+      const int64_t row = r + j;
+      const bool valid = row < r1;
+      const float mu = valid ? mean[row] : 0.f;
+      rs[j] = valid ? rstd[row] : 0.f;
+      sums[2 * j] = sums[2 * j + 1] = 0.f;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (valid && own[v]) {  // every load of the step before the reduction: one memory latency per step
+          load<N>(go + row * D + col[v], g[j][v]);
+          load<N>(x + row * D + col[v], n[j][v]);
+          if (res) load<N>(res + row * D + col[v], rv[j][v]);
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          if (!(valid && own[v])) g[j][v][k] = n[j][v][k] = 0.f;
+          n[j][v][k] = (n[j][v][k] - mu) * rs[j];
+          const float dn = g[j][v][k] * s1[v][k];
+          sums[2 * j] += dn;
+          sums[2 * j + 1] += dn * n[j][v][k];
+        }
+      }
+    }
+    block_sums<2 * kStepRows>(sums, part);
+#pragma unroll
+    for (int j = 0; j < kStepRows; ++j) {
+      const int64_t row = r + j;
+      if (row >= r1) continue;
+      const float mean_dn = sums[2 * j] / static_cast<float>(D), mean_dnn = sums[2 * j + 1] / static_cast<float>(D);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (!own[v]) continue;
+        float o[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          o[k] = rs[j] * (g[j][v][k] * s1[v][k] - mean_dn - n[j][v][k] * mean_dnn);
+          if (res) o[k] += rv[j][v][k];
+          acc_p[v][k] += g[j][v][k] * rnd<X>(n[j][v][k]);
+          acc_g[v][k] += g[j][v][k];
+        }
+        store<N>(dx + row * D + col[v], o);
+      }
+    }
+  }
+  if (!prod) return;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    if (!own[v]) continue;
+    store<N>(prod + blockIdx.x * D + col[v], acc_p[v]);
+    if (plain) store<N>(plain + blockIdx.x * D + col[v], acc_g[v]);
+  }
+}
+
+constexpr int kGateUnroll = 2;  // rows in flight per thread in the gate backward
+
+// Wan gate + residual backward in one pass over g and y: dy = g * gate (stored in X) and per column the chunk's sum of
+// g * y (when prod is given).
+template <typename X, int N, int V>
+__global__ void gate_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ y,
+                                           const float* __restrict__ gate, X* __restrict__ dy,
+                                           float* __restrict__ prod, int64_t D, int64_t Lg, int64_t splits,
+                                           int64_t per) {
+  const int64_t seg = blockIdx.x / splits, split = blockIdx.x % splits;
+  const int64_t r0 = seg * Lg + split * per, r1 = min(r0 + per, (seg + 1) * Lg);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t c = (static_cast<int64_t>(threadIdx.x) + v * blockDim.x) * N;
+    if (c >= D) continue;
+    float gt[N], acc[N] = {};
+    load<N>(gate + seg * D + c, gt);
+    int64_t r = r0;
+    for (; r + kGateUnroll <= r1; r += kGateUnroll) {
+      float g[kGateUnroll][N], yv[kGateUnroll][N];
+#pragma unroll
+      for (int u = 0; u < kGateUnroll; ++u) {
+        load<N>(go + (r + u) * D + c, g[u]);
+        if (prod) load<N>(y + (r + u) * D + c, yv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kGateUnroll; ++u) {
+        float o[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          o[k] = g[u][k] * gt[k];
+          if (prod) acc[k] += g[u][k] * yv[u][k];
+        }
+        if (dy) store<N>(dy + (r + u) * D + c, o);
+      }
+    }
+    for (; r < r1; ++r) {
+      float g[N], yv[N], o[N];
+      load<N>(go + r * D + c, g);
+      if (prod) load<N>(y + r * D + c, yv);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        o[k] = g[k] * gt[k];
+        if (prod) acc[k] += g[k] * yv[k];
+      }
+      if (dy) store<N>(dy + r * D + c, o);
+    }
+    if (prod) store<N>(prod + blockIdx.x * D + c, acc);
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------------------------------
 
 int64_t row_blocks(int64_t rows) {
@@ -294,6 +463,10 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_forward(const Tensor& x_in, co
   return {out, mean, rstd};
 }
 
+namespace {
+
+// The two-kernel backward of LN + modulate (one block per row for dx, one thread per column for the sums): rows too
+// wide for the chunk kernels.
 Tensor modulated_norm_backward_x(const Tensor& go, const Tensor& x_in, const Tensor& mean, const Tensor& rstd,
                                  const Tensor& scale_in) {
   c10::cuda::CUDAGuard guard(x_in.device());
@@ -345,6 +518,8 @@ std::tuple<Tensor, Tensor> group_sums(const Tensor& go, const Tensor& other_in, 
   return {prod.sum(2, /*keepdim=*/true), want_plain ? plain.sum(2, /*keepdim=*/true) : Tensor()};
 }
 
+}  // namespace
+
 Tensor gated_add_forward(const Tensor& x_in, const Tensor& y_in, const Tensor& gate_in) {
   c10::cuda::CUDAGuard guard(x_in.device());
   const auto x = x_in.contiguous(), y = y_in.contiguous(), gate = gate_in.to(at::kFloat).contiguous();
@@ -365,6 +540,9 @@ Tensor gated_add_forward(const Tensor& x_in, const Tensor& y_in, const Tensor& g
   return out;
 }
 
+namespace {
+
+// (go * gate).to(dtype), one block per row: the fallback of gated_add_backward.
 Tensor group_scale(const Tensor& go, const Tensor& gate_in, at::ScalarType dtype) {
   c10::cuda::CUDAGuard guard(go.device());
   const auto g = go.to(dtype).contiguous(), gate = gate_in.to(at::kFloat).contiguous();
@@ -383,6 +561,140 @@ Tensor group_scale(const Tensor& go, const Tensor& gate_in, at::ScalarType dtype
   });
   check_launch();
   return out;
+}
+
+// The largest block `kernel` runs with (its registers per thread bound it), read once per kernel and device.
+int max_block(const void* kernel) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> known;
+  const std::pair<const void*, int> key{kernel, c10::cuda::current_device()};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes attr;
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return known[key] = attr.maxThreadsPerBlock;
+}
+
+// Geometry of a chunk kernel for rows of D columns in vectors of n: T threads owning V vectors each (V = 1, else 2;
+// T at most 512 and at most what the kernel's registers allow: max_block[V - 1]), each of the `segments` groups' Lg
+// rows cut into `splits` chunks of `per` rows (~3 blocks per SM in all). False when a row is too wide for it.
+struct ChunkGrid {
+  int threads = 0, V = 0;
+  int64_t splits = 0, per = 0;
+};
+
+bool chunk_grid(int64_t D, int n, int64_t segments, int64_t Lg, const std::array<int, 2>& max_block, ChunkGrid& grid) {
+  const int64_t vectors = (D + n - 1) / n;
+  for (int V : {1, 2}) {
+    const int64_t T = ((vectors + V - 1) / V + 31) / 32 * 32;
+    if (T <= std::min(512, max_block[V - 1])) {
+      grid.threads = static_cast<int>(T), grid.V = V;
+      break;
+    }
+  }
+  if (grid.V == 0) return false;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t per = std::max<int64_t>(8, (segments * Lg + 3 * sms - 1) / (3 * sms));
+  grid.splits = (Lg + per - 1) / per;
+  grid.per = (Lg + grid.splits - 1) / grid.splits;  // even chunks
+  return row_blocks(segments * grid.splits) > 0;
+}
+
+// f(k1) or f(k2): the kernel of the grid's V.
+template <class K, class F>
+void with_v(const ChunkGrid& grid, K* k1, K* k2, F&& f) {
+  f(grid.V == 1 ? k1 : k2);
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, const Tensor& x_in, const Tensor& mean,
+                                                           const Tensor& rstd, const Tensor& scale_in,
+                                                           const Tensor& res_in, bool want_sums, bool want_plain) {
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const auto x = x_in.contiguous(), g = go.to(x.scalar_type()).contiguous();
+  const auto scale = scale_in.to(at::kFloat).contiguous();
+  const auto res = res_in.defined() ? res_in.to(x.scalar_type()).contiguous() : Tensor();
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), G = scale.size(1), Lg = L / G;
+  auto dx = at::empty_like(x);
+  Tensor prod, plain;
+  ChunkGrid cg;
+  bool launched = false;
+  if (B * L > 0 && D > 0) {
+    VDT_DISPATCH_X(x, "modulated_norm backward", [&] {
+      const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), scale.data_ptr(),
+                                     res.defined() ? res.data_ptr() : nullptr},
+                                 {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
+      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1> : norm_backward_chunk_kernel<X, 1, 1>;
+      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2> : norm_backward_chunk_kernel<X, 1, 2>;
+      if (!chunk_grid(D, n, B * G, Lg, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (want_sums) prod = at::empty({B, G, cg.splits, D}, x.options().dtype(at::kFloat));
+      if (want_sums && want_plain) plain = at::empty_like(prod);
+      const auto stream = at::cuda::getCurrentCUDAStream();
+      auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(B * G * cg.splits), cg.threads, 0, stream>>>(
+            g.data_ptr<X>(), x.data_ptr<X>(), res.defined() ? res.data_ptr<X>() : nullptr, mean.data_ptr<float>(),
+            rstd.data_ptr<float>(), scale.data_ptr<float>(), dx.data_ptr<X>(),
+            prod.defined() ? prod.data_ptr<float>() : nullptr, plain.defined() ? plain.data_ptr<float>() : nullptr, D,
+            Lg, cg.splits, cg.per);
+      };
+      with_v(cg, k1, k2, launch);
+      check_launch();
+      launched = true;
+    });
+  }
+  if (!launched) {  // empty, or rows too wide: the two-kernel path
+    dx = modulated_norm_backward_x(g, x, mean, rstd, scale);
+    if (res.defined()) dx.add_(res);
+    if (want_sums) return std::tuple_cat(std::make_tuple(dx), group_sums(g, x, mean, rstd, G, true, want_plain));
+    return {dx, Tensor(), Tensor()};
+  }
+  // [B, G, splits, D] -> [B, G, 1, D]
+  return {dx, want_sums ? prod.sum(2, /*keepdim=*/true) : Tensor(),
+          want_sums && want_plain ? plain.sum(2, /*keepdim=*/true) : Tensor()};
+}
+
+std::tuple<Tensor, Tensor> modulated_norm_sums(const Tensor& go, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                               int64_t G, bool want_plain) {
+  return group_sums(go, x, mean, rstd, G, true, want_plain);
+}
+
+std::tuple<Tensor, Tensor> gated_add_backward(const Tensor& go, const Tensor& y_in, const Tensor& gate_in,
+                                              at::ScalarType y_dtype, bool want_y, bool want_gate) {
+  c10::cuda::CUDAGuard guard(go.device());
+  const auto g = go.to(y_dtype).contiguous(), gate = gate_in.to(at::kFloat).contiguous();
+  const auto y = want_gate ? y_in.contiguous() : Tensor();
+  const int64_t B = g.size(0), L = g.size(1), D = g.size(2), G = gate.size(1), Lg = L / G;
+  Tensor dy = want_y ? at::empty_like(g) : Tensor(), prod;
+  ChunkGrid cg;
+  bool launched = false;
+  if (B * L > 0 && D > 0 && (want_y || want_gate)) {
+    VDT_DISPATCH_X(g, "gated_add backward", [&] {
+      const int n = vec_width<X>(D, {g.data_ptr(), gate.data_ptr(), want_gate ? y.data_ptr() : nullptr,
+                                     want_y ? dy.data_ptr() : nullptr},
+                                 {sizeof(X), sizeof(float), sizeof(X), sizeof(X)});
+      auto* k1 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 1> : gate_backward_chunk_kernel<X, 1, 1>;
+      auto* k2 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 2> : gate_backward_chunk_kernel<X, 1, 2>;
+      if (!chunk_grid(D, n, B * G, Lg, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (want_gate) prod = at::empty({B, G, cg.splits, D}, g.options().dtype(at::kFloat));
+      const auto stream = at::cuda::getCurrentCUDAStream();
+      auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(B * G * cg.splits), cg.threads, 0, stream>>>(
+            g.data_ptr<X>(), want_gate ? y.data_ptr<X>() : nullptr, gate.data_ptr<float>(),
+            want_y ? dy.data_ptr<X>() : nullptr, want_gate ? prod.data_ptr<float>() : nullptr, D, Lg, cg.splits,
+            cg.per);
+      };
+      with_v(cg, k1, k2, launch);
+      check_launch();
+      launched = true;
+    });
+  }
+  if (!launched) {  // empty, nothing wanted, or rows too wide: one kernel each
+    if (want_y) dy = group_scale(g, gate, y_dtype);
+    return {dy, want_gate ? std::get<0>(group_sums(g, y, {}, {}, G, false, false)) : Tensor()};
+  }
+  return {dy, want_gate ? prod.sum(2, /*keepdim=*/true) : Tensor()};  // [B, G, splits, D] -> [B, G, 1, D]
 }
 
 namespace {

@@ -16,17 +16,23 @@ bool device_supported(int device_index);
 // Wan LayerNorm + modulate: -> (out [B, L, D] x's dtype, mean [B*L] f32, rstd [B*L] f32)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_forward(const at::Tensor& x, const at::Tensor& shift,
                                                                       const at::Tensor& scale, double eps);
-// dx of the LayerNorm + modulate: go, x [B, L, D], mean/rstd [B*L], scale [B, G, 1, D] -> [B, L, D] in x's dtype
-at::Tensor modulated_norm_backward_x(const at::Tensor& go, const at::Tensor& x, const at::Tensor& mean,
-                                     const at::Tensor& rstd, const at::Tensor& scale);
-// Sums over each group's tokens: (sum go * h, sum go) [B, G, 1, D] float32, h = LN(x) rounded to x's dtype (norm) or
-// h = other; the second is undefined unless want_plain.
-std::tuple<at::Tensor, at::Tensor> group_sums(const at::Tensor& go, const at::Tensor& other, const at::Tensor& mean,
-                                              const at::Tensor& rstd, int64_t G, bool norm, bool want_plain);
+// The backward of the LayerNorm + modulate, one pass over go and x: dx [B, L, D] in x's dtype, plus res when defined
+// (the residual stream's gradient of the same x, added in float32 before the rounding), and with want_sums the group
+// sums over each group's tokens (sum go * h, sum go) [B, G, 1, D] float32, h = LN(x) rounded to x's dtype; the second
+// only with want_plain. go, x, res [B, L, D]; mean/rstd [B*L]; scale [B, G, 1, D].
+std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_backward(const at::Tensor& go, const at::Tensor& x,
+                                                                       const at::Tensor& mean, const at::Tensor& rstd,
+                                                                       const at::Tensor& scale, const at::Tensor& res,
+                                                                       bool want_sums, bool want_plain);
+// The group sums alone (x wants no gradient).
+std::tuple<at::Tensor, at::Tensor> modulated_norm_sums(const at::Tensor& go, const at::Tensor& x, const at::Tensor& mean,
+                                                       const at::Tensor& rstd, int64_t G, bool want_plain);
 // Wan gate + residual: x + (y * gate).to(x) with gate [B, G, 1, D]
 at::Tensor gated_add_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate);
-// (go * gate).to(dtype) with gate [B, G, 1, D]
-at::Tensor group_scale(const at::Tensor& go, const at::Tensor& gate, at::ScalarType dtype);
+// Its backward, one pass over go and y: (dy = (go * gate) in y_dtype when want_y, sum go * y over each group's tokens
+// [B, G, 1, D] float32 when want_gate; y is read, and must be defined, only then)
+std::tuple<at::Tensor, at::Tensor> gated_add_backward(const at::Tensor& go, const at::Tensor& y, const at::Tensor& gate,
+                                                      at::ScalarType y_dtype, bool want_y, bool want_gate);
 
 // H3 modulate, x [S, D], shift/scale [R, D], rows [S]
 at::Tensor h3_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,

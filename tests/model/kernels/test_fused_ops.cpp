@@ -73,7 +73,9 @@ TEST(FusedOps, ModulatedNormMatchesReference) {
   torch::manual_seed(0);
   for (const auto& s : settings_to_run())
     for (auto dt : {torch::kFloat32, torch::kBFloat16})
-      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 3}, {1, 6, 64, 6}, {3, 10, 24, 2}}) {
+      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 3}, {1, 6, 64, 6}, {3, 10, 24, 2},
+                                {1, 200, 64, 2},     // CUDA: several chunks per group
+                                {1, 4, 1031, 2}}) {  // CUDA: odd rows too wide for the chunk kernel (the fallback)
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
         const auto x = (torch::randn({B, L, D}, f32) * 3 + 0.5).to(dt);
         const auto shift = torch::randn({B, G, 1, D}, f32), scale = torch::randn({B, G, 1, D}, f32) * 0.5;
@@ -89,11 +91,36 @@ TEST(FusedOps, ModulatedNormMatchesReference) {
       }
 }
 
+// The branch form as the blocks use it: x goes on to a residual op (here x * w), and the one node adds that branch's
+// gradient of x into the norm's dx.
+TEST(FusedOps, ModulatedNormBranchAddsTheResidualGradient) {
+  torch::manual_seed(3);
+  for (const auto& s : settings_to_run())
+    for (auto dt : {torch::kFloat32, torch::kBFloat16})
+      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 3}, {1, 6, 64, 6}, {1, 200, 64, 2}, {1, 4, 1031, 2}}) {
+        const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
+        const auto x = (torch::randn({B, L, D}, f32) * 3 + 0.5).to(dt), w = torch::randn({B, L, D}, f32).to(dt);
+        const auto shift = torch::randn({B, G, 1, D}, f32), scale = torch::randn({B, G, 1, D}, f32) * 0.5;
+        const auto go = torch::randn({B, L, D}, f32);
+        const Op fused = [&](const auto& t) {
+          auto [x_res, h] = fused_modulated_norm_branch(t[0], t[1], t[2], 1e-6, s.path);
+          return h + x_res * w;
+        };
+        const Op ref = [&](const auto& t) { return reference_modulated_norm(t[0], t[1], t[2], 1e-6) + t[0] * w; };
+        for (auto want : {std::vector<bool>{true, true, true}, {true, false, false}, {false, true, true}}) {
+          const auto what = std::string(s.device.str()) + " " + c10::toString(dt) + " L" + std::to_string(L) + " D" +
+                            std::to_string(D) + " G" + std::to_string(G) + " want x " + std::to_string(want[0]);
+          expect_match(fused, ref, {x, shift, scale}, want, go, out_tol(dt, s), grad_tol(dt), what);
+        }
+      }
+}
+
 TEST(FusedOps, GatedAddMatchesReference) {
   torch::manual_seed(1);
   for (const auto& s : settings_to_run())
     for (auto dt : {torch::kFloat32, torch::kBFloat16})
-      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 4}, {1, 8, 64, 8}}) {
+      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 4}, {1, 8, 64, 8}, {1, 200, 64, 2},
+                                {1, 4, 1031, 2}}) {
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
         const auto x = torch::randn({B, L, D}, f32).to(dt), y = torch::randn({B, L, D}, f32).to(dt);
         const auto gate = torch::randn({B, G, 1, D}, f32);
@@ -143,11 +170,18 @@ TEST(FusedOps, SwitchRoutesTheBlocksFunctions) {
   const auto x2 = torch::randn({4, 8}, torch::requires_grad()), mod2 = torch::randn({1, 8}, torch::requires_grad());
   set_fused_kernels(true);
   EXPECT_NE(vdt::modulated_norm(x, mod, mod, 1e-6).grad_fn()->name().find("ModulatedNormFn"), std::string::npos);
+  {
+    auto [x_res, h] = modulated_norm_branch(x, mod, mod, 1e-6);  // both outputs from the one node
+    EXPECT_EQ(x_res.grad_fn().get(), h.grad_fn().get());
+    EXPECT_NE(h.grad_fn()->name().find("ModulatedNormFn"), std::string::npos);
+    EXPECT_TRUE(torch::equal(x_res, x));
+  }
   EXPECT_NE(vdt::gated_add(x, x, mod).grad_fn()->name().find("GatedAddFn"), std::string::npos);
   EXPECT_NE(vdt::h3_modulate(x2, mod2, mod2, rows).grad_fn()->name().find("H3ModulateFn"), std::string::npos);
   EXPECT_NE(vdt::h3_gate(x2, mod2, x2, rows).grad_fn()->name().find("H3GateFn"), std::string::npos);
   set_fused_kernels(false);
   EXPECT_EQ(vdt::modulated_norm(x, mod, mod, 1e-6).grad_fn()->name().find("ModulatedNormFn"), std::string::npos);
+  EXPECT_TRUE(modulated_norm_branch(x, mod, mod, 1e-6).first.is_same(x));
   EXPECT_EQ(vdt::h3_gate(x2, mod2, x2, rows).grad_fn()->name().find("H3GateFn"), std::string::npos);
   set_fused_kernels(true);
 }
