@@ -41,7 +41,8 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   auto [x, h1] = kernels::modulated_norm_branch(in.x, mod[0], mod[1], eps_);
   x = gated_add(x, self_attn(h1, in.rope, in.pattern), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
-  x = x + cross_attn(norm3(x), in.ctx, in.ctx_ids);
+  auto [x_res3, h3] = kernels::layer_norm_branch(x, norm3->weight, norm3->bias, norm3->options.eps());
+  x = x_res3 + cross_attn(h3, in.ctx, in.ctx_ids);
   // 3) FFN with adaLN
   //    (ffn.0 and ffn.2 called one by one, so a LoRA attached to either takes part)
   torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));

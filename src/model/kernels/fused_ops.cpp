@@ -4,6 +4,7 @@
 //     dshift[r] = sum g;  dscale[r] = sum g * h;  dn = g * (1 + scale);  dx = rstd * (dn - mean(dn) - n * mean(dn * n))
 //     (+ the gradient of its second output x: the residual branch)
 //   gate + residual       out = x + gate * y:  dx = g;  dy = g * gate;  dgate[r] = sum g * y
+//   affine LayerNorm      out = n * w + b:  dw = sum g * n;  db = sum g;  dn = g * w;  dx as above (+ the residual's)
 //   H3 modulate           out = x * (1 + scale) + shift:  dx = g * (1 + scale);  dscale[r] = sum g * x;  dshift[r] = sum g
 // The reference differs only where it rounds an intermediate gradient to bfloat16 (autograd keeps each tensor's dtype);
 // these sums accumulate in float32 and round once.
@@ -165,6 +166,39 @@ struct GatedAddFn : torch::autograd::Function<GatedAddFn> {
   }
 };
 
+// ---- Wan: affine LayerNorm (norm3), x handed on to the cross-attention's residual add -----------------------------
+// Forward and the fallback's backward are ATen's own (native_layer_norm and its backward, as torch::nn::LayerNorm
+// runs them); the CUDA backward is one pass that also adds the residual branch's gradient of x.
+struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               double eps, bool cuda) {
+    auto [out, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, weight, bias, eps);
+    ctx->saved_data["cuda"] = cuda;
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    return {x, out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3], &rstd = saved[4];
+    const auto& res = grads[0];  // the residual stream's gradient of x
+    const bool want_x = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1), want_b = ctx->needs_input_grad(2);
+    if (!grads[1].defined()) return {want_x ? res : Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    Tensor dx, dw, db;
+    if (ctx->saved_data["cuda"].toBool() && want_x) {
+      VDT_CUDA_ONLY(std::tie(dx, dw, db) =
+                        cuda::layer_norm_backward(grads[1], x, mean, rstd, weight, bias, res, want_w, want_b);
+                    if (dw.defined()) dw = dw.to(weight.scalar_type());
+                    if (db.defined()) db = db.to(bias.scalar_type()););
+    } else {
+      std::tie(dx, dw, db) = at::native_layer_norm_backward(grads[1], x, {x.size(-1)}, mean, rstd, weight, bias,
+                                                            {want_x, want_w, want_b});
+      if (want_x && res.defined()) dx = dx + res;  // what autograd's accumulation of the two branches would add
+    }
+    return {want_x ? dx : Tensor(), want_w ? dw : Tensor(), want_b ? db : Tensor(), Tensor(), Tensor()};
+  }
+};
+
 // Sums over the tokens of each modulation row (ATen): [S, D] float32 values, rows [S] -> [R, D] float32
 Tensor sum_rows(const Tensor& v, const Tensor& rows, int64_t R) {
   return torch::zeros({R, v.size(1)}, v.options()).index_add_(0, rows, v);
@@ -295,6 +329,16 @@ std::pair<Tensor, Tensor> fused_modulated_norm_branch(const Tensor& x, const Ten
   return {out[0], out[1]};
 }
 
+std::pair<Tensor, Tensor> fused_layer_norm_branch(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                                  FusedPath path) {
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && bias.dim() == 1 && weight.size(0) == x.size(-1) &&
+                  bias.size(0) == x.size(-1),
+              "layer_norm: expected x [..., D] with weight and bias [D], got x ", x.sizes(), ", weight ", weight.sizes(),
+              ", bias ", bias.sizes());
+  auto out = LayerNormFn::apply(x, weight, bias, eps, use_cuda(x, weight, path));
+  return {out[0], out[1]};
+}
+
 Tensor fused_gated_add(const Tensor& x, const Tensor& y, const Tensor& gate, FusedPath path) {
   check_wan("gated_add", x, gate, "gate");
   check_same("gated_add", y, "y", x, "x");
@@ -320,6 +364,11 @@ Tensor modulated_norm(const Tensor& x, const Tensor& shift, const Tensor& scale,
 std::pair<Tensor, Tensor> modulated_norm_branch(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps) {
   if (fused_kernels_on()) return fused_modulated_norm_branch(x, shift, scale, eps);
   return {x, reference_modulated_norm(x, shift, scale, eps)};
+}
+
+std::pair<Tensor, Tensor> layer_norm_branch(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (fused_kernels_on()) return fused_layer_norm_branch(x, weight, bias, eps);
+  return {x, torch::layer_norm(x, {x.size(-1)}, weight, bias, eps)};
 }
 
 Tensor gated_add(const Tensor& x, const Tensor& y, const Tensor& gate) {

@@ -1,9 +1,11 @@
 // Fused elementwise chains of the blocks, each a custom autograd Function with a hand-written backward: Wan's
-// LayerNorm + modulate and gate + residual, H3's modulate (on the RMSNorm output, per-token row index) and gate +
-// residual. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu, one block per row, fp32
-// math, built when LibTorch has CUDA and nvcc is found: VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops
-// (any device). Numerics are the reference's (reference_ops.h): fp32 inside, each intermediate rounded to the dtype
-// the reference op would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (*qk_norm_rope.h).
+// LayerNorm + modulate, affine LayerNorm (norm3; ATen's forward) and gate + residual, H3's modulate (on the RMSNorm
+// output, per-token row index) and gate + residual. Wan's norms return their input again as a second output for the
+// residual add that follows, so that one node receives both branches' gradients of x and adds them in its backward
+// kernel. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu, fp32 math, built when
+// LibTorch has CUDA and nvcc is found: VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops (any device).
+// Numerics are the reference's (reference_ops.h): fp32 inside, each intermediate rounded to the dtype the reference op
+// would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (*qk_norm_rope.h).
 #pragma once
 #include <torch/types.h>
 
@@ -47,6 +49,9 @@ torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift,
 // adds the residual's gradient of x into its dx (one kernel, no accumulation add); the reference returns x itself.
 std::pair<torch::Tensor, torch::Tensor> modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
                                                               const torch::Tensor& scale, double eps);
+// (x, layer_norm(x, weight, bias)) over the last dim, the same for the affine LayerNorm whose input feeds a residual add.
+std::pair<torch::Tensor, torch::Tensor> layer_norm_branch(const torch::Tensor& x, const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps);
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                           const torch::Tensor& rows);
@@ -60,6 +65,10 @@ torch::Tensor fused_modulated_norm(const torch::Tensor& x, const torch::Tensor& 
 std::pair<torch::Tensor, torch::Tensor> fused_modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
                                                                     const torch::Tensor& scale, double eps,
                                                                     FusedPath path = FusedPath::automatic);
+// x [..., D], weight / bias [D] -> (x again, a view carrying this op's node; LayerNorm with ATen's forward)
+std::pair<torch::Tensor, torch::Tensor> fused_layer_norm_branch(const torch::Tensor& x, const torch::Tensor& weight,
+                                                                const torch::Tensor& bias, double eps,
+                                                                FusedPath path = FusedPath::automatic);
 // x, y [B, L, D] (same dtype), gate [B, G, 1, D] -> x + (y * gate).to(x's dtype)
 torch::Tensor fused_gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
                               FusedPath path = FusedPath::automatic);

@@ -264,7 +264,9 @@ constexpr int kStepRows = 2;  // rows per step of the norm backward: their row s
 // Wan LN + modulate, the whole backward in one pass over g and x: per row dn = g * (1 + scale),
 // dx = rstd * (dn - mean(dn) - n * mean(dn * n)) (+ res, the residual stream's gradient of the same x, when given), and
 // per column the chunk's sums of g * h (h = n rounded to X, as the forward) and g (when prod is given).
-template <typename X, int N, int V>
+// kAffine: an affine LayerNorm (out = n * w + b in float32, rounded once) instead, `scale` = w [D] for every row:
+// dn = g * w, sums of g * n and g.
+template <typename X, int N, int V, bool kAffine>
 __global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ x,
                                            const X* __restrict__ res, const float* __restrict__ mean,
                                            const float* __restrict__ rstd, const float* __restrict__ scale,
@@ -280,10 +282,10 @@ __global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __
   for (int v = 0; v < V; ++v) {
     col[v] = (static_cast<int64_t>(threadIdx.x) + v * blockDim.x) * N;
     own[v] = col[v] < D;
-    if (own[v]) load<N>(scale + seg * D + col[v], s1[v]);
+    if (own[v]) load<N>(scale + (kAffine ? 0 : seg * D) + col[v], s1[v]);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      s1[v][k] = own[v] ? 1.f + s1[v][k] : 0.f;
+      s1[v][k] = own[v] ? (kAffine ? s1[v][k] : 1.f + s1[v][k]) : 0.f;
       acc_p[v][k] = acc_g[v][k] = 0.f;
     }
   }
@@ -328,7 +330,7 @@ __global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __
         for (int k = 0; k < N; ++k) {
           o[k] = rs[j] * (g[j][v][k] * s1[v][k] - mean_dn - n[j][v][k] * mean_dnn);
           if (res) o[k] += rv[j][v][k];
-          acc_p[v][k] += g[j][v][k] * rnd<X>(n[j][v][k]);
+          acc_p[v][k] += g[j][v][k] * (kAffine ? n[j][v][k] : rnd<X>(n[j][v][k]));
           acc_g[v][k] += g[j][v][k];
         }
         store<N>(dx + row * D + col[v], o);
@@ -626,8 +628,10 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
       const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), scale.data_ptr(),
                                      res.defined() ? res.data_ptr() : nullptr},
                                  {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
-      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1> : norm_backward_chunk_kernel<X, 1, 1>;
-      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2> : norm_backward_chunk_kernel<X, 1, 2>;
+      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, false>
+                       : norm_backward_chunk_kernel<X, 1, 1, false>;
+      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, false>
+                       : norm_backward_chunk_kernel<X, 1, 2, false>;
       if (!chunk_grid(D, n, B * G, Lg, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
       if (want_sums) prod = at::empty({B, G, cg.splits, D}, x.options().dtype(at::kFloat));
       if (want_sums && want_plain) plain = at::empty_like(prod);
@@ -658,6 +662,48 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
 std::tuple<Tensor, Tensor> modulated_norm_sums(const Tensor& go, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                                int64_t G, bool want_plain) {
   return group_sums(go, x, mean, rstd, G, true, want_plain);
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& go, const Tensor& x_in, const Tensor& mean,
+                                                       const Tensor& rstd, const Tensor& weight, const Tensor& bias,
+                                                       const Tensor& res_in, bool want_w, bool want_b) {
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const auto x = x_in.contiguous(), g = go.to(x.scalar_type()).contiguous();
+  const auto w = weight.to(at::kFloat).contiguous();
+  const auto res = res_in.defined() ? res_in.to(x.scalar_type()).contiguous() : Tensor();
+  const int64_t D = x.size(-1), rows = x.numel() / std::max<int64_t>(D, 1);
+  auto dx = at::empty_like(x);
+  Tensor prod, plain;
+  bool launched = false;
+  if (rows > 0 && D > 0) {
+    VDT_DISPATCH_X(x, "layer_norm backward", [&] {
+      const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), w.data_ptr(),
+                                     res.defined() ? res.data_ptr() : nullptr},
+                                 {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
+      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, true> : norm_backward_chunk_kernel<X, 1, 1, true>;
+      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, true> : norm_backward_chunk_kernel<X, 1, 2, true>;
+      ChunkGrid cg;  // all rows one segment: the weight's sums run over every row
+      if (!chunk_grid(D, n, 1, rows, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (want_w || want_b) prod = at::empty({cg.splits, D}, x.options().dtype(at::kFloat));
+      if (want_b) plain = at::empty_like(prod);
+      const auto stream = at::cuda::getCurrentCUDAStream();
+      with_v(cg, k1, k2, [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(cg.splits), cg.threads, 0, stream>>>(
+            g.data_ptr<X>(), x.data_ptr<X>(), res.defined() ? res.data_ptr<X>() : nullptr,
+            mean.contiguous().data_ptr<float>(), rstd.contiguous().data_ptr<float>(), w.data_ptr<float>(),
+            dx.data_ptr<X>(), prod.defined() ? prod.data_ptr<float>() : nullptr,
+            plain.defined() ? plain.data_ptr<float>() : nullptr, D, rows, cg.splits, cg.per);
+      });
+      check_launch();
+      launched = true;
+    });
+  }
+  if (!launched) {  // empty, or rows too wide: ATen's backward, then the residual's gradient
+    auto [dx_aten, dw, db] = at::native_layer_norm_backward(g, x, {D}, mean, rstd, weight, bias, {true, want_w, want_b});
+    if (res.defined()) dx_aten.add_(res);
+    return {dx_aten, want_w ? dw.to(at::kFloat) : Tensor(), want_b ? db.to(at::kFloat) : Tensor()};
+  }
+  return {dx, want_w ? prod.sum(0) : Tensor(), want_b ? plain.sum(0) : Tensor()};  // [splits, D] -> [D]
 }
 
 std::tuple<Tensor, Tensor> gated_add_backward(const Tensor& go, const Tensor& y_in, const Tensor& gate_in,

@@ -27,6 +27,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_backward(const at:
 // The group sums alone (x wants no gradient).
 std::tuple<at::Tensor, at::Tensor> modulated_norm_sums(const at::Tensor& go, const at::Tensor& x, const at::Tensor& mean,
                                                        const at::Tensor& rstd, int64_t G, bool want_plain);
+// The backward of an affine LayerNorm over the last dim (norm3), one pass over go and x: dx in x's dtype (+ res when
+// defined, as above) and the sums over every row of go * n (the weight's gradient, with want_w) and go (the bias's,
+// with want_b), [D] float32. mean/rstd as at::native_layer_norm returns them; weight, bias [D] (bias read only by the
+// fallback for rows too wide for the kernel: ATen's backward).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& go, const at::Tensor& x,
+                                                                   const at::Tensor& mean, const at::Tensor& rstd,
+                                                                   const at::Tensor& weight, const at::Tensor& bias,
+                                                                   const at::Tensor& res, bool want_w, bool want_b);
 // Wan gate + residual: x + (y * gate).to(x) with gate [B, G, 1, D]
 at::Tensor gated_add_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate);
 // Its backward, one pass over go and y: (dy = (go * gate) in y_dtype when want_y, sum go * y over each group's tokens
