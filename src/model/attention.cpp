@@ -78,22 +78,30 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   auto qx = norm_q(lora_or_linear(q, x));
   auto kc = norm_k(lora_or_linear(k, ctx_in));  // per row when ctx_ids is given
   auto vc = lora_or_linear(v, ctx_in);
-  auto ctx = ctx_in;
-  if (ctx_ids.defined()) {  // rows [R, Lt, D] -> cells [B, F, Lt, D]
+  if (ctx_ids.defined()) {  // rows [R, Lt, D], one per distinct cell text; ctx_ids [B, F] the row of each frame
     TORCH_CHECK(ctx_in.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
                 "and ctx_ids [B, F], got ", ctx_in.sizes(), " and ", ctx_ids.sizes());
-    const auto idx = ctx_ids.flatten();
-    kc = kernels::gather_rows(kc, idx).unflatten(0, {B, ctx_ids.size(1)});  // index_select, backward one kernel on CUDA
-    vc = kernels::gather_rows(vc, idx).unflatten(0, {B, ctx_ids.size(1)});
-    ctx = kc;  // only its shape is read below
+    const int64_t F = ctx_ids.size(1);
+    TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
+    // Frames fold into the batch, frame f's tokens seeing only its row. The rows are picked per frame inside the
+    // attention call, so a policy that keeps the attention (selective checkpointing) keeps the pick with it and its
+    // recompute skips the copy.
+    auto attend_cells = [this, idx = ctx_ids.flatten()](const std::vector<torch::Tensor>& t) {
+      auto kf = kernels::gather_rows(t[1], idx);  // [R, Lt, D] -> [B*F, Lt, D]; one kernel backward on CUDA
+      auto vf = kernels::gather_rows(t[2], idx);
+      return attention(t[0], split_heads(kf, heads_), split_heads(vf, heads_), kernel);
+    };
+    auto qf = qx.reshape({B * F, L / F, D});  // [B, L, D] -> [B*F, L/F, D]
+    auto a = kept_attention({split_heads(qf, heads_), kc, vc}, attend_cells);
+    return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
   }
   auto attend = [this](const std::vector<torch::Tensor>& t) { return attention(t[0], t[1], t[2], kernel); };
-  if (ctx.dim() == 3) {
+  if (ctx_in.dim() == 3) {  // one text for the whole clip [B, Lt, D]
     auto a = kept_attention({split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_)}, attend);
     return lora_or_linear(o, merge_heads(a));  // [B, L, D]
   }
-  // Per-cell text: fold frames into the batch so frame f's tokens see only cell f.
-  const int64_t F = ctx.size(1), Lt = ctx.size(2);
+  // Per-cell text given per cell [B, F, Lt, D]: fold frames into the batch so frame f's tokens see only cell f.
+  const int64_t F = ctx_in.size(1), Lt = ctx_in.size(2);
   TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
   auto qf = qx.reshape({B * F, L / F, D});   // [B, L, D] -> [B*F, L/F, D]
   auto kf = kc.reshape({B * F, Lt, D});      // [B, F, Lt, D] -> [B*F, Lt, D]

@@ -113,14 +113,21 @@ class KeptAttentionFn : public torch::autograd::Function<KeptAttentionFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto* kept = reinterpret_cast<KeptAttention*>(ctx->saved_data["kept"].toInt());
+    // Only the inputs the recompute's graph wants (frozen text keys under a LoRA want none): the kept graph runs
+    // just the paths to them.
     std::vector<torch::Tensor> wanted;
-    for (const auto& l : kept->leaves)
-      if (l.requires_grad()) wanted.push_back(l);
-    auto grads = torch::autograd::grad({kept->out}, wanted, {grad_out[0]}, /*retain_graph=*/false,
-                                       /*create_graph=*/false, /*allow_unused=*/true);
+    std::vector<bool> want(kept->leaves.size());
+    for (size_t i = 0; i < kept->leaves.size(); ++i) {
+      want[i] = kept->leaves[i].requires_grad() && ctx->needs_input_grad(i);
+      if (want[i]) wanted.push_back(kept->leaves[i]);
+    }
+    std::vector<torch::Tensor> grads;
+    if (!wanted.empty())
+      grads = torch::autograd::grad({kept->out}, wanted, {grad_out[0]}, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
     variable_list out;
     size_t j = 0;
-    for (const auto& l : kept->leaves) out.push_back(l.requires_grad() ? grads[j++] : torch::Tensor());
+    for (size_t i = 0; i < kept->leaves.size(); ++i) out.push_back(want[i] ? grads[j++] : torch::Tensor());
     out.push_back(torch::Tensor());  // kept
     kept->out = torch::Tensor(), kept->leaves.clear();  // the graph's memory goes now, not with the block's call
     return out;
