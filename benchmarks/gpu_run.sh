@@ -3,10 +3,12 @@
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|
-# fp8gate-h3|sfthost|tests|all]
+# fp8gate-h3|sfthost|tests|verify|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
+# verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
+# parity, the SFT rows over 30 steps, a traced step's split and elementwise kernels.
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
@@ -354,6 +356,31 @@ if [ "$what" = sfthost ]; then  # bf16 parity of both fixtures, the SFT selectiv
   python3 benchmarks/trace_ops.py $OUT/sft_host.json gaps ${GAPS_N:-12} | head -40
   python3 benchmarks/trace_top.py $OUT/sft_host.json 40 | grep -E "^kernels|^split"
   gzip -f $OUT/sft_host.json
+fi
+if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on a fresh machine with GPU_TESTS=ON):
+  # the CUDA tests of the changed suites (GTEST_FILTER), bf16 parity of both fixtures, the SFT rows (VERIFY_ROWS) over
+  # SFT_STEPS (default 30) steps, one traced selective step: its split and its elementwise kernels (ELEM_N lines)
+  if [ -x $build/tests/vdt_tests ]; then
+    timeout ${TESTS_S:-240} $build/tests/vdt_tests \
+      --gtest_filter="${GTEST_FILTER:-FusedOps.*:ActivationCheckpoint.*:GatherRows.*:WanQkNormRope.*:BiasGrad.*}" \
+      > "$OUT/gtest.log" 2>&1; echo "gtest rc $? (an exit-time crash after the last test is known)" | tee -a $sum
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|rel_max|tests ran" "$OUT/gtest.log" | head -40 | tee -a $sum
+  else
+    echo "no $build/tests/vdt_tests: GPU_TESTS=ON on a fresh machine builds it" | tee -a $sum
+  fi
+  for f in wan_tiny_a h3_tiny_a; do
+    $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 > "$OUT/parity_$f.log" 2>&1
+    echo "parity $f bfloat16: rc $?, $(grep -c PASS "$OUT/parity_$f.log") PASS, $(grep -c FAIL "$OUT/parity_$f.log") FAIL" | tee -a $sum
+  done
+  export SFT_STEPS=${SFT_STEPS:-30} SFT_WARMUP=${SFT_WARMUP:-3}
+  sft="--trainer sft --steps $SFT_STEPS --warmup $SFT_WARMUP"
+  for row in ${VERIFY_ROWS:-sft_selective sft_selective_fast}; do speed_row $row; done
+  VDT_TRACE=$OUT/sft_verify.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
+    --checkpointing selective --work-dir /tmp/vdt_verify_trace > "$OUT/verify_trace.log" 2>&1 || rc=1
+  python3 benchmarks/trace_top.py $OUT/sft_verify.json 40 | grep -E "^kernels|^split" | tee -a $sum
+  python3 benchmarks/trace_ops.py $OUT/sft_verify.json elementwise 40 | head -${ELEM_N:-30}
+  python3 benchmarks/trace_ops.py $OUT/sft_verify.json kernels chunk_kernel | head -12
+  rm -f $OUT/sft_verify.json
 fi
 if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
   # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)

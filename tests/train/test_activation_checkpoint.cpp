@@ -134,8 +134,8 @@ TEST(ActivationCheckpoint, SelectiveGradientsEqualPlainBackward) {
   for (const auto family : {Family::wan, Family::wan_cells, Family::h3})
     for (const bool lora : {false, true})
       for (const int64_t causal : {0, family == Family::h3 ? 2 : 1}) {
-        const std::string what = std::string(family == Family::wan ? "wan" : family == Family::h3 ? "h3" : "wan cells") +
-                                 (lora ? " lora" : " full") + (causal ? " causal" : " bidirectional");
+        const std::string name = family == Family::wan ? "wan" : family == Family::h3 ? "h3" : "wan cells";
+        const std::string what = name + (lora ? " lora" : " full") + (causal ? " causal" : " bidirectional");
         const auto plain = grads_of(family, Checkpointing::none, lora, causal);
         expect_same_grads(plain, grads_of(family, Checkpointing::selective, lora, causal), what + " selective");
         expect_same_grads(plain, grads_of(family, Checkpointing::block, lora, causal), what + " block");

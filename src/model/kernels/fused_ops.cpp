@@ -333,8 +333,8 @@ std::pair<Tensor, Tensor> fused_layer_norm_branch(const Tensor& x, const Tensor&
                                                   FusedPath path) {
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && bias.dim() == 1 && weight.size(0) == x.size(-1) &&
                   bias.size(0) == x.size(-1),
-              "layer_norm: expected x [..., D] with weight and bias [D], got x ", x.sizes(), ", weight ", weight.sizes(),
-              ", bias ", bias.sizes());
+              "layer_norm: expected x [..., D] with weight and bias [D], got x ", x.sizes(), ", weight ",
+              weight.sizes(), ", bias ", bias.sizes());
   auto out = LayerNormFn::apply(x, weight, bias, eps, use_cuda(x, weight, path));
   return {out[0], out[1]};
 }

@@ -49,7 +49,8 @@ torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift,
 // adds the residual's gradient of x into its dx (one kernel, no accumulation add); the reference returns x itself.
 std::pair<torch::Tensor, torch::Tensor> modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
                                                               const torch::Tensor& scale, double eps);
-// (x, layer_norm(x, weight, bias)) over the last dim, the same for the affine LayerNorm whose input feeds a residual add.
+// (x, layer_norm(x, weight, bias)) over the last dim: the same for an affine LayerNorm whose input feeds a residual
+// add.
 std::pair<torch::Tensor, torch::Tensor> layer_norm_branch(const torch::Tensor& x, const torch::Tensor& weight,
                                                           const torch::Tensor& bias, double eps);
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);

@@ -3,8 +3,8 @@
 // variance), 16-byte vector loads when the width and the pointers allow. The Wan backward runs over chunks of a
 // modulation group's rows with each thread keeping its columns, so one pass over the gradient gives dx (or dy) and the
 // modulation's column sums together (deterministic: fixed partial sums per chunk, then one ATen sum; no atomics); rows
-// too wide for it (and H3's indexed rows) take one block per row and one thread per column. Every intermediate is rounded to
-// the dtype the reference op would have produced (`rnd<T>`), so the forward matches reference_ops.cpp.
+// too wide for it (and H3's indexed rows) take one block per row and one thread per column. Every intermediate is
+// rounded to the dtype the reference op would have produced (`rnd<T>`), so the forward matches reference_ops.cpp.
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fused_ops_cuda.h"
 #include "core/cuda_common.cuh"
@@ -566,7 +566,7 @@ Tensor group_scale(const Tensor& go, const Tensor& gate_in, at::ScalarType dtype
 }
 
 // The largest block `kernel` runs with (its registers per thread bound it), read once per kernel and device.
-int max_block(const void* kernel) {
+int max_block_of(const void* kernel) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, int> known;
   const std::pair<const void*, int> key{kernel, c10::cuda::current_device()};
@@ -576,6 +576,12 @@ int max_block(const void* kernel) {
   cudaFuncAttributes attr;
   C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   return known[key] = attr.maxThreadsPerBlock;
+}
+
+// The same for the two kernels (V = 1, 2) a chunk grid picks from.
+template <typename Kernel>
+std::array<int, 2> max_blocks(Kernel* k1, Kernel* k2) {
+  return {max_block_of(reinterpret_cast<const void*>(k1)), max_block_of(reinterpret_cast<const void*>(k2))};
 }
 
 // Geometry of a chunk kernel for rows of D columns in vectors of n: T threads owning V vectors each (V = 1, else 2;
@@ -632,7 +638,7 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
                        : norm_backward_chunk_kernel<X, 1, 1, false>;
       auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, false>
                        : norm_backward_chunk_kernel<X, 1, 2, false>;
-      if (!chunk_grid(D, n, B * G, Lg, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (!chunk_grid(D, n, B * G, Lg, max_blocks(k1, k2), cg)) return;
       if (want_sums) prod = at::empty({B, G, cg.splits, D}, x.options().dtype(at::kFloat));
       if (want_sums && want_plain) plain = at::empty_like(prod);
       const auto stream = at::cuda::getCurrentCUDAStream();
@@ -659,8 +665,8 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
           want_sums && want_plain ? plain.sum(2, /*keepdim=*/true) : Tensor()};
 }
 
-std::tuple<Tensor, Tensor> modulated_norm_sums(const Tensor& go, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                               int64_t G, bool want_plain) {
+std::tuple<Tensor, Tensor> modulated_norm_sums(const Tensor& go, const Tensor& x, const Tensor& mean,
+                                               const Tensor& rstd, int64_t G, bool want_plain) {
   return group_sums(go, x, mean, rstd, G, true, want_plain);
 }
 
@@ -680,10 +686,12 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& go, const T
       const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), w.data_ptr(),
                                      res.defined() ? res.data_ptr() : nullptr},
                                  {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
-      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, true> : norm_backward_chunk_kernel<X, 1, 1, true>;
-      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, true> : norm_backward_chunk_kernel<X, 1, 2, true>;
+      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, true>
+                       : norm_backward_chunk_kernel<X, 1, 1, true>;
+      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, true>
+                       : norm_backward_chunk_kernel<X, 1, 2, true>;
       ChunkGrid cg;  // all rows one segment: the weight's sums run over every row
-      if (!chunk_grid(D, n, 1, rows, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (!chunk_grid(D, n, 1, rows, max_blocks(k1, k2), cg)) return;
       if (want_w || want_b) prod = at::empty({cg.splits, D}, x.options().dtype(at::kFloat));
       if (want_b) plain = at::empty_like(prod);
       const auto stream = at::cuda::getCurrentCUDAStream();
@@ -699,7 +707,8 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& go, const T
     });
   }
   if (!launched) {  // empty, or rows too wide: ATen's backward, then the residual's gradient
-    auto [dx_aten, dw, db] = at::native_layer_norm_backward(g, x, {D}, mean, rstd, weight, bias, {true, want_w, want_b});
+    auto [dx_aten, dw, db] =
+        at::native_layer_norm_backward(g, x, {D}, mean, rstd, weight, bias, {true, want_w, want_b});
     if (res.defined()) dx_aten.add_(res);
     return {dx_aten, want_w ? dw.to(at::kFloat) : Tensor(), want_b ? db.to(at::kFloat) : Tensor()};
   }
@@ -722,7 +731,7 @@ std::tuple<Tensor, Tensor> gated_add_backward(const Tensor& go, const Tensor& y_
                                  {sizeof(X), sizeof(float), sizeof(X), sizeof(X)});
       auto* k1 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 1> : gate_backward_chunk_kernel<X, 1, 1>;
       auto* k2 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 2> : gate_backward_chunk_kernel<X, 1, 2>;
-      if (!chunk_grid(D, n, B * G, Lg, {max_block(reinterpret_cast<const void*>(k1)), max_block(reinterpret_cast<const void*>(k2))}, cg)) return;
+      if (!chunk_grid(D, n, B * G, Lg, max_blocks(k1, k2), cg)) return;
       if (want_gate) prod = at::empty({B, G, cg.splits, D}, g.options().dtype(at::kFloat));
       const auto stream = at::cuda::getCurrentCUDAStream();
       auto launch = [&](auto kernel) {

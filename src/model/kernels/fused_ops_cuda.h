@@ -25,8 +25,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_backward(const at:
                                                                        const at::Tensor& scale, const at::Tensor& res,
                                                                        bool want_sums, bool want_plain);
 // The group sums alone (x wants no gradient).
-std::tuple<at::Tensor, at::Tensor> modulated_norm_sums(const at::Tensor& go, const at::Tensor& x, const at::Tensor& mean,
-                                                       const at::Tensor& rstd, int64_t G, bool want_plain);
+std::tuple<at::Tensor, at::Tensor> modulated_norm_sums(const at::Tensor& go, const at::Tensor& x,
+                                                       const at::Tensor& mean, const at::Tensor& rstd, int64_t G,
+                                                       bool want_plain);
 // The backward of an affine LayerNorm over the last dim (norm3), one pass over go and x: dx in x's dtype (+ res when
 // defined, as above) and the sums over every row of go * n (the weight's gradient, with want_w) and go (the bias's,
 // with want_b), [D] float32. mean/rstd as at::native_layer_norm returns them; weight, bias [D] (bias read only by the

@@ -97,7 +97,8 @@ TEST(FusedOps, ModulatedNormBranchAddsTheResidualGradient) {
   torch::manual_seed(3);
   for (const auto& s : settings_to_run())
     for (auto dt : {torch::kFloat32, torch::kBFloat16})
-      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 3}, {1, 6, 64, 6}, {1, 200, 64, 2}, {1, 4, 1031, 2}}) {
+      for (auto [B, L, D, G] :
+           {std::array<int64_t, 4>{2, 12, 37, 3}, {1, 6, 64, 6}, {1, 200, 64, 2}, {1, 4, 1031, 2}}) {
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
         const auto x = (torch::randn({B, L, D}, f32) * 3 + 0.5).to(dt), w = torch::randn({B, L, D}, f32).to(dt);
         const auto shift = torch::randn({B, G, 1, D}, f32), scale = torch::randn({B, G, 1, D}, f32) * 0.5;
