@@ -8,7 +8,7 @@
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
 # verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
-# parity, the SFT rows over 30 steps, a traced step's split and elementwise kernels.
+# parity, `vdt bench kernels`, the SFT rows over 30 steps, a traced step's split and elementwise kernels.
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
@@ -372,6 +372,7 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
     $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 > "$OUT/parity_$f.log" 2>&1
     echo "parity $f bfloat16: rc $?, $(grep -c PASS "$OUT/parity_$f.log") PASS, $(grep -c FAIL "$OUT/parity_$f.log") FAIL" | tee -a $sum
   done
+  timeout 200 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL|rror" | cut -c1-200 | tee -a $sum
   export SFT_STEPS=${SFT_STEPS:-30} SFT_WARMUP=${SFT_WARMUP:-3}
   sft="--trainer sft --steps $SFT_STEPS --warmup $SFT_WARMUP"
   for row in ${VERIFY_ROWS:-sft_selective sft_selective_fast}; do speed_row $row; done

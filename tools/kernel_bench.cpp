@@ -106,6 +106,22 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
   out.push_back({"gated_add", wan_shape, [](const auto& t) { return kernels::fused_gated_add(t[0], t[1], t[2]); },
                  [](const auto& t) { return kernels::reference_gated_add(t[0], t[1], t[2]); }, {x, y, shift},
                  {"x", "y", "gate"}, go});
+  // The branch forms the blocks call: x goes on to the residual add (here `+ x`), its gradient added in the backward.
+  out.push_back({"modulated_norm_branch", wan_shape,
+                 [](const auto& t) {
+                   auto [x_res, h] = kernels::fused_modulated_norm_branch(t[0], t[1], t[2], 1e-6);
+                   return h + x_res;
+                 },
+                 [](const auto& t) { return kernels::reference_modulated_norm(t[0], t[1], t[2], 1e-6) + t[0]; },
+                 {x, shift, scale}, {"x", "shift", "scale"}, go});
+  const auto ln_w = (1 + torch::randn({D}, f32) * 0.3).to(dt), ln_b = (torch::randn({D}, f32) * 0.3).to(dt);
+  out.push_back({"layer_norm_branch", wan_shape,
+                 [](const auto& t) {
+                   auto [x_res, h] = kernels::fused_layer_norm_branch(t[0], t[1], t[2], 1e-6);
+                   return h + x_res;
+                 },
+                 [](const auto& t) { return torch::layer_norm(t[0], {t[0].size(-1)}, t[1], t[2], 1e-6) + t[0]; },
+                 {x, ln_w, ln_b}, {"x", "weight", "bias"}, go});
   const auto hx = torch::randn({S, Dh3}, f32).to(dt), hy = torch::randn({S, Dh3}, f32).to(dt);
   const auto hs = (torch::randn({R, Dh3}, f32) * 0.3).to(dt), hc = (torch::randn({R, Dh3}, f32) * 0.3).to(dt);
   const auto rows = torch::randint(0, R, {S}, f32.dtype(torch::kInt64));

@@ -16,7 +16,7 @@ TEST(KernelBench, SmallShapesOnCpuPass) {
   const auto r = run_kernel_bench(cfg);
   EXPECT_FALSE(kernels::fused_kernels_switch());
   kernels::set_fused_kernels(true);
-  ASSERT_EQ(r.size(), 20u);  // 10 ops x 2 dtypes
+  ASSERT_EQ(r.size(), 24u);  // 12 ops x 2 dtypes
   int wan_qk = 0;
   for (const auto& k : r) {
     EXPECT_TRUE(k.pass()) << k.op << " " << k.dtype;
