@@ -55,58 +55,79 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
   norm_k = register_module("norm_k", RMSNorm(dim, eps));
 }
 
+bool SelfAttentionImpl::norms_in_attention() const {
+  // A LoRA's sum with the base output is no kept GEMM output: kept with the attention it would stay alive from forward
+  // to backward (selective checkpointing), where the norms outside keep nothing (their recompute makes it again).
+  return q->children().empty() && k->children().empty();
+}
+
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern) {
   const auto qkv = lora_or_linear_shared_input({&q, &k, &v}, x, fuse_lora_qkv);  // 3 x [B, L, D]
   // q/k RMSNorm over the full width, the weight, then RoPE per head as one node (kernels/wan_qk_norm_rope.h; the
-  // reference ops, norm_q / norm_k then apply_rope, with the fused-kernel switch off): 2 x [B, L, D] -> [B, L, N, Dh]
-  auto [qh, kh] = kernels::wan_qk_norm_rope(qkv[0], qkv[1], norm_q->weight, norm_k->weight, norm_q->eps(), rope.cos,
-                                            rope.sin, heads_);
-  auto vh = qkv[2].unflatten(-1, {heads_, -1});
+  // reference ops, norm_q / norm_k then apply_rope, with the fused-kernel switch off): 2 x [B, L, D] -> [B, L, N, Dh].
+  // Inside the attention call when the projections are plain GEMMs: a policy that keeps the attention (selective
+  // checkpointing) then keeps the node with it, its inputs being the kept GEMM outputs, and its recompute skips it.
+  auto norm_rope = [&](const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& w_q,
+                       const torch::Tensor& w_k) {
+    return kernels::wan_qk_norm_rope(q_in, k_in, w_q, w_k, norm_q->eps(), rope.cos, rope.sin, heads_);
+  };
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
-  auto a = kept_attention(  // [B, N, L, Dh]
-      {qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2)}, [&](const std::vector<torch::Tensor>& t) {
-        return pattern.causal()
-                   ? block_causal_attention(t[0], t[1], t[2], pattern.chunk_tokens, ck, pattern.teacher_forcing)
-                   : attention(t[0], t[1], t[2], kernel);
-      });
+  auto attend = [&](const torch::Tensor& qh, const torch::Tensor& kh, const torch::Tensor& vh) {  // [B, L, N, Dh]
+    const auto qt = qh.transpose(1, 2), kt = kh.transpose(1, 2), vt = vh.transpose(1, 2);      // -> [B, N, L, Dh]
+    return pattern.causal() ? block_causal_attention(qt, kt, vt, pattern.chunk_tokens, ck, pattern.teacher_forcing)
+                            : attention(qt, kt, vt, kernel);
+  };
+  torch::Tensor a;  // [B, N, L, Dh]
+  if (norms_in_attention()) {
+    a = kept_attention({qkv[0], qkv[1], qkv[2], norm_q->weight, norm_k->weight},
+                       [&](const std::vector<torch::Tensor>& t) {
+                         auto [qh, kh] = norm_rope(t[0], t[1], t[3], t[4]);
+                         return attend(qh, kh, t[2].unflatten(-1, {heads_, -1}));
+                       });
+  } else {
+    auto [qh, kh] = norm_rope(qkv[0], qkv[1], norm_q->weight, norm_k->weight);
+    a = kept_attention({qh, kh, qkv[2].unflatten(-1, {heads_, -1})},
+                       [&](const std::vector<torch::Tensor>& t) { return attend(t[0], t[1], t[2]); });
+  }
   return lora_or_linear(o, merge_heads(a));
 }
 
-torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx_in,
+torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ctx,
                                           const torch::Tensor& ctx_ids) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
-  auto qx = norm_q(lora_or_linear(q, x));
-  auto kc = norm_k(lora_or_linear(k, ctx_in));  // per row when ctx_ids is given
-  auto vc = lora_or_linear(v, ctx_in);
-  if (ctx_ids.defined()) {  // rows [R, Lt, D], one per distinct cell text; ctx_ids [B, F] the row of each frame
-    TORCH_CHECK(ctx_in.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
-                "and ctx_ids [B, F], got ", ctx_in.sizes(), " and ", ctx_ids.sizes());
-    const int64_t F = ctx_ids.size(1);
-    TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
-    // Frames fold into the batch, frame f's tokens seeing only its row. The rows are picked per frame inside the
-    // attention call, so a policy that keeps the attention (selective checkpointing) keeps the pick with it and its
-    // recompute skips the copy.
-    auto attend_cells = [this, idx = ctx_ids.flatten()](const std::vector<torch::Tensor>& t) {
-      auto kf = kernels::gather_rows(t[1], idx);  // [R, Lt, D] -> [B*F, Lt, D]; one kernel backward on CUDA
-      auto vf = kernels::gather_rows(t[2], idx);
-      return attention(t[0], split_heads(kf, heads_), split_heads(vf, heads_), kernel);
-    };
-    auto qf = qx.reshape({B * F, L / F, D});  // [B, L, D] -> [B*F, L/F, D]
-    auto a = kept_attention({split_heads(qf, heads_), kc, vc}, attend_cells);
-    return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
+  // Cells: the tokens of latent frame f (L/F of them, in order) attend only to cell f's text; one cell for one text.
+  int64_t F = 1;
+  if (ctx_ids.defined()) {  // distinct rows [R, Lt, D], ctx_ids [B, F] the row of each frame
+    TORCH_CHECK(ctx.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
+                "and ctx_ids [B, F], got ", ctx.sizes(), " and ", ctx_ids.sizes());
+    F = ctx_ids.size(1);
+  } else if (ctx.dim() == 4) {  // [B, F, Lt, D]
+    F = ctx.size(1);
   }
-  auto attend = [this](const std::vector<torch::Tensor>& t) { return attention(t[0], t[1], t[2], kernel); };
-  if (ctx_in.dim() == 3) {  // one text for the whole clip [B, Lt, D]
-    auto a = kept_attention({split_heads(qx, heads_), split_heads(kc, heads_), split_heads(vc, heads_)}, attend);
-    return lora_or_linear(o, merge_heads(a));  // [B, L, D]
-  }
-  // Per-cell text given per cell [B, F, Lt, D]: fold frames into the batch so frame f's tokens see only cell f.
-  const int64_t F = ctx_in.size(1), Lt = ctx_in.size(2);
   TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
-  auto qf = qx.reshape({B * F, L / F, D});   // [B, L, D] -> [B*F, L/F, D]
-  auto kf = kc.reshape({B * F, Lt, D});      // [B, F, Lt, D] -> [B*F, Lt, D]
-  auto vf = vc.reshape({B * F, Lt, D});
-  auto a = kept_attention({split_heads(qf, heads_), split_heads(kf, heads_), split_heads(vf, heads_)}, attend);
+  auto q_in = lora_or_linear(q, x);    // [B, L, D]
+  auto k_in = lora_or_linear(k, ctx);  // like ctx: [B, Lt, D], [B, F, Lt, D] or rows [R, Lt, D]
+  auto v_in = lora_or_linear(v, ctx);
+  // The q / k norms (as self-attention's, when the projections are plain GEMMs) and the per-cell row pick run inside
+  // the attention call: a policy that keeps the attention keeps them with it and its recompute skips them.
+  const bool inside = norms_in_attention();
+  const auto ids = ctx_ids.defined() ? ctx_ids.flatten() : torch::Tensor();
+  auto attend = [&](const std::vector<torch::Tensor>& t) {
+    auto qn = inside ? kernels::wan_rms_norm(t[0], t[3], norm_q->eps()) : t[0];
+    auto kn = inside ? kernels::wan_rms_norm(t[1], t[4], norm_k->eps()) : t[1];
+    auto vn = t[2];
+    if (ids.defined()) {  // rows [R, Lt, D] -> cells [B*F, Lt, D]; one kernel backward on CUDA
+      kn = kernels::gather_rows(kn, ids);
+      vn = kernels::gather_rows(vn, ids);
+    }
+    const int64_t Lt = kn.size(-2);
+    qn = qn.reshape({B * F, L / F, D});  // frames fold into the batch: [B, L, D] -> [B*F, L/F, D]
+    kn = kn.reshape({B * F, Lt, D});     // [B(, F), Lt, D] -> [B*F, Lt, D]
+    vn = vn.reshape({B * F, Lt, D});
+    return attention(split_heads(qn, heads_), split_heads(kn, heads_), split_heads(vn, heads_), kernel);
+  };
+  auto a = inside ? kept_attention({q_in, k_in, v_in, norm_q->weight, norm_k->weight}, attend)
+                  : kept_attention({norm_q(q_in), norm_k(k_in), v_in}, attend);  // [B*F, N, L/F, Dh]
   return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
 }
 

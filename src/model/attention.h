@@ -44,6 +44,9 @@ class SelfAttentionImpl : public torch::nn::Module {
   bool fuse_lora_qkv = true;  // one GEMM for the LoRA A factors of q, k, v (lora_or_linear_shared_input); off: three
 
  protected:
+  // Whether the q / k norms run inside the kept attention call (q and k carry no LoRA: their inputs are kept GEMM
+  // outputs, so keeping the norms with the attention costs no memory).
+  bool norms_in_attention() const;
   int64_t heads_;
 };
 TORCH_MODULE(SelfAttention);
