@@ -13,7 +13,8 @@
 
 namespace vdt {
 
-// A pure function of its inputs (no parameters: a policy may differentiate it with respect to its inputs only).
+// A pure function of its inputs (a parameter it uses comes as an input: a policy may differentiate it with respect to
+// its inputs only). Constants (index tensors, RoPE tables) may be captured.
 using AttentionFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
 
 // Whose weight a GEMM multiplies: a block Linear's own weight (a LinearImpl may take it) or a LoRA factor (always
