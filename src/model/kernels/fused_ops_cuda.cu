@@ -609,12 +609,6 @@ bool chunk_grid(int64_t D, int n, int64_t segments, int64_t Lg, const std::array
   return row_blocks(segments * grid.splits) > 0;
 }
 
-// f(k1) or f(k2): the kernel of the grid's V.
-template <class K, class F>
-void with_v(const ChunkGrid& grid, K* k1, K* k2, F&& f) {
-  f(grid.V == 1 ? k1 : k2);
-}
-
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, const Tensor& x_in, const Tensor& mean,
@@ -649,7 +643,7 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
             prod.defined() ? prod.data_ptr<float>() : nullptr, plain.defined() ? plain.data_ptr<float>() : nullptr, D,
             Lg, cg.splits, cg.per);
       };
-      with_v(cg, k1, k2, launch);
+      launch(cg.V == 1 ? k1 : k2);
       check_launch();
       launched = true;
     });
@@ -695,13 +689,12 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& go, const T
       if (want_w || want_b) prod = at::empty({cg.splits, D}, x.options().dtype(at::kFloat));
       if (want_b) plain = at::empty_like(prod);
       const auto stream = at::cuda::getCurrentCUDAStream();
-      with_v(cg, k1, k2, [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(cg.splits), cg.threads, 0, stream>>>(
-            g.data_ptr<X>(), x.data_ptr<X>(), res.defined() ? res.data_ptr<X>() : nullptr,
-            mean.contiguous().data_ptr<float>(), rstd.contiguous().data_ptr<float>(), w.data_ptr<float>(),
-            dx.data_ptr<X>(), prod.defined() ? prod.data_ptr<float>() : nullptr,
-            plain.defined() ? plain.data_ptr<float>() : nullptr, D, rows, cg.splits, cg.per);
-      });
+      const auto mean_c = mean.contiguous(), rstd_c = rstd.contiguous();  // [..., 1] as native_layer_norm gives them
+      (cg.V == 1 ? k1 : k2)<<<static_cast<unsigned>(cg.splits), cg.threads, 0, stream>>>(
+          g.data_ptr<X>(), x.data_ptr<X>(), res.defined() ? res.data_ptr<X>() : nullptr, mean_c.data_ptr<float>(),
+          rstd_c.data_ptr<float>(), w.data_ptr<float>(), dx.data_ptr<X>(),
+          prod.defined() ? prod.data_ptr<float>() : nullptr, plain.defined() ? plain.data_ptr<float>() : nullptr, D,
+          rows, cg.splits, cg.per);
       check_launch();
       launched = true;
     });
@@ -740,7 +733,7 @@ std::tuple<Tensor, Tensor> gated_add_backward(const Tensor& go, const Tensor& y_
             want_y ? dy.data_ptr<X>() : nullptr, want_gate ? prod.data_ptr<float>() : nullptr, D, Lg, cg.splits,
             cg.per);
       };
-      with_v(cg, k1, k2, launch);
+      launch(cg.V == 1 ? k1 : k2);
       check_launch();
       launched = true;
     });
