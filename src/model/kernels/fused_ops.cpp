@@ -138,8 +138,9 @@ struct GatedAddFn : torch::autograd::Function<GatedAddFn> {
     ctx->saved_data["G"] = gate.size(1);
     ctx->saved_data["gate_dtype"] = static_cast<int64_t>(gate.scalar_type());
     ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());
-    // Only what the wanted gradients read, as autograd's mul would: y for dgate, gate for dy.
-    ctx->save_for_backward({gate.requires_grad() ? y : Tensor(), y.requires_grad() ? gate : Tensor()});
+    // y only when dgate is wanted (as autograd's mul would keep it); gate always: the CUDA backward reads its
+    // [B, G, 1, D] layout even when only dgate is wanted, and it is small.
+    ctx->save_for_backward({gate.requires_grad() ? y : Tensor(), gate});
     if (cuda) VDT_CUDA_ONLY(return cuda::gated_add_forward(x, y, gate););
     return reference_gated_add(x, y, gate);
   }
