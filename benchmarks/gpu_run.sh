@@ -8,7 +8,8 @@
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
 # verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
-# parity, `vdt bench kernels`, the SFT rows over 30 steps, a traced step's split and elementwise kernels.
+# parity, `vdt bench kernels`, the SFT rows over 30 steps, a traced step's split and elementwise kernels (TRACE_FP8=1:
+# the `--fp8 fast` step's too).
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
@@ -382,6 +383,14 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
   python3 benchmarks/trace_ops.py $OUT/sft_verify.json elementwise 40 | head -${ELEM_N:-30}
   python3 benchmarks/trace_ops.py $OUT/sft_verify.json kernels chunk_kernel | head -12
   rm -f $OUT/sft_verify.json
+  if [ "${TRACE_FP8:-0}" = 1 ]; then  # the `--fp8 fast` step traced too: its split and its heaviest kernels by name
+    VDT_TRACE=$OUT/sft_fp8.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
+      --checkpointing selective --fp8 fast --work-dir /tmp/vdt_verify_fp8 > "$OUT/verify_fp8.log" 2>&1 || rc=1
+    python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 | grep -E "^kernels|^split" | tee -a $sum
+    python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 > "$OUT/sft_fp8_top.txt"; head -${TOPN:-30} "$OUT/sft_fp8_top.txt"
+    python3 benchmarks/trace_ops.py $OUT/sft_fp8.json elementwise 40 | head -${ELEM_N:-30}
+    rm -f $OUT/sft_fp8.json
+  fi
 fi
 if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
   # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)

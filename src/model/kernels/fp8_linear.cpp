@@ -5,12 +5,15 @@
 //   wgrad    dw [N, K] = g^T [N, M] . (x^T [K, M])^T g and x per column over the tokens (transposed quantizes, the
 //                                                    token axis zero-padded to a multiple of 16)
 // Each result is bfloat16 (_scaled_mm's output; the emulation rounds its fp32 product the same way), then cast to the
-// dtype of what it stands for (x for y and dx, w for dw).
+// dtype of what it stands for (x for y and dx, w for dw). The forward's bias enters the GEMM's epilogue: added to the
+// fp32 product before the one bfloat16 rounding (a separate add over [M, N] cost more than the GEMM saved at Wan's
+// widths).
 #include "model/kernels/fp8_linear.h"
 
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "model/kernels/bias_grad.h"
 #include "model/kernels/fp8_linear_cuda.h"  // the shared E4M3 constants; its launchers only with the kernels
 
 namespace vdt::kernels {
@@ -47,29 +50,46 @@ std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
   return s;
 }
 
-Tensor linear_forward(const Tensor& x, const Tensor& w, Fp8Backend backend, bool fast_accum) {
+// x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum) {
   VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
             w.sizes(), " do not chain (expected x [..., in], w [out, in])");
   const int64_t K = w.size(1), N = w.size(0);
   const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
-  if (x2.size(0) == 0) return torch::zeros(with_last(x.sizes(), N), x.options());
+  if (x2.size(0) == 0) {
+    const auto y = torch::zeros(with_last(x.sizes(), N), x.options());
+    return b.defined() ? y + b : y;
+  }
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
-  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend, fast_accum);  // [M, N] bfloat16
+  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend, fast_accum, b);  // [M, N] bf16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
 }
 
+// The inputs come as a list, x [..., in], w [out, in] and, when there is one, b [out] (a custom Function takes no
+// undefined tensor).
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, int64_t backend, bool fast_accum) {
+  static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_accum) {
+    const auto &x = xwb[0], &w = xwb[1];
+    const auto b = xwb.size() == 3 ? xwb[2] : Tensor();
     ctx->saved_data["backend"] = backend;
+    ctx->saved_data["has_bias"] = b.defined();
     // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
     ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
-    return linear_forward(x, w, static_cast<Fp8Backend>(backend), fast_accum);
+    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_accum);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dx, dw] = fp8_linear_grads(grads[0], saved[0], saved[1], ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                     static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
-    return {dx, dw, Tensor(), Tensor()};
+    const auto& g = grads[0];  // [..., out]
+    const bool want_x = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
+    variable_list out = {Tensor(), Tensor()};
+    if (want_x || want_w)
+      std::tie(out[0], out[1]) = fp8_linear_grads(g, saved[0], saved[1], want_x, want_w,
+                                                  static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
+    if (ctx->saved_data["has_bias"].toBool())
+      out.push_back(ctx->needs_input_grad(2) ? bias_grad(g.reshape({-1, g.size(-1)})) : Tensor());  // [out]
+    out.push_back(Tensor());  // backend
+    out.push_back(Tensor());  // fast_accum
+    return out;
   }
 };
 
@@ -104,30 +124,36 @@ Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path) {
   return aten_quantize_rows(tt);
 }
 
-Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum) {
+Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum, const Tensor& bias) {
   const int64_t M = a.q.size(0), K = a.q.size(1), N = b.q.size(0);
   VDT_CHECK(b.q.size(1) == K, "fp8_gemm_nt: a [", M, ", ", K, "] and b [", N, ", ", b.q.size(1), "] do not chain");
+  VDT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N), "fp8_gemm_nt: the bias is ",
+            bias.defined() ? bias.sizes() : torch::IntArrayRef{}, ", expected [", N, "]");
   if (backend == Fp8Backend::emulate) {
     const auto af = a.q.to(torch::kFloat32) * a.scale.unsqueeze(1);  // [M, K] dequantized
     const auto bf = b.q.to(torch::kFloat32) * b.scale.unsqueeze(1);  // [N, K]
-    return af.mm(bf.t()).to(torch::kBFloat16);                      // [M, N]
+    auto y = af.mm(bf.t());                                          // [M, N] float32
+    if (bias.defined()) y = y + bias.to(torch::kFloat32);            // the epilogue's add, before the rounding
+    return y.to(torch::kBFloat16);
   }
   VDT_CHECK(a.q.is_cuda(), "--fp8 on: the FP8 GEMM needs a CUDA device, the operands are on ", a.q.device(),
             "; use --fp8 emulate for the reference numerics on any device");
   VDT_CHECK(K % 16 == 0 && N % 16 == 0, "--fp8 on: at::_scaled_mm needs the reduction and output widths to be multiples "
             "of 16, this GEMM is [", M, ", ", K, "] x [", N, ", ", K, "]^T; use --fp8 off (or emulate) for this model");
   // mat2 column-major: the transpose of b.q's row-major [N, K]; row-wise scales [M, 1] and [1, N], float32, contiguous.
-  return at::_scaled_mm(a.q, b.q.t(), a.scale.view({M, 1}), b.scale.view({1, N}), std::nullopt, std::nullopt,
+  // The bias in bfloat16 (the epilogue's type for a bfloat16 result; a float32 bias under --precision mixed rounds).
+  std::optional<Tensor> bias_bf16;
+  if (bias.defined()) bias_bf16 = bias.to(torch::kBFloat16).contiguous();
+  return at::_scaled_mm(a.q, b.q.t(), a.scale.view({M, 1}), b.scale.view({1, N}), bias_bf16, std::nullopt,
                         torch::kBFloat16, fast_accum);
 }
 
 Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum) {
-  Tensor y;
-  if (torch::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()))
-    y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(backend), fast_accum);
-  else
-    y = linear_forward(x, w, backend, fast_accum);
-  return b.defined() ? y + b : y;  // in the activations' dtype, differentiated by autograd
+  const bool any_grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
+  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, fast_accum);
+  std::vector<Tensor> xwb = {x, w};
+  if (b.defined()) xwb.push_back(b);
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), fast_accum);
 }
 
 std::pair<Tensor, Tensor> fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w,

@@ -5,8 +5,8 @@
 // take e4m3 x e4m3). Operands quantized along columns come transposed from one fused cast+transpose kernel
 // (fp8_linear_cuda.cu). Two backends share every formula: cuda (the kernels and _scaled_mm; a GPU of compute
 // capability 8.9+) and emulate (ATen quantization, then the dequantized product in fp32 ops, rounded to bfloat16: the
-// reference, on any device). Not here: which linears take FP8 (train/loop/fp8_blocks.h); the bias (added after, in the
-// activations' dtype).
+// reference, on any device). The bias is added in the forward GEMM's epilogue (to the fp32 product, before the bfloat16
+// rounding; _scaled_mm's bias argument). Not here: which linears take FP8 (train/loop/fp8_blocks.h).
 #pragma once
 #include <torch/types.h>
 
@@ -39,11 +39,13 @@ Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = Quan
 // a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),
 // a.scale [M, 1], b.scale [1, N]); K and N must be multiples of 16 (its rule). emulate: (a.q a.scale) (b.q b.scale)^T
 // in fp32, rounded to bfloat16. fast_accum (cuda only; the emulation ignores it): _scaled_mm's use_fast_accum, Hopper's
-// FP8 tensor-core accumulation without the periodic promotion to fp32 (faster, less exact over long K).
-torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum = false);
+// FP8 tensor-core accumulation without the periodic promotion to fp32 (faster, less exact over long K). bias [N] or
+// undefined: added to the fp32 product before the rounding (cuda: in bfloat16, _scaled_mm's epilogue).
+torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum = false,
+                          const torch::Tensor& bias = {});
 
 // x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
-// and b (plain). Frozen w (no grad): no wgrad and x is not kept for it. fast_accum: the forward GEMM's (fp8_gemm_nt);
+// and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it. fast_accum: the forward GEMM's (fp8_gemm_nt);
 // the backward GEMMs always accumulate exactly (TransformerEngine's default recipe does the same).
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend,
                          bool fast_accum = false);

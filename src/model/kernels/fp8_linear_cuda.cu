@@ -1,6 +1,7 @@
 // CUDA kernels of fp8_linear_cuda.h: the row-wise amax + quantize of an operand and the column-wise one with the
 // transpose fused (the cast+transpose a column-major _scaled_mm operand needs).
-// Row-wise: one thread block per row (amax by a warp-shuffle + shared-memory block reduction, 16-byte loads).
+// Row-wise: one thread block per row (amax by a warp-shuffle + shared-memory block reduction, 16-byte loads, as many
+// threads as make every thread's share of loads equal: row_threads).
 // Column-wise, t [R, C] -> q [C, Rp], built to run near memory bandwidth (it quantizes every frozen weight each step):
 //   1. column maxima: each block reduces 32 x N columns (N = 8 bfloat16 or 4 float32: one 16-byte load a thread, a
 //      warp on 512 contiguous bytes of a row) by 128 rows in registers, then shared memory, then one atomicMax per
@@ -37,7 +38,7 @@ namespace {
 using at::Tensor;
 using fp8 = c10::Float8_e4m3fn;
 using bf16 = c10::BFloat16;
-constexpr int kRowThreads = 256;      // threads per block of the row-wise kernel (a multiple of 32)
+constexpr int kRowThreads = 512;      // most threads per block of the row-wise kernel (a multiple of 32)
 constexpr int kAmaxWarps = 8;         // warps per block of the column-maximum pass (each on its own rows)
 constexpr int64_t kAmaxRows = 128;    // rows per block of the column-maximum pass (more when the grid needs it)
 constexpr int kColTileRows = 128;     // rows of t per tile of the column-wise quantize (a 128-byte span of a q row)
@@ -71,39 +72,6 @@ __device__ float block_max(float v) {
   return v;
 }
 
-// One block per row r of t [R, C]; each thread takes N consecutive columns at a time (16-byte loads and 8-byte fp8
-// stores when kVec: C a multiple of N and the row pointers aligned), the row read twice (amax, then quantize; the
-// second read mostly from L2).
-template <typename T, int N, bool kVec>
-__global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
-                                     int64_t C) {
-  const int64_t r = blockIdx.x;
-  const T* row = t + r * C;
-  float amax = 0.f;
-  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    float v[N];
-    cuda_common::load<N, kVec>(row + c, v);
-#pragma unroll
-    for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
-  }
-  const float s = scale_of(block_max(amax));
-  if (threadIdx.x == 0) scale[r] = s;
-  fp8* out = q + r * C;
-  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    float v[N];
-    cuda_common::load<N, kVec>(row + c, v);
-    cuda_common::Pack<fp8, N> pk;
-#pragma unroll
-    for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
-    if constexpr (kVec) {
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
-    } else {
-#pragma unroll
-      for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
-    }
-  }
-}
-
 // v / s by a column's scale s at the cost of a multiply and two FMAs a value. __fdiv_rn compiles to y0 = MUFU.RCP(s),
 // y = y0 + y0 (1 - s y0), q0 = v y, q = q0 + y (v - s q0), plus FCHK(v, s), which sends extreme exponent pairs to a
 // slow path; here the part that depends on s alone (recip_of) is computed once per column. Where FCHK keeps the fast
@@ -127,6 +95,52 @@ __device__ __forceinline__ float div_by(float v, float s, float y) {
 // finite no quotient is a NaN: s is finite only when every value of its column is.
 __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
   return __nv_cvt_float2_to_fp8x2(make_float2(div_by(a, s, y), div_by(b, s, y)), __NV_SATFINITE, __NV_E4M3);
+}
+
+// One block per row r of t [R, C]; each thread takes N consecutive columns at a time (16-byte loads and 8-byte fp8
+// stores when kVec: C a multiple of N and the row pointers aligned), the row read twice (amax, then quantize; the
+// second read mostly from L1). With kVec and a finite scale the quotients go through the column kernel's conversion
+// (the row's reciprocal once, two values per saturating cvt: e4m3x2, the same bytes as quantize()); a row with a NaN
+// or inf takes quantize() value by value.
+template <typename T, int N, bool kVec>
+__global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
+                                     int64_t C) {
+  const int64_t r = blockIdx.x;
+  const T* row = t + r * C;
+  float amax = 0.f;
+  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
+    float v[N];
+    cuda_common::load<N, kVec>(row + c, v);
+#pragma unroll
+    for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
+  }
+  const float s = scale_of(block_max(amax));
+  if (threadIdx.x == 0) scale[r] = s;
+  fp8* out = q + r * C;
+  const bool fast = kVec && N % 2 == 0 && isfinite(s);  // the same for the whole block
+  const float y = fast ? recip_of(s) : 0.f;
+  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
+    float v[N];
+    cuda_common::load<N, kVec>(row + c, v);
+    cuda_common::Pack<fp8, N> pk;
+    if (fast) {
+#pragma unroll
+      for (int j = 0; j + 1 < N; j += 2) {
+        const uint32_t two = e4m3x2(v[j], v[j + 1], s, y);
+        pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+        pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
+    }
+    if constexpr (kVec) {
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+    } else {
+#pragma unroll
+      for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
+    }
+  }
 }
 
 // Column maxima of t [R, C] into amax_bits [C] (zero-initialised). Block (32, kAmaxWarps): thread x takes the N
@@ -283,6 +297,16 @@ __global__ void __launch_bounds__(kColThreads)
 
 void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 
+// Threads per block of the row-wise kernel for rows of C columns in loads of n: every thread the same number of loads
+// (a row of 3072 bfloat16, 384 loads: 384 threads of one load, where 256 threads left half of them with two), at most
+// kRowThreads loads' worth of threads per round (a multiple of 32, at least one warp).
+int row_threads(int64_t C, int64_t n) {
+  const int64_t loads = (C + n - 1) / n;
+  const int64_t rounds = (loads + kRowThreads - 1) / kRowThreads;  // loads per thread
+  const int64_t threads = (loads + rounds - 1) / rounds;
+  return static_cast<int>(std::max<int64_t>(32, (threads + 31) / 32 * 32));
+}
+
 // The launch of fp8_quantize_cols's two passes.
 struct ColsLaunch {
   int64_t R, C, Rp;
@@ -332,12 +356,13 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in) {
                    reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 &&
                    C % (t.scalar_type() == at::kFloat ? 4 : 8) == 0;
   auto* qp = static_cast<fp8*>(q.data_ptr());
+  const int threads = row_threads(C, vec ? (t.scalar_type() == at::kFloat ? 4 : 8) : 1);
   if (t.scalar_type() == at::kFloat) {
-    if (vec) quantize_rows_kernel<float, 4, true><<<grid, kRowThreads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
-    else quantize_rows_kernel<float, 1, false><<<grid, kRowThreads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
+    if (vec) quantize_rows_kernel<float, 4, true><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
+    else quantize_rows_kernel<float, 1, false><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
   } else {
-    if (vec) quantize_rows_kernel<bf16, 8, true><<<grid, kRowThreads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
-    else quantize_rows_kernel<bf16, 1, false><<<grid, kRowThreads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
+    if (vec) quantize_rows_kernel<bf16, 8, true><<<grid, threads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
+    else quantize_rows_kernel<bf16, 1, false><<<grid, threads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
   }
   check_launch();
   return {q, scale};

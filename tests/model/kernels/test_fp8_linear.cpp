@@ -30,9 +30,11 @@ torch::Tensor fake_quant_rows(const torch::Tensor& t) {
   const auto q = torch::clamp(tf / scale, -448, 448).to(torch::kFloat8_e4m3fn).to(torch::kFloat32);
   return q * scale;
 }
-// a [M, K] . b [N, K]^T with both fake-quantized along K, rounded to bfloat16 as the GEMM's output
-torch::Tensor fake_gemm_nt(const torch::Tensor& a, const torch::Tensor& b) {
-  return fake_quant_rows(a).mm(fake_quant_rows(b).t()).to(torch::kBFloat16);
+// a [M, K] . b [N, K]^T with both fake-quantized along K (+ bias [N]), rounded to bfloat16 as the GEMM's output
+torch::Tensor fake_gemm_nt(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias = {}) {
+  auto y = fake_quant_rows(a).mm(fake_quant_rows(b).t());
+  if (bias.defined()) y = y + bias.to(torch::kFloat32);
+  return y.to(torch::kBFloat16);
 }
 
 TEST(Fp8Linear, QuantizeRowsKeepsE4M3Precision) {
@@ -81,8 +83,8 @@ TEST(Fp8Linear, EmulatedLinearIsCloseToTheFp32Linear) {
   const double e = rel(y, ref);
   EXPECT_LT(e, 0.05);
   EXPECT_GT(e, 1e-4);
-  // and it is the recipe: x per token, w per output row, product rounded to bfloat16, then the bias
-  const auto want = fake_gemm_nt(x.reshape({-1, 64}), w).to(torch::kFloat32).view({2, 37, 48}) + b;
+  // and it is the recipe: x per token, w per output row, the bias added to the fp32 product, rounded to bfloat16
+  const auto want = fake_gemm_nt(x.reshape({-1, 64}), w, b).to(torch::kFloat32).view({2, 37, 48});
   EXPECT_TRUE(torch::equal(y, want)) << rel(y, want);
 }
 
@@ -118,6 +120,10 @@ TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
   auto [dx3, dw3] = impl.grads(g, {}, w0, true, false);
   EXPECT_TRUE(torch::equal(dx3, dx_want));
   EXPECT_FALSE(dw3.defined());
+  // only the bias trained (x and w frozen): its gradient alone
+  auto bb = b0.clone().requires_grad_();
+  fp8_linear(x0, w0, bb, Fp8Backend::emulate).backward(g);
+  EXPECT_TRUE(torch::allclose(bb.grad(), g.sum(0)));
 }
 
 TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
