@@ -389,6 +389,7 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
     python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 | grep -E "^kernels|^split" | tee -a $sum
     python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 > "$OUT/sft_fp8_top.txt"; head -${TOPN:-30} "$OUT/sft_fp8_top.txt"
     python3 benchmarks/trace_ops.py $OUT/sft_fp8.json elementwise 40 | head -${ELEM_N:-30}
+    python3 benchmarks/trace_ops.py $OUT/sft_fp8.json kernels quantize 12 | head -40
     rm -f $OUT/sft_fp8.json
   fi
 fi

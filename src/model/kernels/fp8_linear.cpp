@@ -51,7 +51,8 @@ std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
 }
 
 // x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum) {
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum,
+                      Fp8OperandMemo* memo) {
   VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
             w.sizes(), " do not chain (expected x [..., in], w [out, in])");
   const int64_t K = w.size(1), N = w.size(0);
@@ -61,21 +62,24 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
     return b.defined() ? y + b : y;
   }
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
-  const auto y = fp8_gemm_nt(quantize_rows(x2, qp), quantize_rows(w, qp), backend, fast_accum, b);  // [M, N] bf16
+  const auto xq = memo ? memo->rows(x2, qp) : quantize_rows(x2, qp);
+  const auto y = fp8_gemm_nt(xq, quantize_rows(w, qp), backend, fast_accum, b);  // [M, N] bf16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
 }
 
 // The inputs come as a list, x [..., in], w [out, in] and, when there is one, b [out] (a custom Function takes no
 // undefined tensor).
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
-  static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_accum) {
+  static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_accum,
+                        Fp8OperandMemo* memo) {
     const auto &x = xwb[0], &w = xwb[1];
     const auto b = xwb.size() == 3 ? xwb[2] : Tensor();
     ctx->saved_data["backend"] = backend;
     ctx->saved_data["has_bias"] = b.defined();
+    ctx->saved_data["memo"] = reinterpret_cast<int64_t>(memo);  // lives as long as the Fp8Linear that owns it
     // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
     ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
-    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_accum);
+    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_accum, memo);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -84,11 +88,13 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     variable_list out = {Tensor(), Tensor()};
     if (want_x || want_w)
       std::tie(out[0], out[1]) = fp8_linear_grads(g, saved[0], saved[1], want_x, want_w,
-                                                  static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
+                                                  static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
+                                                  reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()));
     if (ctx->saved_data["has_bias"].toBool())
       out.push_back(ctx->needs_input_grad(2) ? bias_grad(g.reshape({-1, g.size(-1)})) : Tensor());  // [out]
     out.push_back(Tensor());  // backend
     out.push_back(Tensor());  // fast_accum
+    out.push_back(Tensor());  // memo
     return out;
   }
 };
@@ -124,6 +130,57 @@ Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path) {
   return aten_quantize_rows(tt);
 }
 
+bool Fp8OperandMemo::Entry::matches(const Tensor& t, int64_t want_pad, QuantPath want_path) const {
+  if (!storage || !t.has_storage()) return false;
+  const auto held = storage->lock();  // null once the source's storage was freed
+  return held && held.get() == t.storage().unsafeGetStorageImpl() && t.storage_offset() == offset &&
+         t.sizes() == torch::IntArrayRef(sizes) && t.strides() == torch::IntArrayRef(strides) &&
+         t.scalar_type() == dtype && t._version() == version && want_pad == pad && want_path == path;
+}
+
+void Fp8OperandMemo::Entry::remember(const Tensor& t, int64_t p, QuantPath qp, Fp8Rows quantized) {
+  storage.reset();
+  if (t.has_storage()) storage = t.storage().getWeakStorageImpl();
+  offset = t.storage_offset(), version = t._version(), pad = p, path = qp, dtype = t.scalar_type();
+  sizes = t.sizes().vec(), strides = t.strides().vec();
+  q = std::move(quantized);
+}
+
+Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path) {
+  if (e.matches(t, pad, path)) {
+    ++hits_;
+    return e.q;
+  }
+  e.q = {};  // the old copy goes before the new one is made
+  auto q = pad == 0 ? quantize_rows(t, path) : quantize_cols(t, pad, path);
+  e.remember(t, pad, path, q);
+  return q;
+}
+
+void Fp8OperandMemo::Entry::drop_if_freed() {
+  if (storage && storage->expired()) storage.reset(), q = {};
+}
+
+// Each call also drops the other kind's copy once its source is gone: the last forward's row-wise copy does not
+// wait through the backward for the next forward.
+Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cols_.drop_if_freed();
+  return get(rows_, t, 0, path);
+}
+
+Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path) {
+  VDT_CHECK(pad >= 1, "Fp8OperandMemo::cols: pad must be >= 1, got ", pad);
+  std::lock_guard<std::mutex> lock(mu_);
+  rows_.drop_if_freed();
+  return get(cols_, t, pad, path);
+}
+
+int64_t Fp8OperandMemo::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
 Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum, const Tensor& bias) {
   const int64_t M = a.q.size(0), K = a.q.size(1), N = b.q.size(0);
   VDT_CHECK(b.q.size(1) == K, "fp8_gemm_nt: a [", M, ", ", K, "] and b [", N, ", ", b.q.size(1), "] do not chain");
@@ -148,16 +205,17 @@ Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool 
                         torch::kBFloat16, fast_accum);
 }
 
-Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum) {
+Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum,
+                  Fp8OperandMemo* memo) {
   const bool any_grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
-  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, fast_accum);
+  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, fast_accum, memo);
   std::vector<Tensor> xwb = {x, w};
   if (b.defined()) xwb.push_back(b);
-  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), fast_accum);
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), fast_accum, memo);
 }
 
 std::pair<Tensor, Tensor> fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w,
-                                           Fp8Backend backend) {
+                                           Fp8Backend backend, Fp8OperandMemo* memo) {
   const int64_t K = w.size(1), N = w.size(0);
   VDT_CHECK(g.size(-1) == N, "fp8_linear_grads: g ", g.sizes(), " does not match w ", w.sizes());
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
@@ -174,7 +232,9 @@ std::pair<Tensor, Tensor> fp8_linear_grads(const Tensor& g, const Tensor& x, con
               "] with ", M, " rows, got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
     const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
     dw = M == 0 ? torch::zeros_like(w)
-                : fp8_gemm_nt(quantize_cols(g2, 16, qp), quantize_cols(x2, 16, qp), backend).to(w.scalar_type());
+                : fp8_gemm_nt(quantize_cols(g2, 16, qp), memo ? memo->cols(x2, 16, qp) : quantize_cols(x2, 16, qp),
+                              backend)
+                      .to(w.scalar_type());
   }
   return {dx, dw};
 }

@@ -10,8 +10,11 @@
 #pragma once
 #include <torch/types.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/kept_ops.h"
 
@@ -36,6 +39,36 @@ Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automa
 // `pad` with zeros past R (a _scaled_mm reduction over tokens needs a multiple of 16)
 Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = QuantPath::automatic);
 
+// The last activation quantized each way (row-wise for a forward GEMM, column-wise for a wgrad) with the storage it
+// came from: while the same tensor comes again (same storage, offset, sizes, strides, dtype and version), its
+// quantization is handed back instead of made again. q, k and v multiply one x, cross-attention's k and v one text:
+// two of three quantizations of it go. Holds no source alive (a weak reference to its storage), only the last
+// quantized copy; a source freed or changed in place (its version moved) is quantized afresh. For activations only:
+// a weight the optimizer's kernel updates in place keeps its version.
+class Fp8OperandMemo {
+ public:
+  Fp8Rows rows(const torch::Tensor& t, QuantPath path);              // quantize_rows(t, path), or the one remembered
+  Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path);  // quantize_cols(t, pad, path), likewise
+  int64_t hits() const;                                               // quantizations handed back so far
+
+ private:
+  struct Entry {
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage;
+    int64_t offset = 0, version = 0, pad = 0;
+    std::vector<int64_t> sizes, strides;
+    at::ScalarType dtype = at::kFloat;
+    QuantPath path = QuantPath::automatic;
+    Fp8Rows q;
+    bool matches(const torch::Tensor& t, int64_t pad, QuantPath path) const;
+    void remember(const torch::Tensor& t, int64_t pad, QuantPath path, Fp8Rows quantized);
+    void drop_if_freed();  // the copy goes once its source's storage was freed
+  };
+  Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path);
+  mutable std::mutex mu_;
+  Entry rows_, cols_;
+  int64_t hits_ = 0;
+};
+
 // a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),
 // a.scale [M, 1], b.scale [1, N]); K and N must be multiples of 16 (its rule). emulate: (a.q a.scale) (b.q b.scale)^T
 // in fp32, rounded to bfloat16. fast_accum (cuda only; the emulation ignores it): _scaled_mm's use_fast_accum, Hopper's
@@ -47,31 +80,35 @@ torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend
 // x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
 // and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it. fast_accum: the forward GEMM's (fp8_gemm_nt);
 // the backward GEMMs always accumulate exactly (TransformerEngine's default recipe does the same).
+// memo (or nullptr): x's quantizations (row-wise here, column-wise in the wgrad) go through it.
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend,
-                         bool fast_accum = false);
+                         bool fast_accum = false, Fp8OperandMemo* memo = nullptr);
 // The gradients fp8_linear's backward computes for the output gradient g [..., out] (in x's dtype): dx [..., in] in
 // g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then).
 std::pair<torch::Tensor, torch::Tensor> fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x,
                                                          const torch::Tensor& w, bool want_x, bool want_w,
-                                                         Fp8Backend backend);
+                                                         Fp8Backend backend, Fp8OperandMemo* memo = nullptr);
 
-// The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h).
+// The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h);
+// its memo shares one activation's quantizations between the GEMMs that read it.
 class Fp8Linear : public LinearImpl {
  public:
   explicit Fp8Linear(Fp8Backend backend, bool fast_accum = false) : backend_(backend), fast_accum_(fast_accum) {}
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
-    return fp8_linear(x, w, b, backend_, fast_accum_);
+    return fp8_linear(x, w, b, backend_, fast_accum_, &memo_);
   }
   std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w,
                                                 bool want_x, bool want_w) override {
-    return fp8_linear_grads(g, x, w, want_x, want_w, backend_);
+    return fp8_linear_grads(g, x, w, want_x, want_w, backend_, &memo_);
   }
   Fp8Backend backend() const { return backend_; }
   bool fast_accum() const { return fast_accum_; }
+  const Fp8OperandMemo& memo() const { return memo_; }
 
  private:
   Fp8Backend backend_;
   bool fast_accum_;
+  Fp8OperandMemo memo_;
 };
 
 // Empty when `device` runs the cuda backend (a row-wise FP8 _scaled_mm is tried there once), else why not, in words.

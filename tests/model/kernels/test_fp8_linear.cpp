@@ -126,6 +126,61 @@ TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
   EXPECT_TRUE(torch::allclose(bb.grad(), g.sum(0)));
 }
 
+// The memo hands a quantization back only for the same tensor unchanged: a view of it with the same layout hits; an
+// in-place change, another tensor with equal values, another pad or a freed source is quantized afresh.
+TEST(Fp8Linear, OperandMemoHandsBackOnlyTheSameUnchangedTensor) {
+  torch::manual_seed(7);
+  Fp8OperandMemo memo;
+  auto t = torch::randn({37, 64});
+  const auto a = memo.rows(t, QuantPath::aten);
+  const auto b = memo.rows(t.view({37, 64}), QuantPath::aten);
+  EXPECT_EQ(memo.hits(), 1);
+  EXPECT_TRUE(b.q.is_same(a.q));
+  t.add_(1.0);  // the version moves
+  const auto c = memo.rows(t, QuantPath::aten);
+  EXPECT_EQ(memo.hits(), 1);
+  EXPECT_TRUE(torch::equal(c.q.to(torch::kFloat32), quantize_rows(t, QuantPath::aten).q.to(torch::kFloat32)));
+  memo.rows(t.clone(), QuantPath::aten);  // equal values, another tensor
+  EXPECT_EQ(memo.hits(), 1);
+  memo.cols(t, 16, QuantPath::aten);
+  memo.cols(t, 16, QuantPath::aten);
+  EXPECT_EQ(memo.hits(), 2);
+  memo.cols(t, 1, QuantPath::aten);  // another pad
+  EXPECT_EQ(memo.hits(), 2);
+  for (int i = 0; i < 3; ++i) {  // a source freed and another made (perhaps at its address): never handed back
+    const auto v = memo.rows(torch::randn({37, 64}), QuantPath::aten);
+    EXPECT_EQ(memo.hits(), 2);
+  }
+}
+
+// q, k and v multiply one x: through an Fp8Linear its row-wise (forward) and column-wise (wgrad) quantizations are
+// made once, and every gradient equals the plain fp8_linear's.
+TEST(Fp8Linear, LinearsSharingAnInputQuantizeItOnce) {
+  torch::manual_seed(8);
+  const int64_t M = 37, K = 64, N = 48;
+  const auto x0 = torch::randn({M, K}), g = torch::randn({M, N});
+  std::vector<torch::Tensor> ws, bs;
+  for (int i = 0; i < 3; ++i) ws.push_back(torch::randn({N, K}) * 0.1), bs.push_back(torch::randn({N}));
+  auto run = [&](Fp8Linear* impl) {
+    auto x = x0.clone().requires_grad_();
+    std::vector<torch::Tensor> w, b;
+    torch::Tensor y;
+    for (int i = 0; i < 3; ++i) {
+      w.push_back(ws[i].clone().requires_grad_()), b.push_back(bs[i].clone().requires_grad_());
+      auto yi = impl ? impl->linear(x, w[i], b[i]) : fp8_linear(x, w[i], b[i], Fp8Backend::emulate);
+      y = i == 0 ? yi : y + yi;
+    }
+    y.backward(g);
+    std::vector<torch::Tensor> out = {y.detach(), x.grad()};
+    for (int i = 0; i < 3; ++i) out.push_back(w[i].grad()), out.push_back(b[i].grad());
+    return out;
+  };
+  Fp8Linear impl(Fp8Backend::emulate);
+  const auto with = run(&impl), without = run(nullptr);
+  EXPECT_EQ(impl.memo().hits(), 4);  // two forwards and two wgrads of the three
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << i;
+}
+
 TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
   const auto x = torch::randn({4, 16}), w = torch::randn({16, 16});
   test::expect_error([&] { fp8_linear(x, w, {}, Fp8Backend::cuda); }, {"--fp8 on", "CUDA", "--fp8 emulate"});
