@@ -1,7 +1,8 @@
 // CUDA kernels of fp8_linear_cuda.h: the row-wise amax + quantize of an operand and the column-wise one with the
 // transpose fused (the cast+transpose a column-major _scaled_mm operand needs).
-// Row-wise: one thread block per row (amax by a warp-shuffle + shared-memory block reduction, 16-byte loads, as many
-// threads as make every thread's share of loads equal: row_threads).
+// Row-wise: rows of up to 16 x 32 loads of 16 bytes (4096 bfloat16) one warp each, the row held in registers (amax by
+// warp shuffles, one read); wider or unaligned rows one thread block each (amax by a warp-shuffle + shared-memory block
+// reduction, the row read twice, as many threads as make every thread's share of loads equal: row_threads).
 // Column-wise, t [R, C] -> q [C, Rp], built to run near memory bandwidth (it quantizes every frozen weight each step):
 //   1. column maxima: each block reduces 32 x N columns (N = 8 bfloat16 or 4 float32: one 16-byte load a thread, a
 //      warp on 512 contiguous bytes of a row) by 128 rows in registers, then shared memory, then one atomicMax per
@@ -39,6 +40,7 @@ using at::Tensor;
 using fp8 = c10::Float8_e4m3fn;
 using bf16 = c10::BFloat16;
 constexpr int kRowThreads = 512;      // most threads per block of the row-wise kernel (a multiple of 32)
+constexpr int kWarpRows = 8;          // rows (warps) per block of the warp-per-row kernel
 constexpr int kAmaxWarps = 8;         // warps per block of the column-maximum pass (each on its own rows)
 constexpr int64_t kAmaxRows = 128;    // rows per block of the column-maximum pass (more when the grid needs it)
 constexpr int kColTileRows = 128;     // rows of t per tile of the column-wise quantize (a 128-byte span of a q row)
@@ -140,6 +142,59 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
 #pragma unroll
       for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
     }
+  }
+}
+
+// Rows of at most 32 x V loads of N columns (16 bytes each; C a multiple of N, aligned), one warp per row, kWarpRows rows
+// a block: the row's loads all in flight at once and held in registers between the amax and the quantize (one read of
+// the row), the amax by warp shuffles, no block barrier. The block-per-row kernel above read the row twice around a
+// block reduction and kept little in flight (~2.1 TB/s on the 5B SFT step's operands). Values as quantize_rows_kernel.
+template <typename T, int N, int V>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    quantize_rows_warp_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale, int64_t R,
+                              int64_t C) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  if (r >= R) return;  // the whole warp: r is the same for its lanes
+  const int lane = threadIdx.x % 32;
+  const T* row = t + r * C;
+  cuda_common::Pack<T, N> raw[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
+    if (c < C) raw[i] = *reinterpret_cast<const cuda_common::Pack<T, N>*>(row + c);
+  }
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if ((static_cast<int64_t>(i) * 32 + lane) * N >= C) continue;
+#pragma unroll
+    for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(static_cast<float>(raw[i].v[j])));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = scale_of(amax);
+  if (lane == 0) scale[r] = s;
+  const bool fast = isfinite(s);  // the same for the whole warp
+  const float y = fast ? recip_of(s) : 0.f;
+  fp8* out = q + r * C;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
+    if (c >= C) continue;
+    cuda_common::Pack<fp8, N> pk;
+    if (fast) {
+#pragma unroll
+      for (int j = 0; j < N; j += 2) {
+        const uint32_t two =
+            e4m3x2(static_cast<float>(raw[i].v[j]), static_cast<float>(raw[i].v[j + 1]), s, y);
+        pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+        pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(raw[i].v[j]), s);
+    }
+    *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
   }
 }
 
@@ -328,6 +383,18 @@ void launch_cols(const ColsLaunch& l, const T* t, int* amax_bits, fp8* q, float*
   check_launch();
 }
 
+// The warp-per-row kernel with the fewest loads a lane (4, 8, 12 or 16) that covers a row of C columns in loads of N.
+template <typename T, int N>
+void launch_rows_warp(unsigned blocks, cudaStream_t stream, const T* t, fp8* q, float* scale, int64_t R, int64_t C) {
+  const int64_t per_lane = (C + 32 * N - 1) / (32 * N);
+  const dim3 block(32 * kWarpRows);
+  if (per_lane <= 4) quantize_rows_warp_kernel<T, N, 4><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
+  else if (per_lane <= 8) quantize_rows_warp_kernel<T, N, 8><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
+  else if (per_lane <= 12) quantize_rows_warp_kernel<T, N, 12><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
+  else quantize_rows_warp_kernel<T, N, 16><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
+  check_launch();
+}
+
 void check_input(const Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda() && t.dim() == 2, name, ": expected a 2-D CUDA tensor, got ", t.sizes(), " on ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16, name,
@@ -356,7 +423,14 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in) {
                    reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 &&
                    C % (t.scalar_type() == at::kFloat ? 4 : 8) == 0;
   auto* qp = static_cast<fp8*>(q.data_ptr());
-  const int threads = row_threads(C, vec ? (t.scalar_type() == at::kFloat ? 4 : 8) : 1);
+  const int64_t n = vec ? (t.scalar_type() == at::kFloat ? 4 : 8) : 1;
+  if (vec && (C + 32 * n - 1) / (32 * n) <= 16) {  // a warp per row: up to 16 loads a lane
+    const auto blocks = static_cast<unsigned>((R + kWarpRows - 1) / kWarpRows);
+    if (t.scalar_type() == at::kFloat) launch_rows_warp<float, 4>(blocks, stream, t.data_ptr<float>(), qp, scale.data_ptr<float>(), R, C);
+    else launch_rows_warp<bf16, 8>(blocks, stream, t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), R, C);
+    return {q, scale};
+  }
+  const int threads = row_threads(C, n);
   if (t.scalar_type() == at::kFloat) {
     if (vec) quantize_rows_kernel<float, 4, true><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
     else quantize_rows_kernel<float, 1, false><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);

@@ -212,7 +212,9 @@ void expect_kernel_equals_aten(const torch::Tensor& t, std::initializer_list<int
 // Shapes around the column-wise kernels' edges (quantize tiles of 128 rows x 64 columns, amax blocks of 128 rows x
 // 32 x 8 columns): R and C off the tile sizes, R under one tile, C not a multiple of 8 (bfloat16's one-element
 // fallback) or of 4 (float32's), Rp a multiple of 16 (16-byte stores), of 4 only (pad 100: 4-byte stores) or odd
-// (byte stores), pads beyond R by whole tiles, a misaligned data pointer.
+// (byte stores), pads beyond R by whole tiles, a misaligned data pointer. And the row-wise kernels': a warp per row
+// with 4, 8, 12 and 16 loads a lane (rows not a multiple of the block's 8, a lane's last load past C), a block per row
+// past 16 loads a lane (bfloat16 14336 and 5128, float32 3072 and 4096).
 TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
   if (!kernels_on_gpu()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
   const torch::Device dev(torch::kCUDA, 0);
@@ -220,7 +222,8 @@ TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
   torch::manual_seed(5);
   for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
     for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16}, {37, 48}, {1029, 3072}, {300, 1000}, {5, 13},
-                                                               {130, 68}, {257, 200}, {2100, 136}, {1, 8}}) {
+                                                               {130, 68}, {257, 200}, {2100, 136}, {1, 8}, {13, 4096},
+                                                               {9, 2056}, {11, 2048}, {3, 14336}, {17, 5128}}) {
       auto t = (torch::randn(shape) * torch::logspace(-2, 2, shape[0]).unsqueeze(1)).to(dt).to(dev);
       if (shape[0] > 3) t[3].zero_();
       expect_kernel_equals_aten(t, {1, 16, 100, 384}, describe(t));
@@ -284,6 +287,14 @@ TEST(Fp8LinearCuda, KernelQuantizationPropagatesNanAndInfAsAten) {
       const auto k_nan = kb.bitwise_and(0x7F) == 0x7F, a_nan = ab.bitwise_and(0x7F) == 0x7F;
       EXPECT_TRUE(torch::equal(k_nan, a_nan)) << what;
       EXPECT_TRUE(torch::equal(kb.masked_fill(k_nan, 0), ab.masked_fill(a_nan, 0))) << what;
+      // the same data row-wise (t^T: the rows hold the NaNs and infinities; 320 rows give whole 16-byte loads)
+      const auto tt = t.t().contiguous();
+      const auto kr = quantize_rows(tt), ar = quantize_rows(tt, QuantPath::aten);
+      EXPECT_TRUE(torch::allclose(kr.scale, ar.scale, 0, 0, /*equal_nan=*/true)) << what << " rows";
+      const auto krb = kr.q.view(torch::kUInt8).to(torch::kInt32), arb = ar.q.view(torch::kUInt8).to(torch::kInt32);
+      const auto kr_nan = krb.bitwise_and(0x7F) == 0x7F, ar_nan = arb.bitwise_and(0x7F) == 0x7F;
+      EXPECT_TRUE(torch::equal(kr_nan, ar_nan)) << what << " rows";
+      EXPECT_TRUE(torch::equal(krb.masked_fill(kr_nan, 0), arb.masked_fill(ar_nan, 0))) << what << " rows";
       // what the data asks for: NaNs in the five columns with a NaN or an infinity, NaN throughout those with a NaN
       const auto nan_cols = torch::tensor({2, 7, 9, 11, 13});
       EXPECT_TRUE(torch::equal(k_nan.any(1).cpu(), torch::zeros({24}, torch::kBool).index_fill_(0, nan_cols, true)));
