@@ -18,6 +18,7 @@
 
 #include "model/kernels/reference_ops.h"
 #ifdef VDT_WITH_CUDA_KERNELS
+#include "model/kernels/fused_ops_backward_cuda.h"
 #include "model/kernels/fused_ops_cuda.h"
 #endif
 

@@ -2,8 +2,9 @@
 // LayerNorm + modulate, affine LayerNorm (norm3; ATen's forward) and gate + residual, H3's modulate (on the RMSNorm
 // output, per-token row index) and gate + residual. Wan's norms return their input again as a second output for the
 // residual add that follows, so that one node receives both branches' gradients of x and adds them in its backward
-// kernel. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu, fp32 math, built when
-// LibTorch has CUDA and nvcc is found: VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops (any device).
+// kernel. Two implementations share one backward formula: CUDA kernels (fused_ops_cuda.cu forwards,
+// fused_ops_backward_cuda.cu backwards; fp32 math, built when LibTorch has CUDA and nvcc is found:
+// VDT_WITH_CUDA_KERNELS) and a CUDA-free fallback in ATen ops (any device).
 // Numerics are the reference's (reference_ops.h): fp32 inside, each intermediate rounded to the dtype the reference op
 // would produce, result in x's dtype. Not here: q/k RMSNorm + RoPE (*qk_norm_rope.h).
 #pragma once

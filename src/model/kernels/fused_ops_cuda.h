@@ -1,5 +1,5 @@
-// Host launchers of the CUDA kernels (fused_ops_cuda.cu), called by fused_ops.cpp only when VDT_WITH_CUDA_KERNELS is
-// defined. No CUDA header here, so the C++ side compiles without nvcc. Every tensor is on one CUDA device; x/y/go are
+// Host launchers of the forward CUDA kernels (fused_ops_cuda.cu; the backwards: fused_ops_backward_cuda.h), called by
+// fused_ops.cpp only when VDT_WITH_CUDA_KERNELS is defined. No CUDA header here, so the C++ side compiles without nvcc. Every tensor is on one CUDA device; x/y/go are
 // float32 or bfloat16, modulation tensors float32 or x's dtype (fused_ops.cpp checks before it calls). "Rows" of the
 // modulation: Wan groups (token row i of [B, L, D] uses row (i / L) * G + (i % L) / (L / G) of [B*G, D]) or an H3 index
 // tensor (row rows[i] of [R, D]).
@@ -16,43 +16,13 @@ bool device_supported(int device_index);
 // Wan LayerNorm + modulate: -> (out [B, L, D] x's dtype, mean [B*L] f32, rstd [B*L] f32)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_forward(const at::Tensor& x, const at::Tensor& shift,
                                                                       const at::Tensor& scale, double eps);
-// The backward of the LayerNorm + modulate, one pass over go and x: dx [B, L, D] in x's dtype, plus res when defined
-// (the residual stream's gradient of the same x, added in float32 before the rounding), and with want_sums the group
-// sums over each group's tokens (sum go * h, sum go) [B, G, 1, D] float32, h = LN(x) rounded to x's dtype; the second
-// only with want_plain. go, x, res [B, L, D]; mean/rstd [B*L]; scale [B, G, 1, D].
-std::tuple<at::Tensor, at::Tensor, at::Tensor> modulated_norm_backward(const at::Tensor& go, const at::Tensor& x,
-                                                                       const at::Tensor& mean, const at::Tensor& rstd,
-                                                                       const at::Tensor& scale, const at::Tensor& res,
-                                                                       bool want_sums, bool want_plain);
-// The group sums alone (x wants no gradient).
-std::tuple<at::Tensor, at::Tensor> modulated_norm_sums(const at::Tensor& go, const at::Tensor& x,
-                                                       const at::Tensor& mean, const at::Tensor& rstd, int64_t G,
-                                                       bool want_plain);
-// The backward of an affine LayerNorm over the last dim (norm3), one pass over go and x: dx in x's dtype (+ res when
-// defined, as above) and the sums over every row of go * n (the weight's gradient, with want_w) and go (the bias's,
-// with want_b), [D] float32. mean/rstd as at::native_layer_norm returns them; weight, bias [D] (bias read only by the
-// fallback for rows too wide for the kernel: ATen's backward).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& go, const at::Tensor& x,
-                                                                   const at::Tensor& mean, const at::Tensor& rstd,
-                                                                   const at::Tensor& weight, const at::Tensor& bias,
-                                                                   const at::Tensor& res, bool want_w, bool want_b);
 // Wan gate + residual: x + (y * gate).to(x) with gate [B, G, 1, D]
 at::Tensor gated_add_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate);
-// Its backward, one pass over go and y: (dy = (go * gate) in y_dtype when want_y, sum go * y over each group's tokens
-// [B, G, 1, D] float32 when want_gate; y is read, and must be defined, only then)
-std::tuple<at::Tensor, at::Tensor> gated_add_backward(const at::Tensor& go, const at::Tensor& y, const at::Tensor& gate,
-                                                      at::ScalarType y_dtype, bool want_y, bool want_gate);
 
 // H3 modulate, x [S, D], shift/scale [R, D], rows [S]
 at::Tensor h3_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
                                const at::Tensor& rows);
 // H3 gate + residual
 at::Tensor h3_gate_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& rows);
-// (go * m[rows]).to(dtype), m = (1 + mod) rounded to mod's dtype when one_plus, else mod
-at::Tensor rows_scale(const at::Tensor& go, const at::Tensor& mod, const at::Tensor& rows, bool one_plus,
-                      at::ScalarType dtype);
-// Sums over the tokens of each row r: (sum go * other, sum go) [R, D] float32; the second only when want_plain
-std::tuple<at::Tensor, at::Tensor> row_sums(const at::Tensor& go, const at::Tensor& other, const at::Tensor& rows,
-                                            int64_t R, bool want_plain);
 
 }  // namespace vdt::kernels::cuda
