@@ -1,9 +1,12 @@
 // Device helpers shared by vdt's CUDA kernel files (model/kernels/*_cuda.cu, optim/adamw_cuda.cu): rounding to a dtype
-// as ATen's casts do, 16-byte packs, vector loads / stores as float32, a deterministic block sum, and the host-side
-// check that this binary has a kernel image for a device.
+// as ATen's casts do, 16-byte packs, vector loads / stores as float32, a deterministic block sum, and on the host the
+// float32 / bfloat16 dispatch and the check that this binary has a kernel image for a device.
 // Not here: any op's kernel.
 #pragma once
+#include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -62,6 +65,20 @@ __device__ __forceinline__ float block_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+
+// Runs `...` (a lambda taking no arguments) with the type `Alias` naming float or c10::BFloat16 as t's dtype is
+// float32 or bfloat16; any other dtype fails naming `what`. Returns what the lambda returns.
+#define VDT_DISPATCH_FLOAT_BF16(t, Alias, what, ...)                                                          \
+  [&] {                                                                                                       \
+    if ((t).scalar_type() == c10::kFloat) {                                                                   \
+      using Alias = float;                                                                                    \
+      return __VA_ARGS__();                                                                                   \
+    }                                                                                                         \
+    TORCH_CHECK((t).scalar_type() == c10::kBFloat16, what, ": the CUDA kernels take float32 or bfloat16, got ", \
+                (t).scalar_type());                                                                           \
+    using Alias = c10::BFloat16;                                                                              \
+    return __VA_ARGS__();                                                                                     \
+  }()
 
 // Whether this binary has an image of `kernel` that runs on CUDA device `device_index` (cached per kernel and device).
 template <typename Kernel>

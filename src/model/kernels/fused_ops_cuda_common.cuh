@@ -59,17 +59,7 @@ inline GroupRows group_rows(const Tensor& x, int64_t G) {
   return GroupRows{L, L / G, G};
 }
 
-#define VDT_DISPATCH_X(t, name, ...)                                                                          \
-  [&] {                                                                                                       \
-    if ((t).scalar_type() == at::kFloat) {                                                                    \
-      using X = float;                                                                                        \
-      return __VA_ARGS__();                                                                                   \
-    }                                                                                                         \
-    TORCH_CHECK((t).scalar_type() == at::kBFloat16, name, ": the CUDA kernels take float32 or bfloat16, got ", \
-                (t).scalar_type());                                                                           \
-    using X = bf16;                                                                                           \
-    return __VA_ARGS__();                                                                                     \
-  }()
+#define VDT_DISPATCH_X(t, name, ...) VDT_DISPATCH_FLOAT_BF16(t, X, name, __VA_ARGS__)
 
 inline void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 

@@ -39,17 +39,7 @@ __global__ void gather_backward_kernel(const T* __restrict__ g, const int64_t* _
   store<N, kVec>(out + r * K + c, acc);
 }
 
-#define VDT_ROW_GATHER_DISPATCH(t, what, ...)                                                                \
-  [&] {                                                                                                   \
-    if ((t).scalar_type() == at::kFloat) {                                                                \
-      using T = float;                                                                                    \
-      return __VA_ARGS__();                                                                               \
-    }                                                                                                     \
-    TORCH_CHECK((t).scalar_type() == at::kBFloat16, what, ": the CUDA kernels take float32 or bfloat16, " \
-                "got ", (t).scalar_type());                                                               \
-    using T = bf16;                                                                                       \
-    return __VA_ARGS__();                                                                                 \
-  }()
+#define VDT_ROW_GATHER_DISPATCH(t, what, ...) VDT_DISPATCH_FLOAT_BF16(t, T, what, __VA_ARGS__)
 
 // 16-byte packs when the width and both pointers allow (N elements of T make 16 bytes).
 template <typename T>

@@ -68,17 +68,7 @@ bool vectorizable(int64_t F, const void* a, const void* b) {
   return F % n == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
 }
 
-#define VDT_SWIGLU_DISPATCH(t, ...)                                                                         \
-  [&] {                                                                                                     \
-    if ((t).scalar_type() == at::kFloat) {                                                                  \
-      using T = float;                                                                                      \
-      return __VA_ARGS__();                                                                                 \
-    }                                                                                                       \
-    TORCH_CHECK((t).scalar_type() == at::kBFloat16, "swiglu: the CUDA kernels take float32 or bfloat16, got ", \
-                (t).scalar_type());                                                                         \
-    using T = bf16;                                                                                         \
-    return __VA_ARGS__();                                                                                   \
-  }()
+#define VDT_SWIGLU_DISPATCH(t, ...) VDT_DISPATCH_FLOAT_BF16(t, T, "swiglu", __VA_ARGS__)
 
 unsigned blocks(int64_t threads) { return static_cast<unsigned>((threads + kThreads - 1) / kThreads); }
 

@@ -192,17 +192,7 @@ Geometry geometry(const Tensor& x, const Tensor& cos) {
   return {x.size(0) * x.size(1), x.size(1), x.size(2), cos.defined() ? static_cast<int>(2 * cos.size(1)) : 2};
 }
 
-#define VDT_WAN_QK_DISPATCH(t, ...)                                                                              \
-  [&] {                                                                                                          \
-    if ((t).scalar_type() == at::kFloat) {                                                                       \
-      using T = float;                                                                                           \
-      return __VA_ARGS__();                                                                                      \
-    }                                                                                                            \
-    TORCH_CHECK((t).scalar_type() == at::kBFloat16, "wan_qk_norm_rope: the CUDA kernels take float32 or bfloat16, " \
-                "got ", (t).scalar_type());                                                                      \
-    using T = bf16;                                                                                              \
-    return __VA_ARGS__();                                                                                        \
-  }()
+#define VDT_WAN_QK_DISPATCH(t, ...) VDT_DISPATCH_FLOAT_BF16(t, T, "wan_qk_norm_rope", __VA_ARGS__)
 
 // Both parts (q, k; with RoPE) or one (xk == xq, no cos / sin: the plain norm): out [parts, B, L, D] in x's dtype and
 // rstd [parts, B * L] float32.
