@@ -1,6 +1,6 @@
 // Device helpers shared by vdt's CUDA kernel files (model/kernels/*_cuda.cu, optim/adamw_cuda.cu): rounding to a dtype
-// as ATen's casts do, 16-byte packs, vector loads / stores as float32, a deterministic block sum, and on the host the
-// float32 / bfloat16 dispatch and the check that this binary has a kernel image for a device.
+// as ATen's casts do, 16-byte packs, vector loads / stores as float32, deterministic block sums (one value or K at
+// once), and on the host the float32 / bfloat16 dispatch and the check that this binary has a kernel image for a device.
 // Not here: any op's kernel.
 #pragma once
 #include <c10/core/ScalarType.h>
@@ -64,6 +64,29 @@ __device__ __forceinline__ float block_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Sums over the block of K values at once, returned to every thread. Deterministic: a fixed shuffle tree per warp, the
+// warp partials added in warp order. `part` is shared [K][32]; blockDim.x a multiple of 32.
+template <int K>
+__device__ __forceinline__ void block_sums(float (&v)[K], float (*part)[32]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // the previous call's readers are done with `part`
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) part[k][warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int w = 0; w < warps; ++w) s += part[k][w];
+    v[k] = s;
+  }
 }
 
 // Runs `...` (a lambda taking no arguments) with the type `Alias` naming float or c10::BFloat16 as t's dtype is

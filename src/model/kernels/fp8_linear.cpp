@@ -158,7 +158,10 @@ Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath pa
 }
 
 void Fp8OperandMemo::Entry::drop_if_freed() {
-  if (storage && storage->expired()) storage.reset(), q = {};
+  if (storage && storage->expired()) {
+    storage.reset();
+    q = {};
+  }
 }
 
 // Each call also drops the other kind's copy once its source is gone: the last forward's row-wise copy does not

@@ -131,29 +131,6 @@ __global__ void row_sums_kernel(const X* __restrict__ go, const X* __restrict__ 
 // T = blockDim.x) of every row, so it adds its columns over the chunk in registers and writes them once:
 // part[(s * splits + k) * D + column]. The host adds the splits (fixed order: deterministic).
 
-// Sums over the block of K values at once, returned to every thread. Deterministic: a fixed shuffle tree per warp, the
-// warp partials added in warp order. `part` is shared [K][32]; blockDim.x a multiple of 32.
-template <int K>
-__device__ __forceinline__ void block_sums(float (&v)[K], float (*part)[32]) {
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // the previous call's readers are done with `part`
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) part[k][warp] = v[k];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int w = 0; w < warps; ++w) s += part[k][w];
-    v[k] = s;
-  }
-}
-
 constexpr int kStepRows = 2;  // rows per step of the norm backward: their row sums share one block reduction
 
 // Wan LN + modulate, the whole backward in one pass over g and x: per row dn = g * (1 + scale),
@@ -211,7 +188,7 @@ __global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __
         }
       }
     }
-    block_sums<2 * kStepRows>(sums, part);
+    cuda_common::block_sums<2 * kStepRows>(sums, part);
 #pragma unroll
     for (int j = 0; j < kStepRows; ++j) {
       const int64_t row = r + j;
