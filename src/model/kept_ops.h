@@ -31,17 +31,22 @@ class KeptOps {
   virtual torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn& fn) = 0;
 };
 
+// A linear's gradients: dx [..., in], dw [out, in], db [out]; each undefined when not wanted.
+struct LinearGrads {
+  torch::Tensor dx, dw, db;
+};
+
 // How the GEMM of a base weight runs when it is not torch::linear (the FP8 linear, model/kernels/fp8_linear.h).
 class LinearImpl {
  public:
   virtual ~LinearImpl() = default;
   // x [..., in], w [out, in], b [out] or undefined -> [..., out], differentiable in x, w and b
   virtual torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) = 0;
-  // The gradients of linear(x, w, .) for the output gradient g [..., out], as its own backward computes them (a
-  // kept output's backward under selective checkpointing): dx [..., in] when want_x, dw [out, in] when want_w, else
-  // undefined. The bias gradient is the plain sum of g (the caller's).
-  virtual std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x,
-                                                        const torch::Tensor& w, bool want_x, bool want_w) = 0;
+  // The gradients of linear(x, w, b) for the output gradient g [..., out], as its own backward computes them (a kept
+  // output's backward under selective checkpointing): dx when want_x, dw when want_w, db (the sum of g over its rows,
+  // in g's dtype) when want_b. x is read only for dw.
+  virtual LinearGrads grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, bool want_x,
+                            bool want_w, bool want_b) = 0;
 };
 
 // What the model calls: torch::linear / fn(inputs) unless a KeptOps is installed on this thread; a base GEMM goes

@@ -85,6 +85,15 @@ __global__ void finish_kernel(const float* __restrict__ partial, int64_t slices,
   }
 }
 
+// out [C] = the sum of partial [S, C]'s rows, in order
+template <typename T>
+void launch_finish(const Tensor& partial, Tensor& out, cudaStream_t stream) {
+  const int64_t slices = partial.size(0), C = partial.size(1);
+  finish_kernel<T><<<static_cast<unsigned>((C + 31) / 32), kThreads, 0, stream>>>(partial.data_ptr<float>(), slices,
+                                                                                   C, out.data_ptr<T>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename T, int N, bool kVec>
 void launch(const Tensor& g, Tensor& out) {
   const int64_t rows = g.size(0), C = g.size(1);
@@ -99,9 +108,7 @@ void launch(const Tensor& g, Tensor& out) {
   partial_kernel<T, N, kVec><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)), kThreads, 0,
                                stream>>>(g.data_ptr<T>(), rows, C, per, partial.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  finish_kernel<T><<<static_cast<unsigned>((C + 31) / 32), kThreads, 0, stream>>>(partial.data_ptr<float>(), slices,
-                                                                                   C, out.data_ptr<T>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_finish<T>(partial, out, stream);
 }
 
 template <typename T>
@@ -129,6 +136,20 @@ Tensor column_sum(const Tensor& g_in) {
                 g.scalar_type());
     dispatch<bf16>(g, out);
   }
+  return out;
+}
+
+Tensor column_sum_finish(const Tensor& partial_in, at::ScalarType dtype) {
+  TORCH_CHECK(partial_in.dim() == 2 && partial_in.scalar_type() == at::kFloat && partial_in.is_cuda(),
+              "column_sum_finish: expected float32 partial sums [S, C] on a CUDA device, got ", partial_in.sizes(), " ",
+              partial_in.scalar_type(), " on ", partial_in.device());
+  const c10::cuda::CUDAGuard guard(partial_in.device());
+  const auto partial = partial_in.contiguous();
+  auto out = at::empty({partial.size(1)}, partial.options().dtype(dtype));
+  if (partial.size(1) == 0) return out;
+  if (partial.size(0) == 0) return out.zero_();
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  VDT_DISPATCH_FLOAT_BF16(out, T, "column_sum_finish", [&] { launch_finish<T>(partial, out, stream); });
   return out;
 }
 

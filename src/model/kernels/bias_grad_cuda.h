@@ -7,5 +7,8 @@ namespace vdt::kernels::cuda {
 
 // g [N, C] -> [C] in g's dtype: out[c] = sum over n of g[n, c], in float32 (deterministic on a given device).
 at::Tensor column_sum(const at::Tensor& g);
+// partial [S, C] float32 (a first pass's per-slice column sums, done elsewhere: the FP8 column quantization) -> [C] in
+// `dtype` (float32 or bfloat16): column_sum's second pass, the S rows added in order.
+at::Tensor column_sum_finish(const at::Tensor& partial, at::ScalarType dtype);
 
 }  // namespace vdt::kernels::cuda

@@ -12,6 +12,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
+#include <vector>
+
 #include "core/error.h"
 #include "model/kernels/bias_grad.h"
 #include "model/kernels/fp8_linear_cuda.h"  // the shared E4M3 constants; its launchers only with the kernels
@@ -33,9 +37,10 @@ bool use_kernel(const Tensor& t, QuantPath path) {
 #endif
 }
 
-// The ATen twin of the kernels: rows of tf [R, C] float32 -> (q, scale), the steps the kernels take.
-Fp8Rows aten_quantize_rows(const Tensor& tf) {
-  const auto amax = tf.abs().amax(1);                                          // [R]; NaN-propagating
+// The ATen twin of the kernels: rows of tf [R, C] float32 -> (q, scale), the steps the kernels take; amax [R] when
+// known (a fused pass's), else taken here.
+Fp8Rows aten_quantize_rows(const Tensor& tf, const Tensor& known_amax = {}) {
+  const auto amax = known_amax.defined() ? known_amax : tf.abs().amax(1);     // [R]; NaN-propagating
   const auto scale = amax.clamp_min(kFp8AmaxFloor) * static_cast<double>(kFp8InvMax);  // exact in double
   const auto q = (tf / scale.unsqueeze(1)).clamp(-kFp8Max, kFp8Max).to(torch::kFloat8_e4m3fn);  // [R, C]
   return {q, scale};
@@ -63,71 +68,93 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
   }
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
   const auto xq = memo ? memo->rows(x2, qp) : quantize_rows(x2, qp);
-  const auto y = fp8_gemm_nt(xq, quantize_rows(w, qp), backend, fast_accum, b);  // [M, N] bf16
+  const auto wq = memo ? memo->weight_rows(w, qp) : quantize_rows(w, qp);
+  const auto y = fp8_gemm_nt(xq, wq, backend, fast_accum, b);  // [M, N] bf16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
 }
 
 // The inputs come as a list, x [..., in], w [out, in] and, when there is one, b [out] (a custom Function takes no
 // undefined tensor).
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
-  static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_accum,
+  static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_forward, bool fast_dgrad,
                         Fp8OperandMemo* memo) {
     const auto &x = xwb[0], &w = xwb[1];
     const auto b = xwb.size() == 3 ? xwb[2] : Tensor();
     ctx->saved_data["backend"] = backend;
     ctx->saved_data["has_bias"] = b.defined();
+    ctx->saved_data["fast_dgrad"] = fast_dgrad;
     ctx->saved_data["memo"] = reinterpret_cast<int64_t>(memo);  // lives as long as the Fp8Linear that owns it
     // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
     ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
-    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_accum, memo);
+    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_forward, memo);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto& g = grads[0];  // [..., out]
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool want_x = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
-    variable_list out = {Tensor(), Tensor()};
-    if (want_x || want_w)
-      std::tie(out[0], out[1]) = fp8_linear_grads(g, saved[0], saved[1], want_x, want_w,
-                                                  static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
-                                                  reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()));
-    if (ctx->saved_data["has_bias"].toBool())
-      out.push_back(ctx->needs_input_grad(2) ? bias_grad(g.reshape({-1, g.size(-1)})) : Tensor());  // [out]
+    const bool want_b = has_bias && ctx->needs_input_grad(2);
+    const auto r = fp8_linear_grads(grads[0], saved[0], saved[1], want_x, want_w, want_b,
+                                    static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
+                                    {false, ctx->saved_data["fast_dgrad"].toBool()},
+                                    reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()));
+    variable_list out = {r.dx, r.dw};
+    if (has_bias) out.push_back(r.db);  // [out]
     out.push_back(Tensor());  // backend
-    out.push_back(Tensor());  // fast_accum
+    out.push_back(Tensor());  // fast_forward
+    out.push_back(Tensor());  // fast_dgrad
     out.push_back(Tensor());  // memo
     return out;
   }
 };
 
+// [0, in] grads: zeros (no GEMM over nothing)
+LinearGrads empty_grads(const Tensor& g, const Tensor& w, bool want_x, bool want_w, bool want_b) {
+  LinearGrads out;
+  if (want_x) out.dx = torch::zeros(with_last(g.sizes(), w.size(1)), g.options());
+  if (want_w) out.dw = torch::zeros_like(w);
+  if (want_b) out.db = torch::zeros({w.size(0)}, g.options());
+  return out;
+}
+
 }  // namespace
 
 std::string fp8_quant_backend(const Tensor& t) { return use_kernel(t, QuantPath::automatic) ? "cuda" : "aten"; }
 
-Fp8Rows quantize_rows(const Tensor& t, QuantPath path) {
+Fp8Rows quantize_rows(const Tensor& t, QuantPath path, Tensor* col_amax) {
   VDT_CHECK(t.dim() == 2 && t.is_floating_point(), "quantize_rows: expected a 2-D floating-point tensor, got ",
             t.sizes(), " ", t.scalar_type());
 #ifdef VDT_WITH_CUDA_KERNELS
   if (use_kernel(t, path)) {
-    auto [q, scale] = cuda::fp8_quantize_rows(t);
+    Tensor amax;  // zeros: the kernels max into it
+    if (col_amax) amax = torch::zeros({t.size(1)}, t.options().dtype(torch::kFloat32));
+    auto [q, scale] = cuda::fp8_quantize_rows(t, amax);
+    if (col_amax) *col_amax = amax;
     return {q, scale};
   }
 #endif
-  return aten_quantize_rows(t.to(torch::kFloat32));
+  const auto tf = t.to(torch::kFloat32);
+  if (col_amax)
+    *col_amax = tf.size(0) == 0 ? torch::zeros({tf.size(1)}, tf.options()) : tf.abs().amax(0);  // [C]
+  return aten_quantize_rows(tf);
 }
 
-Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path) {
+Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor& col_amax, Tensor* col_sum) {
   VDT_CHECK(t.dim() == 2 && t.is_floating_point() && pad >= 1, "quantize_cols: expected a 2-D floating-point tensor "
             "and pad >= 1, got ", t.sizes(), " ", t.scalar_type(), " pad ", pad);
+  VDT_CHECK(!col_amax.defined() || (col_amax.dim() == 1 && col_amax.size(0) == t.size(1)),
+            "quantize_cols: col_amax must be [", t.size(1), "], got ", col_amax.sizes());
   const int64_t R = t.size(0), Rp = round_up(R, pad);
 #ifdef VDT_WITH_CUDA_KERNELS
   if (use_kernel(t, path)) {
-    auto [q, scale] = cuda::fp8_quantize_cols(t, Rp);
+    auto [q, scale, sum] = cuda::fp8_quantize_cols(t, Rp, col_amax, col_sum != nullptr);
+    if (col_sum) *col_sum = sum;
     return {q, scale};
   }
 #endif
+  if (col_sum) *col_sum = t.sum(0);  // [C] in t's dtype, as bias_grad's reference
   // Zero padding before the quantization: zeros leave each column's amax and quantize to 0, as the kernel writes.
   const auto tt = torch::constant_pad_nd(t.to(torch::kFloat32).t(), {0, Rp - R});  // [R, C] -> [C, Rp]
-  return aten_quantize_rows(tt);
+  return aten_quantize_rows(tt, col_amax.defined() ? col_amax.to(torch::kFloat32) : Tensor());
 }
 
 bool Fp8OperandMemo::Entry::matches(const Tensor& t, int64_t want_pad, QuantPath want_path) const {
@@ -184,6 +211,45 @@ int64_t Fp8OperandMemo::hits() const {
   return hits_;
 }
 
+Fp8Rows Fp8OperandMemo::weight_rows(const Tensor& w, QuantPath path) {
+  Tensor amax;
+  auto q = quantize_rows(w, path, &amax);
+  if (!w.has_storage()) return q;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Keyed by the storage's address: held weakly, it is not reused while the entry lives. Entries of freed weights (a
+  // cast copy's, under mixed precision) go once the map has doubled since the last sweep.
+  if (weights_.size() >= 2 * swept_size_) {
+    std::erase_if(weights_, [](const auto& kv) { return kv.second.storage.expired(); });
+    swept_size_ = std::max<size_t>(weights_.size(), 8);
+  }
+  weights_.insert_or_assign(std::pair<const void*, int64_t>{w.storage().unsafeGetStorageImpl(), w.storage_offset()},
+                            WeightEntry{w.storage().getWeakStorageImpl(), w.sizes().vec(), w.strides().vec(),
+                                        w.scalar_type(), path, amax});
+  return q;
+}
+
+Fp8Rows Fp8OperandMemo::weight_cols(const Tensor& w, QuantPath path) {
+  Tensor amax;  // the forward's column maxima of this weight, when it left them
+  if (w.has_storage()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = weights_.find({w.storage().unsafeGetStorageImpl(), w.storage_offset()});
+    if (it != weights_.end()) {
+      const auto& e = it->second;
+      if (!e.storage.expired() && w.sizes() == torch::IntArrayRef(e.sizes) &&
+          w.strides() == torch::IntArrayRef(e.strides) && w.scalar_type() == e.dtype && e.path == path) {
+        amax = e.col_amax;
+        ++weight_hits_;
+      }
+    }
+  }
+  return quantize_cols(w, 1, path, amax);
+}
+
+int64_t Fp8OperandMemo::weight_hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return weight_hits_;
+}
+
 Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum, const Tensor& bias) {
   const int64_t M = a.q.size(0), K = a.q.size(1), N = b.q.size(0);
   VDT_CHECK(b.q.size(1) == K, "fp8_gemm_nt: a [", M, ", ", K, "] and b [", N, ", ", b.q.size(1), "] do not chain");
@@ -208,38 +274,45 @@ Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool 
                         torch::kBFloat16, fast_accum);
 }
 
-Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum,
+Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, Fp8FastAccum accum,
                   Fp8OperandMemo* memo) {
   const bool any_grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
-  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, fast_accum, memo);
+  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, accum.forward, memo);
   std::vector<Tensor> xwb = {x, w};
   if (b.defined()) xwb.push_back(b);
-  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), fast_accum, memo);
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad, memo);
 }
 
-std::pair<Tensor, Tensor> fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w,
-                                           Fp8Backend backend, Fp8OperandMemo* memo) {
+LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w, bool want_b,
+                             Fp8Backend backend, Fp8FastAccum accum, Fp8OperandMemo* memo) {
+  if (!want_x && !want_w) {  // w may be undefined (not kept when neither x nor w trains)
+    LinearGrads out;
+    if (want_b) out.db = bias_grad(g.reshape({-1, g.size(-1)}));  // [out]
+    return out;
+  }
   const int64_t K = w.size(1), N = w.size(0);
   VDT_CHECK(g.size(-1) == N, "fp8_linear_grads: g ", g.sizes(), " does not match w ", w.sizes());
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
   const auto g2 = g.reshape({-1, N});  // [..., out] -> [M, out]
   const int64_t M = g2.size(0);
-  Tensor dx, dw;
+  if (M == 0) return empty_grads(g, w, want_x, want_w, want_b);
+  LinearGrads out;
+  Tensor g_amax;  // [out]: g's column maxima from its row-wise pass, for the wgrad's column-wise one
   if (want_x) {
-    dx = M == 0 ? torch::zeros({0, K}, g.options())
-                : fp8_gemm_nt(quantize_rows(g2, qp), quantize_cols(w, 1, qp), backend).to(g.scalar_type());
-    dx = dx.view(with_last(g.sizes(), K));  // [M, in] -> [..., in]
+    const auto gq = quantize_rows(g2, qp, want_w ? &g_amax : nullptr);
+    const auto wq = memo ? memo->weight_cols(w, qp) : quantize_cols(w, 1, qp);
+    out.dx = fp8_gemm_nt(gq, wq, backend, accum.dgrad).to(g.scalar_type()).view(with_last(g.sizes(), K));
   }
   if (want_w) {
     VDT_CHECK(x.defined() && x.size(-1) == K && x.numel() / K == M, "fp8_linear_grads: wgrad needs x [..., ", K,
               "] with ", M, " rows, got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
     const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
-    dw = M == 0 ? torch::zeros_like(w)
-                : fp8_gemm_nt(quantize_cols(g2, 16, qp), memo ? memo->cols(x2, 16, qp) : quantize_cols(x2, 16, qp),
-                              backend)
-                      .to(w.scalar_type());
+    const auto gc = quantize_cols(g2, 16, qp, g_amax, want_b ? &out.db : nullptr);
+    const auto xc = memo ? memo->cols(x2, 16, qp) : quantize_cols(x2, 16, qp);
+    out.dw = fp8_gemm_nt(gc, xc, backend).to(w.scalar_type());
   }
-  return {dx, dw};
+  if (want_b && !out.db.defined()) out.db = bias_grad(g2);  // [out]
+  return out;
 }
 
 std::string fp8_unsupported_reason(const torch::Device& device) {

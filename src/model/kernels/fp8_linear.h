@@ -10,6 +10,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -33,11 +34,16 @@ struct Fp8Rows {
 enum class QuantPath { automatic, aten };
 std::string fp8_quant_backend(const torch::Tensor& t);  // "cuda" or "aten": what QuantPath::automatic picks
 
-// t [R, C] (float32, bfloat16 or half) -> q [R, C], scale [R] (amax over each row)
-Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic);
+// t [R, C] (float32, bfloat16 or half) -> q [R, C], scale [R] (amax over each row). col_amax (or nullptr): set to the
+// maxima of |t| over each column, [C] float32 (NaN-propagating), taken in the same pass on the CUDA path (bfloat16) for
+// a later quantize_cols of t.
+Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic, torch::Tensor* col_amax = nullptr);
 // t [R, C] -> its columns as rows: q [C, Rp], scale [C] (amax over each column), Rp = R rounded up to a multiple of
-// `pad` with zeros past R (a _scaled_mm reduction over tokens needs a multiple of 16)
-Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = QuantPath::automatic);
+// `pad` with zeros past R (a _scaled_mm reduction over tokens needs a multiple of 16). col_amax: t's column maxima when
+// quantize_rows took them (the CUDA path then reads t once), else undefined. col_sum (or nullptr): set to the sums
+// over t's rows, [C] in t's dtype (float32 accumulation; a linear's bias gradient), taken on the way on the CUDA path.
+Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = QuantPath::automatic,
+                      const torch::Tensor& col_amax = {}, torch::Tensor* col_sum = nullptr);
 
 // The last activation quantized each way (row-wise for a forward GEMM, column-wise for a wgrad) with the storage it
 // came from: while the same tensor comes again (same storage, offset, sizes, strides, dtype and version), its
@@ -51,6 +57,15 @@ class Fp8OperandMemo {
   Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path);  // quantize_cols(t, pad, path), likewise
   int64_t hits() const;                                               // quantizations handed back so far
 
+  // A weight's row-wise quantization (the forward GEMM's), its column maxima taken on the way and remembered for the
+  // same weight's column-wise quantization (the dgrad's; pad 1), which then reads w once instead of twice. Remembered
+  // by storage and layout, not by version: the optimizer updates weights in place, between steps, never between a
+  // forward and its backward, and every forward of w replaces what its last one left. Several weights at once (one
+  // entry each; an entry goes when its weight is freed).
+  Fp8Rows weight_rows(const torch::Tensor& w, QuantPath path);
+  Fp8Rows weight_cols(const torch::Tensor& w, QuantPath path);
+  int64_t weight_hits() const;  // weight_cols calls that found their forward's maxima
+
  private:
   struct Entry {
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage;
@@ -63,51 +78,70 @@ class Fp8OperandMemo {
     void remember(const torch::Tensor& t, int64_t pad, QuantPath path, Fp8Rows quantized);
     void drop_if_freed();  // the copy goes once its source's storage was freed
   };
+  struct WeightEntry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    std::vector<int64_t> sizes, strides;
+    at::ScalarType dtype = at::kFloat;
+    QuantPath path = QuantPath::automatic;
+    torch::Tensor col_amax;  // [in] float32
+  };
   Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path);
   mutable std::mutex mu_;
   Entry rows_, cols_;
-  int64_t hits_ = 0;
+  std::map<std::pair<const void*, int64_t>, WeightEntry> weights_;  // by (storage, offset)
+  size_t swept_size_ = 8;
+  int64_t hits_ = 0, weight_hits_ = 0;
+};
+
+// Where at::_scaled_mm accumulates fast (Hopper's FP8 tensor-core accumulation without the periodic promotion to fp32:
+// faster, less exact over a long reduction; the cuda backend only, the emulation ignores it): the forward GEMMs
+// (K = the layer's input width) and the dgrad GEMMs (K = its output width: the lengths the forward already sums fast);
+// `--fp8 fast` sets both. The wgrad's (K = the tokens, 8190 at Wan 5B) is always exact.
+struct Fp8FastAccum {
+  bool forward = false, dgrad = false;
 };
 
 // a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),
 // a.scale [M, 1], b.scale [1, N]); K and N must be multiples of 16 (its rule). emulate: (a.q a.scale) (b.q b.scale)^T
-// in fp32, rounded to bfloat16. fast_accum (cuda only; the emulation ignores it): _scaled_mm's use_fast_accum, Hopper's
-// FP8 tensor-core accumulation without the periodic promotion to fp32 (faster, less exact over long K). bias [N] or
+// in fp32, rounded to bfloat16. fast_accum (cuda only; the emulation ignores it): _scaled_mm's use_fast_accum (see
+// Fp8FastAccum). bias [N] or
 // undefined: added to the fp32 product before the rounding (cuda: in bfloat16, _scaled_mm's epilogue).
 torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum = false,
                           const torch::Tensor& bias = {});
 
 // x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
-// and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it. fast_accum: the forward GEMM's (fp8_gemm_nt);
-// the backward GEMMs always accumulate exactly (TransformerEngine's default recipe does the same).
-// memo (or nullptr): x's quantizations (row-wise here, column-wise in the wgrad) go through it.
+// and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it.
+// memo (or nullptr): x's quantizations (row-wise here, column-wise in the wgrad) and w's column maxima go through it.
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend,
-                         bool fast_accum = false, Fp8OperandMemo* memo = nullptr);
+                         Fp8FastAccum accum = {}, Fp8OperandMemo* memo = nullptr);
 // The gradients fp8_linear's backward computes for the output gradient g [..., out] (in x's dtype): dx [..., in] in
-// g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then).
-std::pair<torch::Tensor, torch::Tensor> fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x,
-                                                         const torch::Tensor& w, bool want_x, bool want_w,
-                                                         Fp8Backend backend, Fp8OperandMemo* memo = nullptr);
+// g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then), db [out] in g's dtype
+// when want_b. g is read twice when dx and dw (or db) are wanted: its row-wise quantization takes its column maxima, its
+// column-wise one its column sums (db).
+LinearGrads fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, bool want_x,
+                             bool want_w, bool want_b, Fp8Backend backend, Fp8FastAccum accum = {},
+                             Fp8OperandMemo* memo = nullptr);
 
 // The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h);
-// its memo shares one activation's quantizations between the GEMMs that read it.
+// its memo shares one activation's quantizations between the GEMMs that read it, and a weight's column maxima between
+// its forward and its dgrad.
 class Fp8Linear : public LinearImpl {
  public:
-  explicit Fp8Linear(Fp8Backend backend, bool fast_accum = false) : backend_(backend), fast_accum_(fast_accum) {}
+  explicit Fp8Linear(Fp8Backend backend, Fp8FastAccum accum = {}) : backend_(backend), accum_(accum) {}
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
-    return fp8_linear(x, w, b, backend_, fast_accum_, &memo_);
+    return fp8_linear(x, w, b, backend_, accum_, &memo_);
   }
-  std::pair<torch::Tensor, torch::Tensor> grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w,
-                                                bool want_x, bool want_w) override {
-    return fp8_linear_grads(g, x, w, want_x, want_w, backend_, &memo_);
+  LinearGrads grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, bool want_x, bool want_w,
+                    bool want_b) override {
+    return fp8_linear_grads(g, x, w, want_x, want_w, want_b, backend_, accum_, &memo_);
   }
   Fp8Backend backend() const { return backend_; }
-  bool fast_accum() const { return fast_accum_; }
+  Fp8FastAccum accum() const { return accum_; }
   const Fp8OperandMemo& memo() const { return memo_; }
 
  private:
   Fp8Backend backend_;
-  bool fast_accum_;
+  Fp8FastAccum accum_;
   Fp8OperandMemo memo_;
 };
 

@@ -18,6 +18,7 @@
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_linear_cuda.h"
 #include "core/cuda_common.cuh"
+#include "model/kernels/bias_grad_cuda.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -25,13 +26,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
-#include <vector>
+#include <type_traits>
 
 namespace vdt::kernels::cuda {
 namespace {
@@ -66,6 +67,7 @@ __device__ float block_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // `part` may still be read by the previous row's call
   if (lane == 0) part[warp] = v;
   __syncthreads();
   v = lane < warps ? part[lane] : 0.f;
@@ -99,102 +101,167 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
   return __nv_cvt_float2_to_fp8x2(make_float2(div_by(a, s, y), div_by(b, s, y)), __NV_SATFINITE, __NV_E4M3);
 }
 
-// One block per row r of t [R, C]; each thread takes N consecutive columns at a time (16-byte loads and 8-byte fp8
-// stores when kVec: C a multiple of N and the row pointers aligned), the row read twice (amax, then quantize; the
-// second read mostly from L1). With kVec and a finite scale the quotients go through the column kernel's conversion
-// (the row's reciprocal once, two values per saturating cvt: e4m3x2, the same bytes as quantize()); a row with a NaN
-// or inf takes quantize() value by value.
-template <typename T, int N, bool kVec>
+// One block per row r of t [R, C] (a block takes every gridDim.x-th row); each thread takes N consecutive columns at a
+// time (16-byte loads and 8-byte fp8 stores when kVec: C a multiple of N and the row pointers aligned), the row read
+// twice (amax, then quantize; the second read mostly from L1). With kVec and a finite scale the quotients go through the
+// column kernel's conversion (the row's reciprocal once, two values per saturating cvt: e4m3x2, the same bytes as
+// quantize()); a row with a NaN or inf takes quantize() value by value. kColMax: the maxima of |t| over each column on
+// the way, into amax_bits [C] (zero-initialised): a thread owns the same columns in every row, keeps their maxima's
+// float bits in its own shared-memory slots ([round][element][thread]: a warp's lanes on consecutive words), and after
+// the last row the block max-es them into amax_bits, one atomicMax a column (bits of values >= 0 order like the floats;
+// a NaN, sign clear, above +inf).
+template <typename T, int N, bool kVec, bool kColMax>
 __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
-                                     int64_t C) {
-  const int64_t r = blockIdx.x;
-  const T* row = t + r * C;
-  float amax = 0.f;
-  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    float v[N];
-    cuda_common::load<N, kVec>(row + c, v);
-#pragma unroll
-    for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
+                                     int* __restrict__ amax_bits, int64_t R, int64_t C) {
+  extern __shared__ int col_amax_slots[];  // kColMax: rounds x N x blockDim.x
+  const int64_t per_round = static_cast<int64_t>(blockDim.x) * N;
+  if constexpr (kColMax) {
+    const int64_t slots = (C + per_round - 1) / per_round * per_round;
+    for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) col_amax_slots[i] = 0;  // this thread's own slots
   }
-  const float s = scale_of(block_max(amax));
-  if (threadIdx.x == 0) scale[r] = s;
-  fp8* out = q + r * C;
-  const bool fast = kVec && N % 2 == 0 && isfinite(s);  // the same for the whole block
-  const float y = fast ? recip_of(s) : 0.f;
-  for (int64_t c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    float v[N];
-    cuda_common::load<N, kVec>(row + c, v);
-    cuda_common::Pack<fp8, N> pk;
-    if (fast) {
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const T* row = t + r * C;
+    float amax = 0.f;
+    int64_t k = 0;  // the round
+    for (int64_t c = threadIdx.x * N; c < C; c += per_round, ++k) {
+      float v[N];
+      cuda_common::load<N, kVec>(row + c, v);
 #pragma unroll
-      for (int j = 0; j + 1 < N; j += 2) {
-        const uint32_t two = e4m3x2(v[j], v[j + 1], s, y);
-        pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-        pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+      for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
+      if constexpr (kColMax) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          int& m = col_amax_slots[(k * N + j) * blockDim.x + threadIdx.x];
+          m = max(m, __float_as_int(fabsf(v[j])));
+        }
       }
-    } else {
-#pragma unroll
-      for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
     }
-    if constexpr (kVec) {
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
-    } else {
+    const float s = scale_of(block_max(amax));
+    if (threadIdx.x == 0) scale[r] = s;
+    fp8* out = q + r * C;
+    const bool fast = kVec && N % 2 == 0 && isfinite(s);  // the same for the whole block
+    const float y = fast ? recip_of(s) : 0.f;
+    for (int64_t c = threadIdx.x * N; c < C; c += per_round) {
+      float v[N];
+      cuda_common::load<N, kVec>(row + c, v);
+      cuda_common::Pack<fp8, N> pk;
+      if (fast) {
 #pragma unroll
-      for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
+        for (int j = 0; j + 1 < N; j += 2) {
+          const uint32_t two = e4m3x2(v[j], v[j + 1], s, y);
+          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
+      }
+      if constexpr (kVec) {
+        *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) out[c + j] = pk.v[j];
+      }
+    }
+  }
+  if constexpr (kColMax) {
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c: round c / per_round, thread (c % per_round) / N
+      const int64_t k = c / per_round, in_round = c % per_round;
+      const int m = col_amax_slots[(k * N + in_round % N) * blockDim.x + in_round / N];
+      if (m != 0) atomicMax(amax_bits + c, m);
     }
   }
 }
 
-// Rows of at most 32 x V loads of N columns (16 bytes each; C a multiple of N, aligned), one warp per row, kWarpRows rows
-// a block: the row's loads all in flight at once and held in registers between the amax and the quantize (one read of
-// the row), the amax by warp shuffles, no block barrier. The block-per-row kernel above read the row twice around a
-// block reduction and kept little in flight (~2.1 TB/s on the 5B SFT step's operands). Values as quantize_rows_kernel.
-template <typename T, int N, int V>
+// Rows of at most 32 x V loads of N columns (16 bytes each; C a multiple of N, aligned), one warp per row (a warp takes
+// every (gridDim.x * kWarpRows)-th row), kWarpRows warps a block: the row's loads all in flight at once and held in
+// registers between the amax and the quantize (one read of the row), the amax by warp shuffles, no block barrier. The
+// block-per-row kernel above read the row twice around a block reduction and kept little in flight (~2.1 TB/s on the
+// 5B SFT step's operands). Values as quantize_rows_kernel. kColMax (bfloat16): the maxima of |t| over each column on
+// the way, into amax_bits [C] (zero-initialised): a lane owns the same columns in every row and keeps their maxima in
+// registers as bfloat16 pairs (|v| of a bfloat16 is one, so the maxima are exact; __hmax2_nan keeps a NaN); after the
+// last row the block's warps meet in shared memory and the block max-es its maxima into amax_bits, one atomicMax a
+// column (on the float bits, as quantize_rows_kernel).
+template <typename T, int N, int V, bool kColMax>
 __global__ void __launch_bounds__(32 * kWarpRows)
-    quantize_rows_warp_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale, int64_t R,
-                              int64_t C) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
-  if (r >= R) return;  // the whole warp: r is the same for its lanes
+    quantize_rows_warp_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
+                              int* __restrict__ amax_bits, int64_t R, int64_t C) {
+  static_assert(!kColMax || (std::is_same_v<T, bf16> && N == 8), "column maxima: bfloat16 rows in 16-byte loads");
+  extern __shared__ int col_amax_slots[];  // kColMax: [C], the block's column maxima (float bits)
   const int lane = threadIdx.x % 32;
-  const T* row = t + r * C;
-  cuda_common::Pack<T, N> raw[V];
+  __nv_bfloat162 cmax[kColMax ? V : 1][N / 2];
+  if constexpr (kColMax) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) col_amax_slots[c] = 0;
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
-    if (c < C) raw[i] = *reinterpret_cast<const cuda_common::Pack<T, N>*>(row + c);
+    for (int i = 0; i < V; ++i)
+#pragma unroll
+      for (int k = 0; k < N / 2; ++k) cmax[i][k] = __float2bfloat162_rn(0.f);
   }
-  float amax = 0.f;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {  // the whole warp: r is the same for its lanes
+    const T* row = t + r * C;
+    cuda_common::Pack<T, N> raw[V];
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if ((static_cast<int64_t>(i) * 32 + lane) * N >= C) continue;
-#pragma unroll
-    for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(static_cast<float>(raw[i].v[j])));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = scale_of(amax);
-  if (lane == 0) scale[r] = s;
-  const bool fast = isfinite(s);  // the same for the whole warp
-  const float y = fast ? recip_of(s) : 0.f;
-  fp8* out = q + r * C;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
-    if (c >= C) continue;
-    cuda_common::Pack<fp8, N> pk;
-    if (fast) {
-#pragma unroll
-      for (int j = 0; j < N; j += 2) {
-        const uint32_t two =
-            e4m3x2(static_cast<float>(raw[i].v[j]), static_cast<float>(raw[i].v[j + 1]), s, y);
-        pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-        pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(raw[i].v[j]), s);
+    for (int i = 0; i < V; ++i) {
+      const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
+      if (c < C) raw[i] = *reinterpret_cast<const cuda_common::Pack<T, N>*>(row + c);
     }
-    *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if ((static_cast<int64_t>(i) * 32 + lane) * N >= C) continue;
+#pragma unroll
+      for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(static_cast<float>(raw[i].v[j])));
+      if constexpr (kColMax) {
+        const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[i]);
+#pragma unroll
+        for (int k = 0; k < N / 2; ++k) cmax[i][k] = __hmax2_nan(cmax[i][k], __habs2(pairs[k]));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = scale_of(amax);
+    if (lane == 0) scale[r] = s;
+    const bool fast = isfinite(s);  // the same for the whole warp
+    const float y = fast ? recip_of(s) : 0.f;
+    fp8* out = q + r * C;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
+      if (c >= C) continue;
+      cuda_common::Pack<fp8, N> pk;
+      if (fast) {
+#pragma unroll
+        for (int j = 0; j < N; j += 2) {
+          const uint32_t two =
+              e4m3x2(static_cast<float>(raw[i].v[j]), static_cast<float>(raw[i].v[j + 1]), s, y);
+          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(raw[i].v[j]), s);
+      }
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+    }
+  }
+  if constexpr (kColMax) {
+    __syncthreads();  // the slots' zeros
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
+      if (c >= C) continue;
+#pragma unroll
+      for (int k = 0; k < N / 2; ++k) {
+        const float2 m = __bfloat1622float2(cmax[i][k]);
+        atomicMax(col_amax_slots + c + 2 * k, __float_as_int(m.x));
+        atomicMax(col_amax_slots + c + 2 * k + 1, __float_as_int(m.y));
+      }
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      if (col_amax_slots[c] != 0) atomicMax(amax_bits + c, col_amax_slots[c]);
   }
 }
 
@@ -253,10 +320,13 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
 // 3. Stores along q's rows, `store_bytes` (16, 4 or 1: the widest that divides Rp) a thread, conflict-free reads of
 //    the tile, each warp on whole 128-byte runs of q's rows (32-byte runs with 1-byte stores).
 // A column whose scale is not finite (a NaN or inf in it) takes quantize() value by value, as the ATen twin.
-template <typename T, int N, bool kVec>
+// kSum: the tile's column sums on the way (float32; per 4-row sub-block, then the 32 sub-blocks of a column in order)
+// into row blockIdx.y of partial [row tiles, C], for column_sum_finish (the bias gradient without another read of t).
+template <typename T, int N, bool kVec, bool kSum>
 __global__ void __launch_bounds__(kColThreads)
     quantize_cols_kernel(const T* __restrict__ t, const int* __restrict__ amax_bits, fp8* __restrict__ q,
-                         float* __restrict__ scale, int64_t R, int64_t C, int64_t Rp, int store_bytes) {
+                         float* __restrict__ scale, float* __restrict__ partial, int64_t R, int64_t C, int64_t Rp,
+                         int store_bytes) {
   constexpr int kWords = kColTileRows / 4;              // 32-bit words of a tile's q row
   constexpr int kGroups = kColTileCols / N;             // N-column groups of a tile's t row
   constexpr int kSpans = kGroups / 8;                   // warps side by side across a tile row (8 groups each)
@@ -264,6 +334,7 @@ __global__ void __launch_bounds__(kColThreads)
   static_assert(kWords == 32 && kGroups % 8 == 0 && kWords * kGroups % kColThreads == 0, "tile geometry");
   __shared__ __align__(16) uint32_t tile[kColTileCols][kWords];
   __shared__ float col_scale[kColTileCols], col_recip[kColTileCols];
+  __shared__ float col_sum[kSum ? kWords : 1][kColTileCols + 1];  // kSum: [4-row sub-block][column], padded a word
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kColTileCols, r0 = static_cast<int64_t>(blockIdx.y) * kColTileRows;
   const int tid = threadIdx.x;
   if (tid < kColTileCols && c0 + tid < C) {
@@ -297,7 +368,23 @@ __global__ void __launch_bounds__(kColThreads)
       }
     }
   }
-  __syncthreads();  // col_scale, col_recip
+  if constexpr (kSum) {  // every (sub-block, column) slot once: rows past R and columns past C loaded as 0
+#pragma unroll
+    for (int i = 0; i < kSub; ++i) {
+      int cg, rg;
+      coords(i, cg, rg);
+#pragma unroll
+      for (int k = 0; k < N; ++k) col_sum[rg][cg * N + k] = ((v[i][0][k] + v[i][1][k]) + v[i][2][k]) + v[i][3][k];
+    }
+  }
+  __syncthreads();  // col_scale, col_recip, col_sum
+  if constexpr (kSum) {
+    if (tid < kColTileCols && c0 + tid < C) {
+      float total = 0.f;
+      for (int g = 0; g < kWords; ++g) total += col_sum[g][tid];
+      partial[blockIdx.y * C + c0 + tid] = total;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kSub; ++i) {
     int cg, rg;
@@ -362,36 +449,60 @@ int row_threads(int64_t C, int64_t n) {
   return static_cast<int>(std::max<int64_t>(32, (threads + 31) / 32 * 32));
 }
 
-// The launch of fp8_quantize_cols's two passes.
-struct ColsLaunch {
-  int64_t R, C, Rp;
-  int64_t amax_rows;  // rows per block of the amax pass
-  dim3 amax_grid;     // (column blocks of 32 x N, row blocks)
-  dim3 tile_grid;     // (column tiles, row tiles) of the quantize pass
-  int store_bytes;    // of q's rows per thread: 16, 4 or 1
-  cudaStream_t stream;
-};
+// Blocks for a kernel that loops over `units` (rows, or warps' rows): every unit its own block up to what is resident
+// at once (the column maxima's atomics then come once per resident block, not per row).
+template <typename Kernel>
+unsigned resident_grid(Kernel* kernel, int threads, size_t smem, int64_t units) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, int64_t{std::max(per_sm, 1)} * sms)));
+}
 
+// Column maxima of t [R, C] into amax_bits [C] (zero-initialised): col_amax_kernel's launch.
 template <typename T, int N, bool kVec>
-void launch_cols(const ColsLaunch& l, const T* t, int* amax_bits, fp8* q, float* scale) {
-  if (l.R > 0) {
-    col_amax_kernel<T, N, kVec><<<l.amax_grid, dim3(32, kAmaxWarps), 0, l.stream>>>(t, amax_bits, l.R, l.C, l.amax_rows);
-    check_launch();
-  }
-  quantize_cols_kernel<T, N, kVec><<<l.tile_grid, kColThreads, 0, l.stream>>>(t, amax_bits, q, scale, l.R, l.C, l.Rp,
-                                                                              l.store_bytes);
+void launch_col_amax(const T* t, int* amax_bits, int64_t R, int64_t C, cudaStream_t stream) {
+  if (R == 0 || C == 0) return;
+  const int64_t rows = std::max(kAmaxRows, (R + 65534) / 65535);  // the row blocks within the grid's y limit
+  const int64_t col_blocks = (C + 32 * N - 1) / (32 * N);
+  TORCH_CHECK(col_blocks < (int64_t{1} << 31), "fp8 column maxima: ", C, " columns exceed the kernel's grid");
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>((R + rows - 1) / rows));
+  col_amax_kernel<T, N, kVec><<<grid, dim3(32, kAmaxWarps), 0, stream>>>(t, amax_bits, R, C, rows);
   check_launch();
 }
 
-// The warp-per-row kernel with the fewest loads a lane (4, 8, 12 or 16) that covers a row of C columns in loads of N.
-template <typename T, int N>
-void launch_rows_warp(unsigned blocks, cudaStream_t stream, const T* t, fp8* q, float* scale, int64_t R, int64_t C) {
+// The warp-per-row kernel with the fewest loads a lane (4, 8, 12 or 16) that covers a row of C columns in loads of N;
+// kColMax: looping over the rows with as many blocks as are resident, the block's column maxima in shared memory.
+template <typename T, int N, bool kColMax, int V>
+void launch_rows_warp_v(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C) {
+  auto* kernel = quantize_rows_warp_kernel<T, N, V, kColMax>;
+  const int threads = 32 * kWarpRows;
+  const size_t smem = kColMax ? C * sizeof(int) : 0;
+  const int64_t blocks = (R + kWarpRows - 1) / kWarpRows;
+  const unsigned grid = kColMax ? resident_grid(kernel, threads, smem, blocks) : static_cast<unsigned>(blocks);
+  kernel<<<grid, threads, smem, stream>>>(t, q, scale, amax_bits, R, C);
+  check_launch();
+}
+template <typename T, int N, bool kColMax>
+void launch_rows_warp(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C) {
   const int64_t per_lane = (C + 32 * N - 1) / (32 * N);
-  const dim3 block(32 * kWarpRows);
-  if (per_lane <= 4) quantize_rows_warp_kernel<T, N, 4><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
-  else if (per_lane <= 8) quantize_rows_warp_kernel<T, N, 8><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
-  else if (per_lane <= 12) quantize_rows_warp_kernel<T, N, 12><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
-  else quantize_rows_warp_kernel<T, N, 16><<<blocks, block, 0, stream>>>(t, q, scale, R, C);
+  if (per_lane <= 4) launch_rows_warp_v<T, N, kColMax, 4>(stream, t, q, scale, amax_bits, R, C);
+  else if (per_lane <= 8) launch_rows_warp_v<T, N, kColMax, 8>(stream, t, q, scale, amax_bits, R, C);
+  else if (per_lane <= 12) launch_rows_warp_v<T, N, kColMax, 12>(stream, t, q, scale, amax_bits, R, C);
+  else launch_rows_warp_v<T, N, kColMax, 16>(stream, t, q, scale, amax_bits, R, C);
+}
+
+// The block-per-row kernel; kColMax: looping over the rows with as many blocks as are resident, each thread's column
+// maxima in shared memory (a rounds x N x threads slot array, opted in past 48 KiB).
+template <typename T, int N, bool kVec, bool kColMax>
+void launch_rows_block(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C,
+                       size_t smem) {
+  auto* kernel = quantize_rows_kernel<T, N, kVec, kColMax>;
+  const int threads = row_threads(C, N);
+  if (smem > 48 * 1024)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const unsigned grid = kColMax ? resident_grid(kernel, threads, smem, R) : static_cast<unsigned>(R);
+  kernel<<<grid, threads, smem, stream>>>(t, q, scale, amax_bits, R, C);
   check_launch();
 }
 
@@ -401,85 +512,123 @@ void check_input(const Tensor& t, const char* name) {
               ": the FP8 kernels take float32 or bfloat16, got ", t.scalar_type());
 }
 
+// col_amax's data as the kernels' amax_bits (float32 [C] >= 0 on t's device, or undefined: nullptr).
+int* amax_bits_of(const Tensor& col_amax, const Tensor& t, const char* name) {
+  if (!col_amax.defined()) return nullptr;
+  TORCH_CHECK(col_amax.scalar_type() == at::kFloat && col_amax.dim() == 1 && col_amax.size(0) == t.size(1) &&
+                  col_amax.is_contiguous() && col_amax.device() == t.device(),
+              name, ": col_amax must be a contiguous float32 [", t.size(1), "] on ", t.device(), ", got ",
+              col_amax.sizes(), " ", col_amax.scalar_type(), " on ", col_amax.device());
+  return reinterpret_cast<int*>(col_amax.data_ptr<float>());
+}
+
 }  // namespace
 
 bool fp8_device_supported(int device_index) {
-  return cuda_common::image_fits(device_index, quantize_rows_kernel<float, 1, false>);
+  return cuda_common::image_fits(device_index, quantize_rows_kernel<float, 1, false, false>);
 }
 
-std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in) {
+std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& col_amax) {
   check_input(t_in, "fp8_quantize_rows");
   c10::cuda::CUDAGuard guard(t_in.device());
   const auto t = t_in.contiguous();
   const int64_t R = t.size(0), C = t.size(1);
+  int* bits = amax_bits_of(col_amax, t, "fp8_quantize_rows");
   auto q = at::empty({R, C}, t.options().dtype(at::kFloat8_e4m3fn));
   auto scale = at::empty({R}, t.options().dtype(at::kFloat));
   if (R == 0) return {q, scale};
   TORCH_CHECK(R < (int64_t{1} << 31), "fp8_quantize_rows: ", R, " rows exceed the kernel's grid");
-  const auto grid = static_cast<unsigned>(R);
   auto stream = at::cuda::getCurrentCUDAStream();
+  const bool bf = t.scalar_type() == at::kBFloat16;
   // 16-byte loads: 4 float32 or 8 bfloat16 columns (their fp8 stores then 4- or 8-byte aligned too).
+  const int64_t n_vec = bf ? 8 : 4;
   const bool vec = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 &&
-                   C % (t.scalar_type() == at::kFloat ? 4 : 8) == 0;
+                   reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 && C % n_vec == 0;
   auto* qp = static_cast<fp8*>(q.data_ptr());
-  const int64_t n = vec ? (t.scalar_type() == at::kFloat ? 4 : 8) : 1;
-  if (vec && (C + 32 * n - 1) / (32 * n) <= 16) {  // a warp per row: up to 16 loads a lane
-    const auto blocks = static_cast<unsigned>((R + kWarpRows - 1) / kWarpRows);
-    if (t.scalar_type() == at::kFloat) launch_rows_warp<float, 4>(blocks, stream, t.data_ptr<float>(), qp, scale.data_ptr<float>(), R, C);
-    else launch_rows_warp<bf16, 8>(blocks, stream, t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), R, C);
-    return {q, scale};
-  }
-  const int threads = row_threads(C, n);
-  if (t.scalar_type() == at::kFloat) {
-    if (vec) quantize_rows_kernel<float, 4, true><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
-    else quantize_rows_kernel<float, 1, false><<<grid, threads, 0, stream>>>(t.data_ptr<float>(), qp, scale.data_ptr<float>(), C);
+  auto* sp = scale.data_ptr<float>();
+  const int64_t n = vec ? n_vec : 1;
+  // the column maxima fused for bfloat16 (the block kernel's slots within shared memory); else col_amax_kernel after
+  const int64_t threads = row_threads(C, n), per_round = threads * n;
+  const size_t block_smem = static_cast<size_t>((C + per_round - 1) / per_round * per_round) * sizeof(int);
+  const bool warp = vec && (C + 32 * n - 1) / (32 * n) <= 16;  // a warp per row: up to 16 loads a lane
+  const bool fuse = bits && bf && (warp || block_smem <= 200 * 1024);
+  if (warp) {
+    if (!bf) launch_rows_warp<float, 4, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C);
+    else if (fuse) launch_rows_warp<bf16, 8, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C);
+    else launch_rows_warp<bf16, 8, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C);
+  } else if (!bf) {
+    if (vec) launch_rows_block<float, 4, true, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
+    else launch_rows_block<float, 1, false, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
+  } else if (fuse) {
+    if (vec) launch_rows_block<bf16, 8, true, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
+    else launch_rows_block<bf16, 1, false, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
   } else {
-    if (vec) quantize_rows_kernel<bf16, 8, true><<<grid, threads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
-    else quantize_rows_kernel<bf16, 1, false><<<grid, threads, 0, stream>>>(t.data_ptr<bf16>(), qp, scale.data_ptr<float>(), C);
+    if (vec) launch_rows_block<bf16, 8, true, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
+    else launch_rows_block<bf16, 1, false, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
   }
-  check_launch();
+  if (bits && !fuse) {
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && C % n_vec == 0;
+    if (!bf) {
+      if (aligned) launch_col_amax<float, 4, true>(t.data_ptr<float>(), bits, R, C, stream);
+      else launch_col_amax<float, 1, false>(t.data_ptr<float>(), bits, R, C, stream);
+    } else {
+      if (aligned) launch_col_amax<bf16, 8, true>(t.data_ptr<bf16>(), bits, R, C, stream);
+      else launch_col_amax<bf16, 1, false>(t.data_ptr<bf16>(), bits, R, C, stream);
+    }
+  }
   return {q, scale};
 }
 
-std::tuple<Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t Rp) {
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t Rp, const Tensor& col_amax,
+                                                     bool want_sum) {
   check_input(t_in, "fp8_quantize_cols");
   c10::cuda::CUDAGuard guard(t_in.device());
   const auto t = t_in.contiguous();
   const int64_t R = t.size(0), C = t.size(1);
   TORCH_CHECK(Rp >= R, "fp8_quantize_cols: padded length ", Rp, " < rows ", R);
+  int* given = amax_bits_of(col_amax, t, "fp8_quantize_cols");
   auto q = at::empty({C, Rp}, t.options().dtype(at::kFloat8_e4m3fn));
   auto scale = at::empty({C}, t.options().dtype(at::kFloat));
-  if (C == 0 || Rp == 0) return {q, scale};
-  auto amax_bits = at::zeros({C}, t.options().dtype(at::kInt));
+  Tensor sum;
+  if (C == 0 || Rp == 0) return {q, scale, want_sum ? at::zeros({C}, t.options()) : sum};
   // 16-byte loads of N = 4 float32 or 8 bfloat16 columns when aligned and C is a multiple of N, else one at a time.
   const bool fp32 = t.scalar_type() == at::kFloat;
   const int64_t n_vec = fp32 ? 4 : 8;
   const bool vec = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && C % n_vec == 0;
-  const int64_t n = vec ? n_vec : 1, max_grid = (int64_t{1} << 31) - 1;
-  ColsLaunch l{R, C, Rp};
-  l.amax_rows = std::max(kAmaxRows, (R + 65534) / 65535);  // the row blocks within the grid's y limit
-  const int64_t amax_cols = (C + 32 * n - 1) / (32 * n);
+  const int64_t max_grid = (int64_t{1} << 31) - 1;
   const int64_t col_tiles = (C + kColTileCols - 1) / kColTileCols, row_tiles = (Rp + kColTileRows - 1) / kColTileRows;
-  TORCH_CHECK(amax_cols <= max_grid && col_tiles <= max_grid && row_tiles <= 65535, "fp8_quantize_cols: [", R, ", ",
-              C, "] padded to ", Rp, " rows exceeds the kernels' grid (at most ", 65535 * kColTileRows,
-              " padded rows and ", max_grid * kColTileCols, " columns)");
-  l.amax_grid = dim3(static_cast<unsigned>(amax_cols), static_cast<unsigned>((R + l.amax_rows - 1) / l.amax_rows));
-  l.tile_grid = dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+  TORCH_CHECK(col_tiles <= max_grid && row_tiles <= 65535, "fp8_quantize_cols: [", R, ", ", C, "] padded to ", Rp,
+              " rows exceeds the kernels' grid (at most ", 65535 * kColTileRows, " padded rows and ",
+              max_grid * kColTileCols, " columns)");
+  const dim3 tile_grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   const bool q_aligned = reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0;  // at::empty's are
-  l.store_bytes = q_aligned && Rp % 16 == 0 ? 16 : q_aligned && Rp % 4 == 0 ? 4 : 1;
-  l.stream = at::cuda::getCurrentCUDAStream();
+  const int store_bytes = q_aligned && Rp % 16 == 0 ? 16 : q_aligned && Rp % 4 == 0 ? 4 : 1;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  Tensor amax_bits;  // this call's own column maxima when none were given
+  if (!given) amax_bits = at::zeros({C}, t.options().dtype(at::kInt));
+  int* bits = given ? given : amax_bits.data_ptr<int>();
+  Tensor partial;  // want_sum: [row tiles, C] float32, the tiles' column sums
+  if (want_sum) partial = at::empty({row_tiles, C}, t.options().dtype(at::kFloat));
+  float* pp = want_sum ? partial.data_ptr<float>() : nullptr;
   auto* qp = static_cast<fp8*>(q.data_ptr());
-  auto* bits = amax_bits.data_ptr<int>();
   auto* sp = scale.data_ptr<float>();
-  if (fp32) {
-    if (vec) launch_cols<float, 4, true>(l, t.data_ptr<float>(), bits, qp, sp);
-    else launch_cols<float, 1, false>(l, t.data_ptr<float>(), bits, qp, sp);
-  } else {
-    if (vec) launch_cols<bf16, 8, true>(l, t.data_ptr<bf16>(), bits, qp, sp);
-    else launch_cols<bf16, 1, false>(l, t.data_ptr<bf16>(), bits, qp, sp);
-  }
-  return {q, scale};
+  VDT_DISPATCH_FLOAT_BF16(t, T, "fp8_quantize_cols", [&] {
+    constexpr int N = 16 / sizeof(T);
+    auto run = [&](auto kvec, auto ksum) {
+      constexpr bool kVec = decltype(kvec)::value, kSum = decltype(ksum)::value;
+      constexpr int n = kVec ? N : 1;
+      if (!given) launch_col_amax<T, n, kVec>(t.data_ptr<T>(), bits, R, C, stream);
+      quantize_cols_kernel<T, n, kVec, kSum><<<tile_grid, kColThreads, 0, stream>>>(t.data_ptr<T>(), bits, qp, sp, pp,
+                                                                                    R, C, Rp, store_bytes);
+      check_launch();
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (vec) want_sum ? run(yes{}, yes{}) : run(yes{}, no{});
+    else want_sum ? run(no{}, yes{}) : run(no{}, no{});
+  });
+  if (want_sum) sum = column_sum_finish(partial, t.scalar_type());
+  return {q, scale, sum};
 }
 
 }  // namespace vdt::kernels::cuda

@@ -92,14 +92,17 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
     const auto& g = grad_out[0];                        // [..., out]
     const auto g2 = g.reshape({-1, g.size(-1)});        // -> [rows, out]
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const bool want_b = has_bias && ctx->needs_input_grad(2);
     variable_list grads(has_bias ? 5 : 4);  // x, w, (b), kept, impl
     if (auto* impl = reinterpret_cast<LinearImpl*>(ctx->saved_data["impl"].toInt())) {
-      std::tie(grads[0], grads[1]) = impl->grads(g, x, w, ctx->needs_input_grad(0), ctx->needs_input_grad(1));
+      auto r = impl->grads(g, x, w, ctx->needs_input_grad(0), ctx->needs_input_grad(1), want_b);
+      grads[0] = r.dx, grads[1] = r.dw;
+      if (want_b) grads[2] = r.db;
     } else {
       if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
       if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
+      if (want_b) grads[2] = kernels::bias_grad(g2);                                   // [out]
     }
-    if (has_bias && ctx->needs_input_grad(2)) grads[2] = kernels::bias_grad(g2);     // [out]
     return grads;
   }
 };

@@ -72,6 +72,27 @@ TEST(Fp8Linear, QuantizeColsIsTheTransposedRowsZeroPadded) {
   EXPECT_EQ(quantize_cols(t, 1, QuantPath::aten).q.size(1), 37);
 }
 
+// The statistics a quantization pass takes on the way: quantize_rows' column maxima are |t|'s, and quantize_cols given
+// them (and asked for the column sums) quantizes as without them and sums as the bias gradient's reference.
+TEST(Fp8Linear, QuantizationPassesTakeColumnMaximaAndSums) {
+  torch::manual_seed(9);
+  auto t = (torch::randn({37, 24}) * torch::logspace(-2, 2, 24)).to(torch::kBFloat16);
+  t[4].zero_();
+  torch::Tensor amax, sum;
+  const auto r = quantize_rows(t, QuantPath::aten, &amax);
+  EXPECT_TRUE(torch::equal(amax, t.to(torch::kFloat32).abs().amax(0)));
+  EXPECT_TRUE(torch::equal(r.q.view(torch::kUInt8), quantize_rows(t, QuantPath::aten).q.view(torch::kUInt8)));
+  const auto c = quantize_cols(t, 16, QuantPath::aten, amax, &sum), c0 = quantize_cols(t, 16, QuantPath::aten);
+  EXPECT_TRUE(torch::equal(c.scale, c0.scale));
+  EXPECT_TRUE(torch::equal(c.q.view(torch::kUInt8), c0.q.view(torch::kUInt8)));
+  EXPECT_TRUE(torch::equal(sum, t.sum(0)));
+  EXPECT_EQ(sum.scalar_type(), torch::kBFloat16);
+  test::expect_error([&] { quantize_cols(t, 16, QuantPath::aten, amax.slice(0, 1)); }, {"col_amax", "[24]"});
+  torch::Tensor none;  // an empty operand: zero maxima
+  quantize_rows(torch::zeros({0, 5}), QuantPath::aten, &none);
+  EXPECT_TRUE(torch::equal(none, torch::zeros({5})));
+}
+
 // The emulated FP8 linear stays within FP8's error of the fp32 linear, and is not the fp32 linear.
 TEST(Fp8Linear, EmulatedLinearIsCloseToTheFp32Linear) {
   torch::manual_seed(3);
@@ -108,18 +129,27 @@ TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
   EXPECT_LT(rel(w.grad(), wr.grad()), 0.05);
   // the same through the LinearImpl's grads (what a selective replay calls)
   Fp8Linear impl(Fp8Backend::emulate);
-  auto [dx2, dw2] = impl.grads(g, x0, w0, true, true);
-  EXPECT_TRUE(torch::equal(dx2, dx_want));
-  EXPECT_TRUE(torch::equal(dw2, w.grad()));
+  const auto r2 = impl.grads(g, x0, w0, true, true, true);
+  EXPECT_TRUE(torch::equal(r2.dx, dx_want));
+  EXPECT_TRUE(torch::equal(r2.dw, w.grad()));
+  EXPECT_TRUE(torch::equal(r2.db, b.grad()));
+  EXPECT_EQ(impl.memo().weight_hits(), 0);  // no forward of w0 went before: its dgrad took its own column maxima
   // frozen weight (a LoRA base): only dx
   auto xf = x0.clone().requires_grad_();
   const auto wf = w0.clone();
   fp8_linear(xf, wf, {}, Fp8Backend::emulate).backward(g);
   EXPECT_TRUE(torch::equal(xf.grad(), dx_want));
   EXPECT_FALSE(wf.grad().defined());
-  auto [dx3, dw3] = impl.grads(g, {}, w0, true, false);
-  EXPECT_TRUE(torch::equal(dx3, dx_want));
-  EXPECT_FALSE(dw3.defined());
+  const auto r3 = impl.grads(g, {}, w0, true, false, false);
+  EXPECT_TRUE(torch::equal(r3.dx, dx_want));
+  EXPECT_FALSE(r3.dw.defined());
+  EXPECT_FALSE(r3.db.defined());
+  // only db, or only dw and db
+  EXPECT_TRUE(torch::equal(impl.grads(g, {}, w0, false, false, true).db, b.grad()));
+  const auto r4 = impl.grads(g, x0, w0, false, true, true);
+  EXPECT_FALSE(r4.dx.defined());
+  EXPECT_TRUE(torch::equal(r4.dw, w.grad()));
+  EXPECT_TRUE(torch::equal(r4.db, b.grad()));
   // only the bias trained (x and w frozen): its gradient alone
   auto bb = b0.clone().requires_grad_();
   fp8_linear(x0, w0, bb, Fp8Backend::emulate).backward(g);
@@ -177,8 +207,31 @@ TEST(Fp8Linear, LinearsSharingAnInputQuantizeItOnce) {
   };
   Fp8Linear impl(Fp8Backend::emulate);
   const auto with = run(&impl), without = run(nullptr);
-  EXPECT_EQ(impl.memo().hits(), 4);  // two forwards and two wgrads of the three
+  EXPECT_EQ(impl.memo().hits(), 4);         // two forwards and two wgrads of the three
+  EXPECT_EQ(impl.memo().weight_hits(), 3);  // each dgrad took its weight's column maxima from the forward
   for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << i;
+  run(&impl);  // a second step: the entries are replaced, not stacked
+  EXPECT_EQ(impl.memo().weight_hits(), 6);
+}
+
+// A weight's remembered column maxima serve only that weight as its forward saw it: another weight, a view of it with
+// another layout, or a weight freed since are quantized with their own maxima.
+TEST(Fp8Linear, OperandMemoHandsWeightMaximaOnlyToTheirWeight) {
+  torch::manual_seed(10);
+  Fp8OperandMemo memo;
+  const auto w = torch::randn({48, 64});
+  const auto row = memo.weight_rows(w, QuantPath::aten);
+  EXPECT_TRUE(torch::equal(row.q.view(torch::kUInt8), quantize_rows(w, QuantPath::aten).q.view(torch::kUInt8)));
+  const auto col = memo.weight_cols(w, QuantPath::aten);
+  EXPECT_EQ(memo.weight_hits(), 1);
+  EXPECT_TRUE(torch::equal(col.q.view(torch::kUInt8), quantize_cols(w, 1, QuantPath::aten).q.view(torch::kUInt8)));
+  memo.weight_cols(w.clone(), QuantPath::aten);                  // equal values, another tensor
+  memo.weight_cols(w.view({64, 48}), QuantPath::aten);           // the same storage, another layout
+  memo.weight_cols(w.slice(0, 0, 24), QuantPath::aten);          // a part of it
+  EXPECT_EQ(memo.weight_hits(), 1);
+  for (int i = 0; i < 40; ++i) memo.weight_rows(torch::randn({16, 16}), QuantPath::aten);  // freed at once: swept
+  memo.weight_cols(w, QuantPath::aten);
+  EXPECT_EQ(memo.weight_hits(), 2);
 }
 
 TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
@@ -196,16 +249,33 @@ std::string describe(const torch::Tensor& t) {
          std::to_string(t.size(1));
 }
 
-// The kernels' row-wise and column-wise quantization of t against ATen's, bit for bit, at each pad.
+// The kernels' row-wise and column-wise quantization of t against ATen's, bit for bit, at each pad; and the fused
+// passes: the row-wise one's column maxima equal ATen's, the column-wise one given them quantizes as without, and its
+// column sums are the bias gradient's (float32 sums in another order, rounded to t's dtype: within two of its ulps of
+// the exact sum, plus float32's summation error, R 2^-24 of the sum of magnitudes).
 void expect_kernel_equals_aten(const torch::Tensor& t, std::initializer_list<int64_t> pads, const std::string& what) {
   const auto kr = quantize_rows(t), ar = quantize_rows(t, QuantPath::aten);
   EXPECT_TRUE(torch::equal(kr.scale, ar.scale)) << what;
   EXPECT_TRUE(torch::equal(kr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what;
+  torch::Tensor amax;
+  const auto fr = quantize_rows(t, QuantPath::automatic, &amax);
+  EXPECT_TRUE(torch::equal(fr.scale, ar.scale)) << what << " fused";
+  EXPECT_TRUE(torch::equal(fr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what << " fused";
+  EXPECT_TRUE(torch::equal(amax, t.to(torch::kFloat32).abs().amax(0))) << what << " column maxima";
+  const double ulp = t.scalar_type() == torch::kBFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -20);
   for (const int64_t pad : pads) {
     const auto kc = quantize_cols(t, pad), ac = quantize_cols(t, pad, QuantPath::aten);
     ASSERT_EQ(kc.q.sizes(), ac.q.sizes()) << what << " pad " << pad;
     EXPECT_TRUE(torch::equal(kc.scale, ac.scale)) << what << " pad " << pad;
     EXPECT_TRUE(torch::equal(kc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad;
+    torch::Tensor sum;
+    const auto fc = quantize_cols(t, pad, QuantPath::automatic, amax, &sum);
+    EXPECT_TRUE(torch::equal(fc.scale, ac.scale)) << what << " pad " << pad << " fused";
+    EXPECT_TRUE(torch::equal(fc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad << " fused";
+    const auto want = t.to(torch::kFloat64).sum(0);
+    const auto bound = 2 * ulp * want.abs() + t.size(0) * std::ldexp(1.0, -24) * t.to(torch::kFloat64).abs().sum(0);
+    EXPECT_TRUE(((sum.to(torch::kFloat64) - want).abs() <= bound).all().item<bool>())
+        << what << " pad " << pad << " column sums, worst " << ((sum.to(torch::kFloat64) - want).abs() / bound).max();
   }
 }
 
@@ -311,14 +381,17 @@ TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
   const auto opt = torch::TensorOptions().device(dev).dtype(torch::kBFloat16);
   const auto x0 = torch::randn({M, K}, opt), w0 = (torch::randn({N, K}, opt) * 0.05), b0 = torch::randn({N}, opt);
   const auto g = torch::randn({M, N}, opt);
-  auto run = [&](Fp8Backend be, bool fast) {
+  auto run = [&](Fp8Backend be, Fp8FastAccum accum) {
     auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
-    auto y = fp8_linear(x, w, b, be, fast);
+    Fp8Linear impl(be, accum);  // through the memo: the dgrad's weight maxima come from the forward
+    auto y = impl.linear(x, w, b);
     y.backward(g);
+    EXPECT_EQ(impl.memo().weight_hits(), 1);
     return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
   };
-  const auto cuda = run(Fp8Backend::cuda, false), emu = run(Fp8Backend::emulate, false);
-  const auto fast = run(Fp8Backend::cuda, true);  // fast accumulation in the forward GEMM only
+  const auto cuda = run(Fp8Backend::cuda, {}), emu = run(Fp8Backend::emulate, {});
+  const auto fast_fwd = run(Fp8Backend::cuda, {.forward = true});
+  const auto fast = run(Fp8Backend::cuda, {.forward = true, .dgrad = true});
   const char* names[] = {"y", "dx", "dw", "db"};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(cuda[i].scalar_type(), torch::kBFloat16) << names[i];
@@ -326,7 +399,9 @@ TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
     EXPECT_LT(rel(cuda[i], emu[i]), 1e-2) << names[i];
     EXPECT_LT(rel(fast[i], emu[i]), 1e-2) << names[i] << " (fast accumulation)";
   }
-  EXPECT_TRUE(torch::equal(fast[1], cuda[1]));  // the backward is the exact one either way
+  EXPECT_TRUE(torch::equal(fast_fwd[1], cuda[1]));  // dgrad exact unless asked
+  EXPECT_TRUE(torch::equal(fast[2], cuda[2]));      // the wgrad is the exact one either way
+  EXPECT_TRUE(torch::allclose(cuda[3].to(torch::kFloat32), g.to(torch::kFloat32).sum(0), 1e-2, 1e-2));
   // against the bf16 linear: FP8's error
   auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
   torch::linear(x, w, b0).backward(g);
