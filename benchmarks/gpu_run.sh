@@ -8,14 +8,15 @@
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
 # verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
-# parity, `vdt bench kernels`, the SFT rows over 30 steps, a traced step's split and elementwise kernels (TRACE_FP8=1:
-# the `--fp8 fast` step's too).
+# parity, `vdt bench kernels` (KERNELS=0: not), the SFT rows over 30 steps, a traced step's split and elementwise
+# kernels (TRACE_BF16=0: not; TRACE_FP8=1: the `--fp8 fast` step's too).
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
 # fp8gate: two `vdt train sft` runs side by side on one GPU (random 5B weights, a synthetic 832x480 root of GATE_FRAMES
 # latent frames, --precision bf16, selective checkpointing), without and with FP8 (FP8 flags), GATE_STEPS steps each:
 # the running-mean loss curves compared by benchmarks/loss_gate.py. GATE_ACCUM: micro batches per step (default 2).
+# GATE_FLOOR=1: a second bf16 run beside them, the bf16 curve's own run-to-run spread (loss_gate.py --floor).
 # profile: bf16 parity, then one traced step (VDT_TRACE, input shapes) of the 5B SFT bench (CKS, default "block") with
 # the ops that launched align2 GEMMs (benchmarks/trace_ops.py), and of the H3 causal bench step with its allocations
 # (VDT_TRACE_MEMORY=1): kernel time by name and what is live at the allocation peak.
@@ -309,7 +310,8 @@ if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` l
   $build/vdt data synth $root --overwrite --channels 48 --latent_frames ${GATE_FRAMES:-6} --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 4 --train_clips_per_run 8 --val_runs 1 --val_clips_per_run 2 \
     --n_drop 1 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; rc=1; }
-  for mode in bf16 fp8; do
+  modes="bf16 fp8"; [ "${GATE_FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"  # bf16b: bf16 again, the run-to-run floor
+  for mode in $modes; do
     extra=""; [ $mode = fp8 ] && extra="${FP8:---fp8 on}"
     timeout ${GATE_S:-500} $build/vdt train sft --random-init --data_root $root --output /tmp/vdt_gate_$mode --res 832x480 \
       --max_steps ${GATE_STEPS:-1000} --grad_accum ${GATE_ACCUM:-2} --precision bf16 --checkpointing selective --lr 1e-4 --warmup_steps 20 \
@@ -317,8 +319,9 @@ if [ "$what" = fp8gate ]; then  # issue 15 item 5: bf16 vs fp8 `vdt train sft` l
       > "$OUT/gate_$mode.log" 2>&1 &
   done
   wait
-  for mode in bf16 fp8; do cp /tmp/vdt_gate_$mode/train_log.csv "$OUT/gate_${mode}_train_log.csv"; done
-  python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" 2>&1 | tee -a $sum
+  for mode in $modes; do cp /tmp/vdt_gate_$mode/train_log.csv "$OUT/gate_${mode}_train_log.csv"; done
+  floor=""; [ "${GATE_FLOOR:-0}" = 1 ] && floor="--floor $OUT/gate_bf16b_train_log.csv"
+  python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" $floor 2>&1 | tee -a $sum
   grep -hE "^\[done\]|rror" "$OUT"/gate_*.log | cut -c1-200 | tee -a $sum
 fi
 if [ "$what" = fp8gate-h3 ]; then  # the FP8 gate for the H3 LoRA: `vdt train causal` on a random H3 base, bf16 then FP8
@@ -373,16 +376,18 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
     $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 > "$OUT/parity_$f.log" 2>&1
     echo "parity $f bfloat16: rc $?, $(grep -c PASS "$OUT/parity_$f.log") PASS, $(grep -c FAIL "$OUT/parity_$f.log") FAIL" | tee -a $sum
   done
-  timeout 200 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL|rror" | cut -c1-200 | tee -a $sum
+  [ "${KERNELS:-1}" = 1 ] && timeout 200 $build/vdt bench kernels --device cuda --dtypes bf16 2>&1 | grep -E "^kernel|FAIL|rror" | cut -c1-200 | tee -a $sum
   export SFT_STEPS=${SFT_STEPS:-30} SFT_WARMUP=${SFT_WARMUP:-3}
   sft="--trainer sft --steps $SFT_STEPS --warmup $SFT_WARMUP"
   for row in ${VERIFY_ROWS:-sft_selective sft_selective_fast}; do speed_row $row; done
-  VDT_TRACE=$OUT/sft_verify.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
-    --checkpointing selective --work-dir /tmp/vdt_verify_trace > "$OUT/verify_trace.log" 2>&1 || rc=1
-  python3 benchmarks/trace_top.py $OUT/sft_verify.json 40 | grep -E "^kernels|^split" | tee -a $sum
-  python3 benchmarks/trace_ops.py $OUT/sft_verify.json elementwise 40 | head -${ELEM_N:-30}
-  python3 benchmarks/trace_ops.py $OUT/sft_verify.json kernels chunk_kernel | head -12
-  rm -f $OUT/sft_verify.json
+  if [ "${TRACE_BF16:-1}" = 1 ]; then  # TRACE_BF16=0 skips the bf16 step's trace (an FP8-only change)
+    VDT_TRACE=$OUT/sft_verify.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
+      --checkpointing selective --work-dir /tmp/vdt_verify_trace > "$OUT/verify_trace.log" 2>&1 || rc=1
+    python3 benchmarks/trace_top.py $OUT/sft_verify.json 40 | grep -E "^kernels|^split" | tee -a $sum
+    python3 benchmarks/trace_ops.py $OUT/sft_verify.json elementwise 40 | head -${ELEM_N:-30}
+    python3 benchmarks/trace_ops.py $OUT/sft_verify.json kernels chunk_kernel | head -12
+    rm -f $OUT/sft_verify.json
+  fi
   if [ "${TRACE_FP8:-0}" = 1 ]; then  # the `--fp8 fast` step traced too: its split and its heaviest kernels by name
     VDT_TRACE=$OUT/sft_fp8.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
       --checkpointing selective --fp8 fast --work-dir /tmp/vdt_verify_fp8 > "$OUT/verify_fp8.log" 2>&1 || rc=1

@@ -3,7 +3,13 @@ of the same run (same seed, data order and timesteps), a reference (bf16) and a 
 running-mean loss (trailing window, paired step by step) and prints one line per check, then PASS when the running
 means stay within the tolerance everywhere past the first window.
 
+With --floor REF2 (a second reference run, the same configuration and seed): the largest difference between the two
+references too, which is the run-to-run spread of the reference itself (a CUDA backward is not bitwise deterministic,
+and the trajectories part within a few dozen steps); the candidate's largest difference is then printed against it.
+The verdict stays the tolerance's.
+
 Usage: python3 benchmarks/loss_gate.py REF.csv|REF.jsonl CAND.csv|CAND.jsonl [--window 100] [--tol 0.02] [--points 10]
+       [--floor REF2.csv|REF2.jsonl]
 """
 import argparse
 import csv
@@ -37,6 +43,14 @@ def running_mean(values, window):
     return out
 
 
+def largest_difference(ref, cand, steps, window):
+    """(running means of ref, of cand, relative differences past the first window, index of the largest)"""
+    r = running_mean([float(ref[s]["loss"]) for s in steps], window)
+    c = running_mean([float(cand[s]["loss"]) for s in steps], window)
+    rel = [abs(y - x) / abs(x) for x, y in zip(r[window:], c[window:])]
+    return r, c, rel, max(range(len(rel)), key=rel.__getitem__)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ref")
@@ -44,16 +58,14 @@ def main():
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--tol", type=float, default=0.02)
     ap.add_argument("--points", type=int, default=10, help="running-mean values printed along the run")
+    ap.add_argument("--floor", help="a second reference run: the reference's own run-to-run spread")
     a = ap.parse_args()
     ref, cand = read(a.ref), read(a.cand)
     steps = sorted(set(ref) & set(cand))
     if len(steps) <= a.window:
         print(f"gate: only {len(steps)} common steps (need more than the window {a.window}): no verdict")
         return 1
-    r = running_mean([float(ref[s]["loss"]) for s in steps], a.window)
-    c = running_mean([float(cand[s]["loss"]) for s in steps], a.window)
-    rel = [abs(y - x) / abs(x) for x, y in zip(r[a.window:], c[a.window:])]
-    worst = max(range(len(rel)), key=rel.__getitem__)
+    r, c, rel, worst = largest_difference(ref, cand, steps, a.window)
     t_ref = statistics.median(float(ref[s]["step_time"]) for s in steps[10:])
     t_cand = statistics.median(float(cand[s]["step_time"]) for s in steps[10:])
     print(f"gate: {len(steps)} common steps (ref {len(ref)}, cand {len(cand)}); running mean over {a.window} steps")
@@ -62,6 +74,15 @@ def main():
         print(f"  step {steps[i]:5d}: ref {r[i]:.5f}  cand {c[i]:.5f}  ({(c[i] - r[i]) / r[i] * 100:+.2f} %)")
     print(f"gate: largest running-mean difference {rel[worst] * 100:.2f} % at step {steps[worst + a.window]}; "
           f"median step time ref {t_ref:.3f} s, cand {t_cand:.3f} s")
+    if a.floor:
+        ref2 = read(a.floor)
+        both = sorted(set(steps) & set(ref2))
+        if len(both) > a.window:
+            _, _, frel, fworst = largest_difference(ref, ref2, both, a.window)
+            print(f"floor: the two references differ by up to {frel[fworst] * 100:.2f} % (step {both[fworst + a.window]});"
+                  f" the candidate {'within' if rel[worst] <= frel[fworst] else 'beyond'} that spread")
+        else:
+            print(f"floor: only {len(both)} steps common with {a.floor}: no floor")
     ok = rel[worst] <= a.tol
     print(f"gate: {'PASS' if ok else 'FAIL'} (tolerance {a.tol * 100:.1f} %)")
     return 0 if ok else 1
