@@ -365,6 +365,14 @@ TEST(Fp8LinearCuda, KernelQuantizationPropagatesNanAndInfAsAten) {
       const auto kr_nan = krb.bitwise_and(0x7F) == 0x7F, ar_nan = arb.bitwise_and(0x7F) == 0x7F;
       EXPECT_TRUE(torch::equal(kr_nan, ar_nan)) << what << " rows";
       EXPECT_TRUE(torch::equal(krb.masked_fill(kr_nan, 0), arb.masked_fill(ar_nan, 0))) << what << " rows";
+      // the fused passes' column maxima: NaN where a column holds one (by class), +inf where an infinity, else ATen's;
+      // of t (a warp per row for bfloat16) and of t^T (R columns; 300: a block per row, one element at a time)
+      for (const auto& m : {t, tt}) {
+        torch::Tensor amax;
+        quantize_rows(m, QuantPath::automatic, &amax);
+        EXPECT_TRUE(torch::allclose(amax, m.to(torch::kFloat32).abs().amax(0), 0, 0, /*equal_nan=*/true))
+            << what << " column maxima of " << describe(m);
+      }
       // what the data asks for: NaNs in the five columns with a NaN or an infinity, NaN throughout those with a NaN
       const auto nan_cols = torch::tensor({2, 7, 9, 11, 13});
       EXPECT_TRUE(torch::equal(k_nan.any(1).cpu(), torch::zeros({24}, torch::kBool).index_fill_(0, nan_cols, true)));
