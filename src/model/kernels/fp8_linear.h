@@ -3,7 +3,7 @@
 // autograd Function whose backward runs in FP8 too: dgrad dY W with dY per token and W per input column, wgrad
 // dY^T X with both per output/input column over the tokens (all E4M3: the row-wise _scaled_mm path is only sure to
 // take e4m3 x e4m3). Operands quantized along columns come transposed from one fused cast+transpose kernel
-// (fp8_linear_cuda.cu). Two backends share every formula: cuda (the kernels and _scaled_mm; a GPU of compute
+// (fp8_linear_cols_cuda.cu). Two backends share every formula: cuda (the kernels and _scaled_mm; a GPU of compute
 // capability 8.9+) and emulate (ATen quantization, then the dequantized product in fp32 ops, rounded to bfloat16: the
 // reference, on any device). The bias is added in the forward GEMM's epilogue (to the fp32 product, before the bfloat16
 // rounding; _scaled_mm's bias argument). Not here: which linears take FP8 (train/loop/fp8_blocks.h).

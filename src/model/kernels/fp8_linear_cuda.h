@@ -1,4 +1,5 @@
-// Host launchers of the FP8 quantization kernels (fp8_linear_cuda.cu), called by fp8_linear.cpp only when
+// Host launchers of the FP8 quantization kernels (fp8_linear_cuda.cu: row-wise, fp8_linear_cols_cuda.cu: column-wise;
+// their shared helpers in fp8_quantize_common.cuh), called by fp8_linear.cpp only when
 // VDT_WITH_CUDA_KERNELS is defined; the E4M3 constants both sides share. No CUDA header here, so the C++ side compiles
 // without nvcc. Inputs are contiguous float32 or bfloat16 on one CUDA device (fp8_linear.cpp checks before it calls).
 #pragma once
