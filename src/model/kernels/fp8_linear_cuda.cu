@@ -11,7 +11,11 @@
 
 #include <cuda_bf16.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace vdt::kernels::cuda {
 namespace {
@@ -209,13 +213,30 @@ int row_threads(int64_t C, int64_t n) {
 }
 
 // Blocks for a kernel that loops over `units` (rows, or warps' rows): every unit its own block up to what is resident
-// at once (the column maxima's atomics then come once per resident block, not per row).
-template <typename Kernel>
-unsigned resident_grid(Kernel* kernel, int threads, size_t smem, int64_t units) {
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+// at once (the column maxima's atomics then come once per resident block, not per row). The occupancy is asked once per
+// kernel, device, block size and shared-memory size (these launches come per linear per step), and a kernel is opted
+// in to more than 48 KiB of dynamic shared memory once per size it has not been allowed yet.
+unsigned resident_grid(const void* kernel, int threads, size_t smem, int64_t units) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> per_sm;  // (kernel, device, threads, smem)
+  static std::map<std::pair<const void*, int>, size_t> allowed;            // (kernel, device) -> opted-in bytes
+  const int device = c10::cuda::current_device();
+  int blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, fresh] = per_sm.try_emplace({kernel, device, threads, smem}, 0);
+    if (fresh) {
+      auto& bytes = allowed[{kernel, device}];
+      if (smem > 48 * 1024 && smem > bytes) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        bytes = smem;
+      }
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, smem));
+    }
+    blocks = std::max(it->second, 1);
+  }
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, int64_t{std::max(per_sm, 1)} * sms)));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, int64_t{blocks} * sms)));
 }
 
 // The warp-per-row kernel with the fewest loads a lane (4, 8, 12 or 16) that covers a row of C columns in loads of N;
@@ -226,7 +247,8 @@ void launch_rows_warp_v(cudaStream_t stream, const T* t, fp8* q, float* scale, i
   const int threads = 32 * kWarpRows;
   const size_t smem = kColMax ? C * sizeof(int) : 0;
   const int64_t blocks = (R + kWarpRows - 1) / kWarpRows;
-  const unsigned grid = kColMax ? resident_grid(kernel, threads, smem, blocks) : static_cast<unsigned>(blocks);
+  const unsigned grid = kColMax ? resident_grid(reinterpret_cast<const void*>(kernel), threads, smem, blocks)
+                                : static_cast<unsigned>(blocks);
   kernel<<<grid, threads, smem, stream>>>(t, q, scale, amax_bits, R, C);
   check_launch();
 }
@@ -241,15 +263,14 @@ void launch_rows_warp(cudaStream_t stream, const T* t, fp8* q, float* scale, int
 }
 
 // The block-per-row kernel; kColMax: looping over the rows with as many blocks as are resident, each thread's column
-// maxima in shared memory (a rounds x N x threads slot array, opted in past 48 KiB).
+// maxima in shared memory (a rounds x N x threads slot array; smem 0 without).
 template <typename T, int N, bool kVec, bool kColMax>
 void launch_rows_block(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C,
                        size_t smem) {
   auto* kernel = quantize_rows_kernel<T, N, kVec, kColMax>;
   const int threads = row_threads(C, N);
-  if (smem > 48 * 1024)
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const unsigned grid = kColMax ? resident_grid(kernel, threads, smem, R) : static_cast<unsigned>(R);
+  const unsigned grid =
+      kColMax ? resident_grid(reinterpret_cast<const void*>(kernel), threads, smem, R) : static_cast<unsigned>(R);
   kernel<<<grid, threads, smem, stream>>>(t, q, scale, amax_bits, R, C);
   check_launch();
 }
