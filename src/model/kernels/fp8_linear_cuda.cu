@@ -125,11 +125,13 @@ __global__ void __launch_bounds__(32 * kWarpRows)
     quantize_rows_warp_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
                               int* __restrict__ amax_bits, int64_t R, int64_t C) {
   static_assert(!kColMax || (std::is_same_v<T, bf16> && N == 8), "column maxima: bfloat16 rows in 16-byte loads");
-  extern __shared__ int col_amax_slots[];  // kColMax: [C], the block's column maxima (float bits)
+  // kColMax: the block's column maxima (float bits) as [load i][element j][lane] (V x N x 32 slots): a warp's atomics
+  // on one (i, j) hit 32 consecutive words, no bank conflict (by column they would be N words apart: N-way)
+  extern __shared__ int col_amax_slots[];
   const int lane = threadIdx.x % 32;
   __nv_bfloat162 cmax[kColMax ? V : 1][N / 2];
   if constexpr (kColMax) {
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) col_amax_slots[c] = 0;
+    for (int i = threadIdx.x; i < V * N * 32; i += blockDim.x) col_amax_slots[i] = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i)
 #pragma unroll
@@ -192,13 +194,16 @@ __global__ void __launch_bounds__(32 * kWarpRows)
 #pragma unroll
       for (int k = 0; k < N / 2; ++k) {
         const float2 m = __bfloat1622float2(cmax[i][k]);
-        atomicMax(col_amax_slots + c + 2 * k, __float_as_int(m.x));
-        atomicMax(col_amax_slots + c + 2 * k + 1, __float_as_int(m.y));
+        atomicMax(col_amax_slots + (i * N + 2 * k) * 32 + lane, __float_as_int(m.x));
+        atomicMax(col_amax_slots + (i * N + 2 * k + 1) * 32 + lane, __float_as_int(m.y));
       }
     }
     __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-      if (col_amax_slots[c] != 0) atomicMax(amax_bits + c, col_amax_slots[c]);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c = (i * 32 + lane) * N + j
+      const int64_t i = c / (32 * N), l = c / N % 32, j = c % N;
+      const int m = col_amax_slots[(i * N + j) * 32 + l];
+      if (m != 0) atomicMax(amax_bits + c, m);
+    }
   }
 }
 
@@ -245,7 +250,7 @@ template <typename T, int N, bool kColMax, int V>
 void launch_rows_warp_v(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C) {
   auto* kernel = quantize_rows_warp_kernel<T, N, V, kColMax>;
   const int threads = 32 * kWarpRows;
-  const size_t smem = kColMax ? C * sizeof(int) : 0;
+  const size_t smem = kColMax ? V * N * 32 * sizeof(int) : 0;
   const int64_t blocks = (R + kWarpRows - 1) / kWarpRows;
   const unsigned grid = kColMax ? resident_grid(reinterpret_cast<const void*>(kernel), threads, smem, blocks)
                                 : static_cast<unsigned>(blocks);
