@@ -38,6 +38,9 @@
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/vdt_out}; mkdir -p "$OUT"
+# Work dirs an earlier call left on a warm machine go first: a traced `vdt bench step` on a stale --work-dir
+# segfaulted twice before its first line of setup (sixteenth session; not reproduced on the CPU), on a fresh one it ran.
+for d in /tmp/vdt_*; do [ "$d" != "$OUT" ] && rm -rf "$d"; done
 export TORCH_CUDA_ARCH_LIST=9.0a NCCL_NVLS_ENABLE=0
 torch_dir=$(python3 -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
 { nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))'; } > "$OUT/machine.txt" 2>&1
