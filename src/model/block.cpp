@@ -48,9 +48,9 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));
   torch::nn::Linear ffn2(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(2)));
   auto [x_res, h2] = kernels::modulated_norm_branch(x, mod[3], mod[4], eps_);
-  auto h = lora_or_linear(ffn0, h2);  // [B, L, ffn_dim]
-  h = ffn[1]->as<torch::nn::GELU>()->forward(h);
-  x = gated_add(x_res, lora_or_linear(ffn2, h), mod[5]);
+  //    (ffn.1's GELU-tanh handed to ffn.2's GEMM as its input's activation: an FP8 GEMM applies it on the way)
+  const auto h = lora_or_linear(ffn0, h2);  // [B, L, ffn_dim]
+  x = gated_add(x_res, lora_or_linear(ffn2, h, InputAct::gelu_tanh), mod[5]);
   return x;
 }
 

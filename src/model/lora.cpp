@@ -130,12 +130,13 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
   return out;
 }
 
-torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x) {
+torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x_in, InputAct act) {
   // GEMMs through kept_linear (model/kept_ops.h): selective checkpointing keeps the base output and A's [.., r]
   // output; B's GEMM (r x out, ~1 % of the base's) is recomputed with the elementwise work. Only the base GEMM may
   // run in FP8 (`--fp8`): the factors stay in the compute dtype.
+  if (linear->children().empty()) return kept_linear(x_in, linear->weight, linear->bias, GemmRole::base, act);
+  const auto x = input_act(x_in, act);  // A reads act(x) too
   auto y = kept_linear(x, linear->weight, linear->bias);
-  if (linear->children().empty()) return y;  // no LoRA attached: the plain Linear
   const auto kids = linear->named_children();
   auto a = kids["lora_A"]->as<torch::nn::Linear>();
   auto b = kids["lora_B"]->as<torch::nn::Linear>();

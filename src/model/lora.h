@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "model/kept_ops.h"
 
 namespace vdt {
 
@@ -62,7 +63,9 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
                                                               double scale);
 
 // The Linear's output, plus scale * B(A(x)) when a LoRA is attached to it (the model's attention and FFN call this).
-torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x);
+// act: the Linear's input is act(x) (model/kept_ops.h), handed to the GEMM as x and act when no LoRA is attached (an
+// FP8 base applies it on the way), computed first when one is (A reads it too).
+torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x, InputAct act = InputAct::none);
 // lora_or_linear of several Linears on one input x (self-attention's q, k, v), in order. When `fuse_lora_a` and every
 // one carries a LoRA, their A factors run as one GEMM of x against [A_1; A_2; ...] whose [..., sum r] result is split
 // (one launch and one read of x instead of three); otherwise, and as the reference, one lora_or_linear each.

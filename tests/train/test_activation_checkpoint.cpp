@@ -227,6 +227,8 @@ TEST(ActivationCheckpoint, SftTrainerHonoursSelectiveBlocks) {
 TEST(ActivationCheckpoint, KeptOpsWithoutAPolicyAreThePlainOps) {
   auto x = torch::randn({2, 3, 8}), w = torch::randn({5, 8}), b = torch::randn({5});
   EXPECT_TRUE(torch::equal(kept_linear(x, w, b), torch::linear(x, w, b)));
+  EXPECT_TRUE(torch::equal(kept_linear(x, w, b, GemmRole::base, InputAct::gelu_tanh),
+                           torch::linear(torch::gelu(x, "tanh"), w, b)));
   int calls = 0;
   auto y = kept_attention({x}, [&](const std::vector<torch::Tensor>& t) {
     ++calls;

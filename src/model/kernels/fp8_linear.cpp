@@ -55,9 +55,9 @@ std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
   return s;
 }
 
-// x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype
+// x [..., in], w [out, in], b [out] or undefined -> act(x) w^T + b [..., out] in x's dtype
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum,
-                      Fp8OperandMemo* memo) {
+                      Fp8OperandMemo* memo, InputAct act) {
   VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
             w.sizes(), " do not chain (expected x [..., in], w [out, in])");
   const int64_t K = w.size(1), N = w.size(0);
@@ -67,7 +67,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
     return b.defined() ? y + b : y;
   }
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
-  const auto xq = memo ? memo->rows(x2, qp) : quantize_rows(x2, qp);
+  const auto xq = memo ? memo->rows(x2, qp, act) : quantize_rows(x2, qp, nullptr, act);
   const auto wq = memo ? memo->weight_rows(w, qp) : quantize_rows(w, qp);
   const auto y = fp8_gemm_nt(xq, wq, backend, fast_accum, b);  // [M, N] bf16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
@@ -77,16 +77,19 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
 // undefined tensor).
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_forward, bool fast_dgrad,
-                        Fp8OperandMemo* memo) {
+                        Fp8OperandMemo* memo, int64_t act) {
     const auto &x = xwb[0], &w = xwb[1];
     const auto b = xwb.size() == 3 ? xwb[2] : Tensor();
     ctx->saved_data["backend"] = backend;
     ctx->saved_data["has_bias"] = b.defined();
     ctx->saved_data["fast_dgrad"] = fast_dgrad;
     ctx->saved_data["memo"] = reinterpret_cast<int64_t>(memo);  // lives as long as the Fp8Linear that owns it
-    // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight).
-    ctx->save_for_backward({w.requires_grad() ? x : Tensor(), x.requires_grad() ? w : Tensor()});
-    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_forward, memo);
+    ctx->saved_data["act"] = act;
+    // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight) and, through an
+    // activation, for dgrad too.
+    const bool keep_x = w.requires_grad() || (x.requires_grad() && static_cast<InputAct>(act) != InputAct::none);
+    ctx->save_for_backward({keep_x ? x : Tensor(), x.requires_grad() ? w : Tensor()});
+    return linear_forward(x, w, b, static_cast<Fp8Backend>(backend), fast_forward, memo, static_cast<InputAct>(act));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -96,13 +99,15 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const auto r = fp8_linear_grads(grads[0], saved[0], saved[1], want_x, want_w, want_b,
                                     static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
                                     {false, ctx->saved_data["fast_dgrad"].toBool()},
-                                    reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()));
+                                    reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()),
+                                    static_cast<InputAct>(ctx->saved_data["act"].toInt()));
     variable_list out = {r.dx, r.dw};
     if (has_bias) out.push_back(r.db);  // [out]
     out.push_back(Tensor());  // backend
     out.push_back(Tensor());  // fast_forward
     out.push_back(Tensor());  // fast_dgrad
     out.push_back(Tensor());  // memo
+    out.push_back(Tensor());  // act
     return out;
   }
 };
@@ -120,25 +125,26 @@ LinearGrads empty_grads(const Tensor& g, const Tensor& w, bool want_x, bool want
 
 std::string fp8_quant_backend(const Tensor& t) { return use_kernel(t, QuantPath::automatic) ? "cuda" : "aten"; }
 
-Fp8Rows quantize_rows(const Tensor& t, QuantPath path, Tensor* col_amax) {
+Fp8Rows quantize_rows(const Tensor& t, QuantPath path, Tensor* col_amax, InputAct act) {
   VDT_CHECK(t.dim() == 2 && t.is_floating_point(), "quantize_rows: expected a 2-D floating-point tensor, got ",
             t.sizes(), " ", t.scalar_type());
 #ifdef VDT_WITH_CUDA_KERNELS
   if (use_kernel(t, path)) {
     Tensor amax;  // zeros: the kernels max into it
     if (col_amax) amax = torch::zeros({t.size(1)}, t.options().dtype(torch::kFloat32));
-    auto [q, scale] = cuda::fp8_quantize_rows(t, amax);
+    auto [q, scale] = cuda::fp8_quantize_rows(t, amax, act == InputAct::gelu_tanh);
     if (col_amax) *col_amax = amax;
     return {q, scale};
   }
 #endif
-  const auto tf = t.to(torch::kFloat32);
+  const auto tf = input_act(t, act).to(torch::kFloat32);
   if (col_amax)
     *col_amax = tf.size(0) == 0 ? torch::zeros({tf.size(1)}, tf.options()) : tf.abs().amax(0);  // [C]
   return aten_quantize_rows(tf);
 }
 
-Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor& col_amax, Tensor* col_sum) {
+Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor& col_amax, Tensor* col_sum,
+                      InputAct act) {
   VDT_CHECK(t.dim() == 2 && t.is_floating_point() && pad >= 1, "quantize_cols: expected a 2-D floating-point tensor "
             "and pad >= 1, got ", t.sizes(), " ", t.scalar_type(), " pad ", pad);
   VDT_CHECK(!col_amax.defined() || (col_amax.dim() == 1 && col_amax.size(0) == t.size(1)),
@@ -146,41 +152,42 @@ Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor
   const int64_t R = t.size(0), Rp = round_up(R, pad);
 #ifdef VDT_WITH_CUDA_KERNELS
   if (use_kernel(t, path)) {
-    auto [q, scale, sum] = cuda::fp8_quantize_cols(t, Rp, col_amax, col_sum != nullptr);
+    auto [q, scale, sum] = cuda::fp8_quantize_cols(t, Rp, col_amax, col_sum != nullptr, act == InputAct::gelu_tanh);
     if (col_sum) *col_sum = sum;
     return {q, scale};
   }
 #endif
-  if (col_sum) *col_sum = t.sum(0);  // [C] in t's dtype, as bias_grad's reference
+  const auto a = input_act(t, act);
+  if (col_sum) *col_sum = a.sum(0);  // [C] in t's dtype, as bias_grad's reference
   // Zero padding before the quantization: zeros leave each column's amax and quantize to 0, as the kernel writes.
-  const auto tt = torch::constant_pad_nd(t.to(torch::kFloat32).t(), {0, Rp - R});  // [R, C] -> [C, Rp]
+  const auto tt = torch::constant_pad_nd(a.to(torch::kFloat32).t(), {0, Rp - R});  // [R, C] -> [C, Rp]
   return aten_quantize_rows(tt, col_amax.defined() ? col_amax.to(torch::kFloat32) : Tensor());
 }
 
-bool Fp8OperandMemo::Entry::matches(const Tensor& t, int64_t want_pad, QuantPath want_path) const {
+bool Fp8OperandMemo::Entry::matches(const Tensor& t, int64_t want_pad, QuantPath want_path, InputAct want_act) const {
   if (!storage || !t.has_storage()) return false;
   const auto held = storage->lock();  // null once the source's storage was freed
   return held && held.get() == t.storage().unsafeGetStorageImpl() && t.storage_offset() == offset &&
          t.sizes() == torch::IntArrayRef(sizes) && t.strides() == torch::IntArrayRef(strides) &&
-         t.scalar_type() == dtype && t._version() == version && want_pad == pad && want_path == path;
+         t.scalar_type() == dtype && t._version() == version && want_pad == pad && want_path == path && want_act == act;
 }
 
-void Fp8OperandMemo::Entry::remember(const Tensor& t, int64_t p, QuantPath qp, Fp8Rows quantized) {
+void Fp8OperandMemo::Entry::remember(const Tensor& t, int64_t p, QuantPath qp, InputAct a, Fp8Rows quantized) {
   storage.reset();
   if (t.has_storage()) storage = t.storage().getWeakStorageImpl();
-  offset = t.storage_offset(), version = t._version(), pad = p, path = qp, dtype = t.scalar_type();
+  offset = t.storage_offset(), version = t._version(), pad = p, path = qp, act = a, dtype = t.scalar_type();
   sizes = t.sizes().vec(), strides = t.strides().vec();
   q = std::move(quantized);
 }
 
-Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path) {
-  if (e.matches(t, pad, path)) {
+Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
+  if (e.matches(t, pad, path, act)) {
     ++hits_;
     return e.q;
   }
   e.q = {};  // the old copy goes before the new one is made
-  auto q = pad == 0 ? quantize_rows(t, path) : quantize_cols(t, pad, path);
-  e.remember(t, pad, path, q);
+  auto q = pad == 0 ? quantize_rows(t, path, nullptr, act) : quantize_cols(t, pad, path, {}, nullptr, act);
+  e.remember(t, pad, path, act, q);
   return q;
 }
 
@@ -193,17 +200,17 @@ void Fp8OperandMemo::Entry::drop_if_freed() {
 
 // Each call also drops the other kind's copy once its source is gone: the last forward's row-wise copy does not
 // wait through the backward for the next forward.
-Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path) {
+Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act) {
   std::lock_guard<std::mutex> lock(mu_);
   cols_.drop_if_freed();
-  return get(rows_, t, 0, path);
+  return get(rows_, t, 0, path, act);
 }
 
-Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path) {
+Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
   VDT_CHECK(pad >= 1, "Fp8OperandMemo::cols: pad must be >= 1, got ", pad);
   std::lock_guard<std::mutex> lock(mu_);
   rows_.drop_if_freed();
-  return get(cols_, t, pad, path);
+  return get(cols_, t, pad, path, act);
 }
 
 int64_t Fp8OperandMemo::hits() const {
@@ -275,16 +282,17 @@ Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool 
 }
 
 Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, Fp8FastAccum accum,
-                  Fp8OperandMemo* memo) {
+                  Fp8OperandMemo* memo, InputAct act) {
   const bool any_grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
-  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, accum.forward, memo);
+  if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, accum.forward, memo, act);
   std::vector<Tensor> xwb = {x, w};
   if (b.defined()) xwb.push_back(b);
-  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad, memo);
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad, memo,
+                            static_cast<int64_t>(act));
 }
 
 LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w, bool want_b,
-                             Fp8Backend backend, Fp8FastAccum accum, Fp8OperandMemo* memo) {
+                             Fp8Backend backend, Fp8FastAccum accum, Fp8OperandMemo* memo, InputAct act) {
   if (!want_x && !want_w) {  // w may be undefined (not kept when neither x nor w trains)
     LinearGrads out;
     if (want_b) out.db = bias_grad(g.reshape({-1, g.size(-1)}));  // [out]
@@ -302,13 +310,18 @@ LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, 
     const auto gq = quantize_rows(g2, qp, want_w ? &g_amax : nullptr);
     const auto wq = memo ? memo->weight_cols(w, qp) : quantize_cols(w, 1, qp);
     out.dx = fp8_gemm_nt(gq, wq, backend, accum.dgrad).to(g.scalar_type()).view(with_last(g.sizes(), K));
+    if (act == InputAct::gelu_tanh) {  // dx above is act(x)'s gradient
+      VDT_CHECK(x.defined() && x.sizes() == out.dx.sizes(), "fp8_linear_grads: dgrad through the input's activation "
+                "needs x ", out.dx.sizes(), ", got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
+      out.dx = torch::gelu_backward(out.dx, x, "tanh");
+    }
   }
   if (want_w) {
     VDT_CHECK(x.defined() && x.size(-1) == K && x.numel() / K == M, "fp8_linear_grads: wgrad needs x [..., ", K,
               "] with ", M, " rows, got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
     const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
     const auto gc = quantize_cols(g2, 16, qp, g_amax, want_b ? &out.db : nullptr);
-    const auto xc = memo ? memo->cols(x2, 16, qp) : quantize_cols(x2, 16, qp);
+    const auto xc = memo ? memo->cols(x2, 16, qp, act) : quantize_cols(x2, 16, qp, {}, nullptr, act);
     out.dw = fp8_gemm_nt(gc, xc, backend).to(w.scalar_type());
   }
   if (want_b && !out.db.defined()) out.db = bias_grad(g2);  // [out]

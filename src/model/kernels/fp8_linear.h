@@ -36,14 +36,18 @@ std::string fp8_quant_backend(const torch::Tensor& t);  // "cuda" or "aten": wha
 
 // t [R, C] (float32, bfloat16 or half) -> q [R, C], scale [R] (amax over each row). col_amax (or nullptr): set to the
 // maxima of |t| over each column, [C] float32 (NaN-propagating), taken in the same pass on the CUDA path (bfloat16) for
-// a later quantize_cols of t.
-Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic, torch::Tensor* col_amax = nullptr);
+// a later quantize_cols of t. act: the rows of act(t) (model/kept_ops.h: act(t) in t's dtype, as input_act makes it),
+// applied on the way on the CUDA path (act(t) is not written); col_amax then holds act(t)'s maxima.
+Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic, torch::Tensor* col_amax = nullptr,
+                      InputAct act = InputAct::none);
 // t [R, C] -> its columns as rows: q [C, Rp], scale [C] (amax over each column), Rp = R rounded up to a multiple of
 // `pad` with zeros past R (a _scaled_mm reduction over tokens needs a multiple of 16). col_amax: t's column maxima when
 // quantize_rows took them (the CUDA path then reads t once), else undefined. col_sum (or nullptr): set to the sums
 // over t's rows, [C] in t's dtype (float32 accumulation; a linear's bias gradient), taken on the way on the CUDA path.
+// act: the columns of act(t), as quantize_rows (col_amax and col_sum then of act(t)).
 Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = QuantPath::automatic,
-                      const torch::Tensor& col_amax = {}, torch::Tensor* col_sum = nullptr);
+                      const torch::Tensor& col_amax = {}, torch::Tensor* col_sum = nullptr,
+                      InputAct act = InputAct::none);
 
 // The last activation quantized each way (row-wise for a forward GEMM, column-wise for a wgrad) with the storage it
 // came from: while the same tensor comes again (same storage, offset, sizes, strides, dtype and version), its
@@ -53,8 +57,10 @@ Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = Quan
 // a weight the optimizer's kernel updates in place keeps its version.
 class Fp8OperandMemo {
  public:
-  Fp8Rows rows(const torch::Tensor& t, QuantPath path);              // quantize_rows(t, path), or the one remembered
-  Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path);  // quantize_cols(t, pad, path), likewise
+  // quantize_rows(t, path, nullptr, act), or the one remembered (for the same t and act)
+  Fp8Rows rows(const torch::Tensor& t, QuantPath path, InputAct act = InputAct::none);
+  // quantize_cols(t, pad, path, {}, nullptr, act), likewise
+  Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act = InputAct::none);
   int64_t hits() const;                                               // quantizations handed back so far
 
   // A weight's row-wise quantization (the forward GEMM's), its column maxima taken on the way and remembered for the
@@ -73,9 +79,10 @@ class Fp8OperandMemo {
     std::vector<int64_t> sizes, strides;
     at::ScalarType dtype = at::kFloat;
     QuantPath path = QuantPath::automatic;
+    InputAct act = InputAct::none;
     Fp8Rows q;
-    bool matches(const torch::Tensor& t, int64_t pad, QuantPath path) const;
-    void remember(const torch::Tensor& t, int64_t pad, QuantPath path, Fp8Rows quantized);
+    bool matches(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act) const;
+    void remember(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act, Fp8Rows quantized);
     void drop_if_freed();  // the copy goes once its source's storage was freed
   };
   struct WeightEntry {
@@ -85,7 +92,7 @@ class Fp8OperandMemo {
     QuantPath path = QuantPath::automatic;
     torch::Tensor col_amax;  // [in] float32
   };
-  Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path);
+  Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act);
   mutable std::mutex mu_;
   Entry rows_, cols_;
   std::map<std::pair<const void*, int64_t>, WeightEntry> weights_;  // by (storage, offset)
@@ -109,18 +116,21 @@ struct Fp8FastAccum {
 torch::Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool fast_accum = false,
                           const torch::Tensor& bias = {});
 
-// x [..., in], w [out, in], b [out] or undefined -> [..., out] in x's dtype; differentiable in x, w (the FP8 backward)
-// and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it.
-// memo (or nullptr): x's quantizations (row-wise here, column-wise in the wgrad) and w's column maxima go through it.
+// x [..., in], w [out, in], b [out] or undefined -> act(x) w^T + b [..., out] in x's dtype; differentiable in x, w (the
+// FP8 backward) and b (the column sum of the output gradient). Frozen w (no grad): no wgrad and x is not kept for it
+// (unless act needs it for dx). memo (or nullptr): x's quantizations (row-wise here, column-wise in the wgrad) and w's
+// column maxima go through it. act: applied as x is quantized (act(x) is never written, forward or backward; the
+// backward keeps x, not act(x)).
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, Fp8Backend backend,
-                         Fp8FastAccum accum = {}, Fp8OperandMemo* memo = nullptr);
+                         Fp8FastAccum accum = {}, Fp8OperandMemo* memo = nullptr, InputAct act = InputAct::none);
 // The gradients fp8_linear's backward computes for the output gradient g [..., out] (in x's dtype): dx [..., in] in
-// g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then), db [out] in g's dtype
-// when want_b. g is read twice when dx and dw (or db) are wanted: its row-wise quantization takes its column maxima, its
-// column-wise one its column sums (db).
+// g's dtype when want_x, dw [out, in] in w's dtype when want_w (x [..., in] is read only then, or for dx when act is
+// not none: dx = act'(x) * (g w), by ATen's activation backward), db [out] in g's dtype when want_b. g is read twice
+// when dx and dw (or db) are wanted: its row-wise quantization takes its column maxima, its column-wise one its column
+// sums (db).
 LinearGrads fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, bool want_x,
                              bool want_w, bool want_b, Fp8Backend backend, Fp8FastAccum accum = {},
-                             Fp8OperandMemo* memo = nullptr);
+                             Fp8OperandMemo* memo = nullptr, InputAct act = InputAct::none);
 
 // The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h);
 // its memo shares one activation's quantizations between the GEMMs that read it, and a weight's column maxima between
@@ -128,12 +138,13 @@ LinearGrads fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x, con
 class Fp8Linear : public LinearImpl {
  public:
   explicit Fp8Linear(Fp8Backend backend, Fp8FastAccum accum = {}) : backend_(backend), accum_(accum) {}
-  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) override {
-    return fp8_linear(x, w, b, backend_, accum_, &memo_);
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                       InputAct act = InputAct::none) override {
+    return fp8_linear(x, w, b, backend_, accum_, &memo_, act);
   }
   LinearGrads grads(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, bool want_x, bool want_w,
-                    bool want_b) override {
-    return fp8_linear_grads(g, x, w, want_x, want_w, want_b, backend_, accum_, &memo_);
+                    bool want_b, InputAct act = InputAct::none) override {
+    return fp8_linear_grads(g, x, w, want_x, want_w, want_b, backend_, accum_, &memo_, act);
   }
   Fp8Backend backend() const { return backend_; }
   Fp8FastAccum accum() const { return accum_; }

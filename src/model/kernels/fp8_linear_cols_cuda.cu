@@ -6,6 +6,8 @@
 //      packed into one word of q's row in registers, an XOR-swizzled shared-memory tile (no bank conflicts on either
 //      side), 16-byte stores along q's rows (4- or 1-byte ones when Rp is not a multiple of 16 or of 4); the tile's
 //      column sums on the way when asked (the bias gradient).
+// The input activation (gelu: the wgrad operand of Wan's ffn.2 is gelu(h)) is applied as values are loaded, in both
+// passes, when loads are 16 bytes and no sums are asked (else gelu(t) is written first by ATen).
 // Without 16-byte alignment or with C not a multiple of N both passes load one element at a time. Bit for bit as ATen's
 // in fp8_linear.cpp's fallback. Not here: the row-wise kernels (fp8_linear_cuda.cu).
 #include "model/kernels/bias_grad_cuda.h"
@@ -34,7 +36,8 @@ constexpr int kColThreads = 256;      // threads per tile block
 // A column whose scale is not finite (a NaN or inf in it) takes quantize() value by value, as the ATen twin.
 // kSum: the tile's column sums on the way (float32; per 4-row sub-block, then the 32 sub-blocks of a column in order)
 // into row blockIdx.y of partial [row tiles, C], for column_sum_finish (the bias gradient without another read of t).
-template <typename T, int N, bool kVec, bool kSum>
+// kGelu: the columns of gelu_tanh(t), each value through activate as it is loaded (amax_bits must be gelu(t)'s).
+template <typename T, int N, bool kVec, bool kSum, bool kGelu>
 __global__ void __launch_bounds__(kColThreads)
     quantize_cols_kernel(const T* __restrict__ t, const int* __restrict__ amax_bits, fp8* __restrict__ q,
                          float* __restrict__ scale, float* __restrict__ partial, int64_t R, int64_t C, int64_t Rp,
@@ -74,6 +77,7 @@ __global__ void __launch_bounds__(kColThreads)
       const int64_t r = r0 + rg * 4 + j;
       if (r < R && c < C) {  // with kVec, C is a multiple of N: all N columns are in
         cuda_common::load<N, kVec>(t + r * C + c, v[i][j]);
+        activate<T, N, kGelu>(v[i][j]);
       } else {
 #pragma unroll
         for (int k = 0; k < N; ++k) v[i][j][k] = 0.f;
@@ -152,10 +156,10 @@ __global__ void __launch_bounds__(kColThreads)
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t Rp, const Tensor& col_amax,
-                                                     bool want_sum) {
+                                                     bool want_sum, bool gelu) {
   check_input(t_in, "fp8_quantize_cols");
   c10::cuda::CUDAGuard guard(t_in.device());
-  const auto t = t_in.contiguous();
+  auto t = t_in.contiguous();
   const int64_t R = t.size(0), C = t.size(1);
   TORCH_CHECK(Rp >= R, "fp8_quantize_cols: padded length ", Rp, " < rows ", R);
   int* given = amax_bits_of(col_amax, t, "fp8_quantize_cols");
@@ -167,6 +171,10 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t
   const bool fp32 = t.scalar_type() == at::kFloat;
   const int64_t n_vec = fp32 ? 4 : 8;
   const bool vec = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && C % n_vec == 0;
+  if (gelu && (!vec || want_sum)) {  // the activation on the way only where the Wan FFN needs it: else written first
+    t = at::gelu(t, "tanh");
+    return fp8_quantize_cols(t, Rp, col_amax, want_sum, false);
+  }
   const int64_t max_grid = (int64_t{1} << 31) - 1;
   const int64_t col_tiles = (C + kColTileCols - 1) / kColTileCols, row_tiles = (Rp + kColTileRows - 1) / kColTileRows;
   TORCH_CHECK(col_tiles <= max_grid && row_tiles <= 65535, "fp8_quantize_cols: [", R, ", ", C, "] padded to ", Rp,
@@ -186,18 +194,19 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t
   auto* sp = scale.data_ptr<float>();
   VDT_DISPATCH_FLOAT_BF16(t, T, "fp8_quantize_cols", [&] {
     constexpr int N = 16 / sizeof(T);
-    auto run = [&](auto kvec, auto ksum) {
-      constexpr bool kVec = decltype(kvec)::value, kSum = decltype(ksum)::value;
+    auto run = [&](auto kvec, auto ksum, auto kgelu) {
+      constexpr bool kVec = decltype(kvec)::value, kSum = decltype(ksum)::value, kGelu = decltype(kgelu)::value;
       constexpr int n = kVec ? N : 1;
-      if (!given) launch_col_amax<T, n, kVec>(t.data_ptr<T>(), bits, R, C, stream);
-      quantize_cols_kernel<T, n, kVec, kSum><<<tile_grid, kColThreads, 0, stream>>>(t.data_ptr<T>(), bits, qp, sp, pp,
-                                                                                    R, C, Rp, store_bytes);
+      if (!given) launch_col_amax<T, n, kVec, kGelu>(t.data_ptr<T>(), bits, R, C, stream);
+      quantize_cols_kernel<T, n, kVec, kSum, kGelu><<<tile_grid, kColThreads, 0, stream>>>(
+          t.data_ptr<T>(), bits, qp, sp, pp, R, C, Rp, store_bytes);
       check_launch();
     };
     using yes = std::true_type;
     using no = std::false_type;
-    if (vec) want_sum ? run(yes{}, yes{}) : run(yes{}, no{});
-    else want_sum ? run(no{}, yes{}) : run(no{}, no{});
+    if (gelu) run(yes{}, no{}, yes{});  // vec and no sums (above)
+    else if (vec) want_sum ? run(yes{}, yes{}, no{}) : run(yes{}, no{}, no{});
+    else want_sum ? run(no{}, yes{}, no{}) : run(no{}, no{}, no{});
   });
   if (want_sum) sum = column_sum_finish(partial, t.scalar_type());
   return {q, scale, sum};

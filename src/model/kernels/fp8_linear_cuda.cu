@@ -1,8 +1,10 @@
 // Row-wise kernels of fp8_linear_cuda.h: the amax + quantize of an operand's rows, and its column maxima on the way.
 // Rows of up to 16 x 32 loads of 16 bytes (4096 bfloat16) one warp each, the row held in registers (amax by warp
 // shuffles, one read); wider or unaligned rows one thread block each (amax by a warp-shuffle + shared-memory block
-// reduction, the row read twice, as many threads as make every thread's share of loads equal: row_threads). Without
-// 16-byte alignment or with C not a multiple of N the block kernel loads one element at a time. Every step gives what
+// reduction, the row read twice, as many threads as make every thread's share of loads equal: row_threads); the rows
+// of gelu_tanh(t) (the input activation applied on the way: Wan's ffn.2) one block each with the row held in registers
+// (quantize_rows_held_kernel). Without 16-byte alignment or with C not a multiple of N the block kernel loads one
+// element at a time. Every step gives what
 // ATen's in fp8_linear.cpp's fallback gives, bit for bit: IEEE division (__fdiv_rn, or the column-wise kernel's fast
 // path, recip_of), NaN-propagating max and clamp, c10's round-to-nearest-even E4M3 conversion (or the hardware's
 // saturating one, which agrees with it on every non-NaN). Not here: the column-wise kernel (fp8_linear_cols_cuda.cu).
@@ -22,6 +24,7 @@ namespace {
 
 constexpr int kRowThreads = 512;      // most threads per block of the row-wise kernel (a multiple of 32)
 constexpr int kWarpRows = 8;          // rows (warps) per block of the warp-per-row kernel
+constexpr int kHeldRounds = 4;        // most loads a thread of the held-row kernel (bfloat16 rows up to 16384)
 
 // Max over the block, returned to every thread; blockDim.x a multiple of 32.
 __device__ float block_max(float v) {
@@ -207,6 +210,55 @@ __global__ void __launch_bounds__(32 * kWarpRows)
   }
 }
 
+// One block per row of t [R, C] (a block takes every gridDim.x-th row) for rows in aligned 16-byte loads (C a multiple
+// of N) of at most kRounds loads a thread: the row's loads held in registers between the amax and the quantize (one
+// read of the row, as the warp-per-row kernel, for rows too wide for a warp). kGelu: the rows of gelu_tanh(t), each
+// value through activate as it is loaded (gelu(t), Wan's ffn.2 input, is never written; evaluated once a value).
+// Values as quantize_rows_kernel.
+template <typename T, int N, int kRounds, bool kGelu>
+__global__ void quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
+                                          int64_t R, int64_t C) {
+  static_assert(N % 2 == 0, "two values per conversion");
+  const int64_t per_round = static_cast<int64_t>(blockDim.x) * N;
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const T* row = t + r * C;
+    float v[kRounds][N];
+    float amax = 0.f;
+#pragma unroll
+    for (int k = 0; k < kRounds; ++k) {
+      const int64_t c = threadIdx.x * N + k * per_round;
+      if (c >= C) continue;
+      cuda_common::load<N, true>(row + c, v[k]);
+      activate<T, N, kGelu>(v[k]);
+#pragma unroll
+      for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[k][j]));
+    }
+    const float s = scale_of(block_max(amax));
+    if (threadIdx.x == 0) scale[r] = s;
+    const bool fast = isfinite(s);  // the same for the whole block
+    const float y = fast ? recip_of(s) : 0.f;
+    fp8* out = q + r * C;
+#pragma unroll
+    for (int k = 0; k < kRounds; ++k) {
+      const int64_t c = threadIdx.x * N + k * per_round;
+      if (c >= C) continue;
+      cuda_common::Pack<fp8, N> pk;
+      if (fast) {
+#pragma unroll
+        for (int j = 0; j < N; j += 2) {
+          const uint32_t two = e4m3x2(v[k][j], v[k][j + 1], s, y);
+          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[k][j], s);
+      }
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+    }
+  }
+}
+
 // Threads per block of the row-wise kernel for rows of C columns in loads of n: every thread the same number of loads
 // (a row of 3072 bfloat16, 384 loads: 384 threads of one load, where 256 threads left half of them with two), at most
 // kRowThreads loads' worth of threads per round (a multiple of 32, at least one warp).
@@ -286,10 +338,10 @@ bool fp8_device_supported(int device_index) {
   return cuda_common::image_fits(device_index, quantize_rows_kernel<float, 1, false, false>);
 }
 
-std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& col_amax) {
+std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& col_amax, bool gelu) {
   check_input(t_in, "fp8_quantize_rows");
   c10::cuda::CUDAGuard guard(t_in.device());
-  const auto t = t_in.contiguous();
+  auto t = t_in.contiguous();
   const int64_t R = t.size(0), C = t.size(1);
   int* bits = amax_bits_of(col_amax, t, "fp8_quantize_rows");
   auto q = at::empty({R, C}, t.options().dtype(at::kFloat8_e4m3fn));
@@ -310,6 +362,17 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& c
   const size_t block_smem = static_cast<size_t>((C + per_round - 1) / per_round * per_round) * sizeof(int);
   const bool warp = vec && (C + 32 * n - 1) / (32 * n) <= 16;  // a warp per row: up to 16 loads a lane
   const bool fuse = bits && bf && (warp || block_smem <= 200 * 1024);
+  if (gelu) {  // the activation on the way: rows of up to kHeldRounds loads a thread, no column maxima (else written)
+    if (!vec || bits || (C / n + threads - 1) / threads > kHeldRounds) {
+      t = at::gelu(t, "tanh");
+      return fp8_quantize_rows(t, col_amax, false);
+    }
+    const auto grid = static_cast<unsigned>(R), block = static_cast<unsigned>(threads);
+    if (bf) quantize_rows_held_kernel<bf16, 8, kHeldRounds, true><<<grid, block, 0, stream>>>(t.data_ptr<bf16>(), qp, sp, R, C);
+    else quantize_rows_held_kernel<float, 4, kHeldRounds, true><<<grid, block, 0, stream>>>(t.data_ptr<float>(), qp, sp, R, C);
+    check_launch();
+    return {q, scale};
+  }
   if (warp) {
     if (!bf) launch_rows_warp<float, 4, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C);
     else if (fuse) launch_rows_warp<bf16, 8, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C);

@@ -24,16 +24,18 @@ bool fp8_device_supported(int device_index);
 
 // Row-wise: t [R, C] -> (q [R, C] float8_e4m3fn, scale [R] float32), q[r, c] = e4m3(clamp(t[r, c] / scale[r], ±448)).
 // col_amax (float32 [C], zero-filled, or undefined): the maxima of |t| over each column are max-ed into it (a NaN
-// propagates), in the same pass for bfloat16 t.
-std::tuple<at::Tensor, at::Tensor> fp8_quantize_rows(const at::Tensor& t, const at::Tensor& col_amax = {});
+// propagates), in the same pass for bfloat16 t. gelu: the rows of gelu_tanh(t) (in t's dtype, as ATen's GELU computes
+// and rounds it), applied as t is loaded (gelu(t) is not written); col_amax then of gelu(t).
+std::tuple<at::Tensor, at::Tensor> fp8_quantize_rows(const at::Tensor& t, const at::Tensor& col_amax = {},
+                                                     bool gelu = false);
 // Column-wise with the transpose fused: t [R, C] -> (q [C, Rp] float8_e4m3fn, scale [C] float32, sum), q[c, r] =
 // e4m3(clamp(t[r, c] / scale[c], ±448)) for r < R and 0 for R <= r < Rp (Rp >= R). col_amax (float32 [C], or
 // undefined): t's column maxima when a row-wise pass took them (fp8_quantize_rows), else this call takes them (one more
 // read of t). want_sum: sum [C] in t's dtype, the column sums (float32 accumulation, deterministic) taken on the way;
-// else undefined.
+// else undefined. gelu: the columns of gelu_tanh(t), as fp8_quantize_rows (col_amax and sum of gelu(t)).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_quantize_cols(const at::Tensor& t, int64_t Rp,
                                                                  const at::Tensor& col_amax = {},
-                                                                 bool want_sum = false);
+                                                                 bool want_sum = false, bool gelu = false);
 
 }  // namespace cuda
 }  // namespace vdt::kernels

@@ -1,6 +1,6 @@
 // Device and host helpers the FP8 quantization kernels share (fp8_linear_cuda.cu: row-wise; fp8_linear_cols_cuda.cu:
-// column-wise): the E4M3 conversion as ATen's (quantize) and its fast path (e4m3x2), the scale, the column-maximum pass
-// and its launch, input checks. Everything is in an unnamed namespace: each kernel file has its own copy. Every step
+// column-wise): the E4M3 conversion as ATen's (quantize) and its fast path (e4m3x2), the scale, the input activation
+// applied on the way (gelu_tanh_as), the column-maximum pass and its launch, input checks. Everything is in an unnamed namespace: each kernel file has its own copy. Every step
 // gives what ATen's in fp8_linear.cpp's fallback gives, bit for bit.
 #pragma once
 #include "core/cuda_common.cuh"
@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace vdt::kernels::cuda {
@@ -66,11 +67,33 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
   return __nv_cvt_float2_to_fp8x2(make_float2(div_by(a, s, y), div_by(b, s, y)), __NV_SATFINITE, __NV_E4M3);
 }
 
+// GELU with the tanh approximation of a value of type T, as ATen's CUDA kernel computes it (float32, its formula and
+// constants term for term) and stores it (rounded to T): a kernel that quantizes gelu(t) as it loads t sees the
+// values an ATen gelu of t would have written.
+template <typename T>
+__device__ __forceinline__ float gelu_tanh_as(float x) {
+  constexpr float kBeta = M_SQRT2 * M_2_SQRTPI * 0.5f;
+  constexpr float kKappa = 0.044715f;
+  const float cube = x * x * x;
+  const float inner = kBeta * (x + kKappa * cube);
+  return static_cast<float>(static_cast<T>(0.5f * x * (1.f + tanhf(inner))));
+}
+
+// v[0..N) through the input activation when kGelu (values of type T)
+template <typename T, int N, bool kGelu>
+__device__ __forceinline__ void activate(float (&v)[N]) {
+  if constexpr (kGelu) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = gelu_tanh_as<T>(v[j]);
+  }
+}
+
 // Column maxima of t [R, C] into amax_bits [C] (zero-initialised). Block (32, kAmaxWarps): thread x takes the N
 // consecutive columns (blockIdx.x * 32 + x) * N (a 16-byte load when kVec: a warp reads 512 contiguous bytes of a row),
 // warp y every kAmaxWarps-th row of [blockIdx.y * rows, + rows); the warps' maxima meet in shared memory, then one
 // atomicMax per column on the float's bits, which order like the floats for values >= 0 (a NaN, sign clear, above +inf).
-template <typename T, int N, bool kVec>
+// kGelu: the maxima of gelu_tanh(t) (activate).
+template <typename T, int N, bool kVec, bool kGelu>
 __global__ void __launch_bounds__(32 * kAmaxWarps)
     col_amax_kernel(const T* __restrict__ t, int* __restrict__ amax_bits, int64_t R, int64_t C, int64_t rows) {
   __shared__ cuda_common::Pack<float, N> part[kAmaxWarps][32];
@@ -87,6 +110,8 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) cuda_common::load<N, kVec>(t + (r + u * kStep) * C + c, v[u]);
 #pragma unroll
+      for (int u = 0; u < kBatch; ++u) activate<T, N, kGelu>(v[u]);
+#pragma unroll
       for (int u = 0; u < kBatch; ++u)
 #pragma unroll
         for (int j = 0; j < N; ++j) m.v[j] = nan_max(m.v[j], fabsf(v[u][j]));
@@ -94,6 +119,7 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
     for (; r < r1; r += kStep) {
       float v[N];
       cuda_common::load<N, kVec>(t + r * C + c, v);
+      activate<T, N, kGelu>(v);
 #pragma unroll
       for (int j = 0; j < N; ++j) m.v[j] = nan_max(m.v[j], fabsf(v[j]));
     }
@@ -111,15 +137,16 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
 
 void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 
-// Column maxima of t [R, C] into amax_bits [C] (zero-initialised): col_amax_kernel's launch.
-template <typename T, int N, bool kVec>
+// Column maxima of t [R, C] (of gelu_tanh(t) when kGelu) into amax_bits [C] (zero-initialised): col_amax_kernel's
+// launch.
+template <typename T, int N, bool kVec, bool kGelu = false>
 void launch_col_amax(const T* t, int* amax_bits, int64_t R, int64_t C, cudaStream_t stream) {
   if (R == 0 || C == 0) return;
   const int64_t rows = std::max(kAmaxRows, (R + 65534) / 65535);  // the row blocks within the grid's y limit
   const int64_t col_blocks = (C + 32 * N - 1) / (32 * N);
   TORCH_CHECK(col_blocks < (int64_t{1} << 31), "fp8 column maxima: ", C, " columns exceed the kernel's grid");
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>((R + rows - 1) / rows));
-  col_amax_kernel<T, N, kVec><<<grid, dim3(32, kAmaxWarps), 0, stream>>>(t, amax_bits, R, C, rows);
+  col_amax_kernel<T, N, kVec, kGelu><<<grid, dim3(32, kAmaxWarps), 0, stream>>>(t, amax_bits, R, C, rows);
   check_launch();
 }
 

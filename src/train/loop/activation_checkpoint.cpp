@@ -53,8 +53,10 @@ struct HeldCall {
 class Recorder : public KeptOps {
  public:
   explicit Recorder(KeptRecord* r) : r_(r) {}
-  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role) override {
-    auto y = role == GemmRole::base ? base_linear(x, w, b) : torch::linear(x, w, b);  // grad mode is off here
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role,
+                       InputAct act) override {
+    auto y = role == GemmRole::base ? base_linear(x, w, b, act)  // grad mode is off here
+                                    : torch::linear(input_act(x, act), w, b);
     r_->linears.push_back(y);
     return y;
   }
@@ -76,13 +78,16 @@ class Recorder : public KeptOps {
 
 // A GEMM whose output was kept: forward hands it back, backward is the linear's (the LinearImpl's when the GEMM ran
 // through one: `--fp8`). The inputs come as a list, x [..., in], w [out, in] and, when there is one, b [out] (a custom
-// Function takes no undefined tensor).
+// Function takes no undefined tensor); x before the GEMM's input activation (act(x) is made in backward, and only
+// for the wgrad: the recompute never writes it).
 class CachedLinear : public torch::autograd::Function<CachedLinear> {
  public:
-  static variable_list forward(AutogradContext* ctx, at::TensorList xwb, const torch::Tensor* kept, LinearImpl* impl) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList xwb, const torch::Tensor* kept, LinearImpl* impl,
+                               int64_t act) {
     ctx->save_for_backward({xwb[0], xwb[1]});
     ctx->saved_data["has_bias"] = xwb.size() == 3;
     ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);  // lives as long as the runner that installed it
+    ctx->saved_data["act"] = act;
     return {kept->detach()};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -93,15 +98,20 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
     const auto g2 = g.reshape({-1, g.size(-1)});        // -> [rows, out]
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool want_b = has_bias && ctx->needs_input_grad(2);
-    variable_list grads(has_bias ? 5 : 4);  // x, w, (b), kept, impl
+    const auto act = static_cast<InputAct>(ctx->saved_data["act"].toInt());
+    variable_list grads(has_bias ? 6 : 5);  // x, w, (b), kept, impl, act
     if (auto* impl = reinterpret_cast<LinearImpl*>(ctx->saved_data["impl"].toInt())) {
-      auto r = impl->grads(g, x, w, ctx->needs_input_grad(0), ctx->needs_input_grad(1), want_b);
+      auto r = impl->grads(g, x, w, ctx->needs_input_grad(0), ctx->needs_input_grad(1), want_b, act);
       grads[0] = r.dx, grads[1] = r.dw;
       if (want_b) grads[2] = r.db;
     } else {
-      if (ctx->needs_input_grad(0)) grads[0] = g.matmul(w);                             // [..., in]
-      if (ctx->needs_input_grad(1)) grads[1] = g2.t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]; none when frozen
-      if (want_b) grads[2] = kernels::bias_grad(g2);                                   // [out]
+      if (ctx->needs_input_grad(0)) {
+        const auto da = g.matmul(w);  // [..., in]: the gradient of act(x)
+        grads[0] = act == InputAct::gelu_tanh ? torch::gelu_backward(da, x, "tanh") : da;
+      }
+      if (ctx->needs_input_grad(1))  // [out, in]; none when frozen
+        grads[1] = g2.t().mm(input_act(x, act).reshape({-1, x.size(-1)}));
+      if (want_b) grads[2] = kernels::bias_grad(g2);  // [out]
     }
     return grads;
   }
@@ -140,7 +150,8 @@ class KeptAttentionFn : public torch::autograd::Function<KeptAttentionFn> {
 class Replayer : public KeptOps {
  public:
   explicit Replayer(KeptRecord* r) : r_(r) {}
-  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role) override {
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role,
+                       InputAct act) override {
     VDT_CHECK(li_ < r_->linears.size(), "selective checkpointing: the block's recompute made more GEMM calls than its "
               "forward (", r_->linears.size(), "); a block must run the same ops both times");
     const auto& kept = r_->linears[li_++];
@@ -149,8 +160,8 @@ class Replayer : public KeptOps {
               "^T, the forward's output was ", kept.sizes());
     std::vector<torch::Tensor> xwb = {x, w};
     if (b.defined()) xwb.push_back(b);
-    auto y = CachedLinear::apply(at::TensorList(xwb), &kept,
-                                 role == GemmRole::base ? current_linear_impl() : nullptr)[0];
+    auto y = CachedLinear::apply(at::TensorList(xwb), &kept, role == GemmRole::base ? current_linear_impl() : nullptr,
+                                 static_cast<int64_t>(act))[0];
     return y;
   }
   torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn&) override {

@@ -156,6 +156,42 @@ TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
   EXPECT_TRUE(torch::allclose(bb.grad(), g.sum(0)));
 }
 
+// A linear of gelu(h) (Wan's ffn.2, its input activation handed to the GEMM): forward and every gradient as the linear
+// of an explicit gelu(h) followed by GELU's backward, through the Function and through the LinearImpl's grads (what a
+// selective replay calls, which never makes gelu(h)); a frozen weight still keeps h for dx; the memo keeps h's and
+// gelu(h)'s quantizations apart.
+TEST(Fp8Linear, InputActivationIsTheLinearOfItsOutput) {
+  torch::manual_seed(11);
+  const int64_t M = 37, K = 64, N = 48;
+  const auto h0 = torch::randn({M, K}) * 2, w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}), g = torch::randn({M, N});
+  auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  const auto y = fp8_linear(h, w, b, Fp8Backend::emulate, {}, nullptr, InputAct::gelu_tanh);
+  y.backward(g);
+  auto a = torch::gelu(h0, "tanh").requires_grad_(), wr = w0.clone().requires_grad_(), br = b0.clone().requires_grad_();
+  const auto yr = fp8_linear(a, wr, br, Fp8Backend::emulate);
+  yr.backward(g);
+  EXPECT_TRUE(torch::equal(y, yr));
+  EXPECT_TRUE(torch::equal(h.grad(), torch::gelu_backward(a.grad(), h0, "tanh")));
+  EXPECT_TRUE(torch::equal(w.grad(), wr.grad()));
+  EXPECT_TRUE(torch::equal(b.grad(), br.grad()));
+  EXPECT_FALSE(torch::equal(h.grad(), a.grad()));  // GELU's backward did take part
+  Fp8Linear impl(Fp8Backend::emulate);
+  const auto r = impl.grads(g, h0, w0, true, true, true, InputAct::gelu_tanh);
+  EXPECT_TRUE(torch::equal(r.dx, h.grad()));
+  EXPECT_TRUE(torch::equal(r.dw, w.grad()));
+  EXPECT_TRUE(torch::equal(r.db, b.grad()));
+  test::expect_error([&] { impl.grads(g, {}, w0, true, false, false, InputAct::gelu_tanh); }, {"activation", "x"});
+  auto hf = h0.clone().requires_grad_();  // frozen weight: dx alone, h kept for GELU's backward
+  fp8_linear(hf, w0, {}, Fp8Backend::emulate, {}, nullptr, InputAct::gelu_tanh).backward(g);
+  EXPECT_TRUE(torch::equal(hf.grad(), h.grad()));
+  Fp8OperandMemo memo;
+  const auto plain = memo.rows(h0, QuantPath::aten), act = memo.rows(h0, QuantPath::aten, InputAct::gelu_tanh);
+  EXPECT_EQ(memo.hits(), 0);
+  EXPECT_FALSE(torch::equal(plain.scale, act.scale));
+  memo.rows(h0, QuantPath::aten, InputAct::gelu_tanh);
+  EXPECT_EQ(memo.hits(), 1);
+}
+
 // The memo hands a quantization back only for the same tensor unchanged: a view of it with the same layout hits; an
 // in-place change, another tensor with equal values, another pad or a freed source is quantized afresh.
 TEST(Fp8Linear, OperandMemoHandsBackOnlyTheSameUnchangedTensor) {
@@ -306,6 +342,50 @@ TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
   }
 }
 
+// The input activation applied on the way (gelu(t) quantized as t is loaded; Wan's ffn.2): bit for bit as ATen's gelu
+// of t then its quantization, row-wise (rows held a block each up to 4 loads a thread: bfloat16 14336 is Wan 5B's
+// FFN; wider, unaligned or asked for column maxima: ATen's gelu first) and column-wise (both passes on the way; with
+// sums: ATen's gelu first). Values spread over GELU's range (tails and the negative dip, where it rounds most).
+TEST(Fp8LinearCuda, KernelGeluOnTheWayEqualsAtenBitForBit) {
+  if (!kernels_on_gpu()) GTEST_SKIP() << "needs a GPU and the CUDA kernels";
+  const torch::Device dev(torch::kCUDA, 0);
+  torch::manual_seed(12);
+  const auto gelu = InputAct::gelu_tanh;
+  for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{37, 48}, {1029, 3072}, {300, 14336}, {5, 13},
+                                                               {130, 68}, {3, 16392}, {9, 8960}, {1, 8}}) {
+      auto t = (torch::randn(shape) * 3).to(dt).to(dev);
+      if (shape[0] > 3) t[3].zero_();
+      const auto what = describe(t) + " gelu";
+      const auto kr = quantize_rows(t, QuantPath::automatic, nullptr, gelu);
+      const auto ar = quantize_rows(t, QuantPath::aten, nullptr, gelu);
+      EXPECT_TRUE(torch::equal(kr.scale, ar.scale)) << what;
+      EXPECT_TRUE(torch::equal(kr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what;
+      torch::Tensor amax;
+      const auto fr = quantize_rows(t, QuantPath::automatic, &amax, gelu);
+      EXPECT_TRUE(torch::equal(fr.q.view(torch::kUInt8), ar.q.view(torch::kUInt8))) << what << " with maxima";
+      EXPECT_TRUE(torch::equal(amax, torch::gelu(t, "tanh").to(torch::kFloat32).abs().amax(0))) << what;
+      for (const int64_t pad : {1, 16}) {
+        const auto kc = quantize_cols(t, pad, QuantPath::automatic, {}, nullptr, gelu);
+        const auto ac = quantize_cols(t, pad, QuantPath::aten, {}, nullptr, gelu);
+        EXPECT_TRUE(torch::equal(kc.scale, ac.scale)) << what << " pad " << pad;
+        EXPECT_TRUE(torch::equal(kc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad;
+        torch::Tensor sum;
+        const auto sc = quantize_cols(t, pad, QuantPath::automatic, amax, &sum, gelu);
+        EXPECT_TRUE(torch::equal(sc.q.view(torch::kUInt8), ac.q.view(torch::kUInt8))) << what << " pad " << pad << " sums";
+        EXPECT_TRUE(torch::allclose(sum.to(torch::kFloat32), torch::gelu(t, "tanh").to(torch::kFloat32).sum(0), 1e-2, 1e-2))
+            << what;
+      }
+    }
+    const auto flat = (torch::randn({37 * 48 + 1}) * 3).to(dt).to(dev);  // misaligned: ATen's gelu first
+    const auto t = flat.slice(0, 1).view({37, 48});
+    EXPECT_TRUE(torch::equal(quantize_rows(t, QuantPath::automatic, nullptr, gelu).q.view(torch::kUInt8),
+                             quantize_rows(t, QuantPath::aten, nullptr, gelu).q.view(torch::kUInt8)));
+    EXPECT_TRUE(torch::equal(quantize_cols(t, 16, QuantPath::automatic, {}, nullptr, gelu).q.view(torch::kUInt8),
+                             quantize_cols(t, 16, QuantPath::aten, {}, nullptr, gelu).q.view(torch::kUInt8)));
+  }
+}
+
 // Rounding edges: every finite E4M3 value and the midpoint between each two neighbours (ties go to even), both signs,
 // ±0, and float32's neighbours of the midpoints. In column 0 the largest magnitude is 448, so the scale is exactly 1
 // and they reach the conversion unchanged; the other columns scale them (by powers of two, by 3, to below the amax
@@ -389,10 +469,10 @@ TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
   const auto opt = torch::TensorOptions().device(dev).dtype(torch::kBFloat16);
   const auto x0 = torch::randn({M, K}, opt), w0 = (torch::randn({N, K}, opt) * 0.05), b0 = torch::randn({N}, opt);
   const auto g = torch::randn({M, N}, opt);
-  auto run = [&](Fp8Backend be, Fp8FastAccum accum) {
+  auto run = [&](Fp8Backend be, Fp8FastAccum accum, InputAct act = InputAct::none) {
     auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
     Fp8Linear impl(be, accum);  // through the memo: the dgrad's weight maxima come from the forward
-    auto y = impl.linear(x, w, b);
+    auto y = impl.linear(x, w, b, act);
     y.backward(g);
     EXPECT_EQ(impl.memo().weight_hits(), 1);
     return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
@@ -410,6 +490,10 @@ TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
   EXPECT_TRUE(torch::equal(fast_fwd[1], cuda[1]));  // dgrad exact unless asked
   EXPECT_TRUE(torch::equal(fast[2], cuda[2]));      // the wgrad is the exact one either way
   EXPECT_TRUE(torch::allclose(cuda[3].to(torch::kFloat32), g.to(torch::kFloat32).sum(0), 1e-2, 1e-2));
+  // a linear of gelu(x): applied in the quantization kernels on the cuda backend, by ATen first in the emulation
+  const auto cuda_act = run(Fp8Backend::cuda, {}, InputAct::gelu_tanh);
+  const auto emu_act = run(Fp8Backend::emulate, {}, InputAct::gelu_tanh);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(rel(cuda_act[i], emu_act[i]), 1e-2) << names[i] << " (gelu)";
   // against the bf16 linear: FP8's error
   auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
   torch::linear(x, w, b0).backward(g);
