@@ -36,8 +36,9 @@ std::string fp8_quant_backend(const torch::Tensor& t);  // "cuda" or "aten": wha
 
 // t [R, C] (float32, bfloat16 or half) -> q [R, C], scale [R] (amax over each row). col_amax (or nullptr): set to the
 // maxima of |t| over each column, [C] float32 (NaN-propagating), taken in the same pass on the CUDA path (bfloat16) for
-// a later quantize_cols of t. act: the rows of act(t) (model/kept_ops.h: act(t) in t's dtype, as input_act makes it),
-// applied on the way on the CUDA path (act(t) is not written); col_amax then holds act(t)'s maxima.
+// a later quantize_cols of t. act: the rows of act(t) (model/kept_ops.h: act(t) in t's dtype, as input_act makes it;
+// on the CUDA path applied on the way, act(t) not written, its GELU within a few float32 ulps of ATen's before the
+// rounding to t's dtype: fp8_quantize_common.cuh); col_amax then holds act(t)'s maxima.
 Fp8Rows quantize_rows(const torch::Tensor& t, QuantPath path = QuantPath::automatic, torch::Tensor* col_amax = nullptr,
                       InputAct act = InputAct::none);
 // t [R, C] -> its columns as rows: q [C, Rp], scale [C] (amax over each column), Rp = R rounded up to a multiple of

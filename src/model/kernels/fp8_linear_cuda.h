@@ -24,8 +24,9 @@ bool fp8_device_supported(int device_index);
 
 // Row-wise: t [R, C] -> (q [R, C] float8_e4m3fn, scale [R] float32), q[r, c] = e4m3(clamp(t[r, c] / scale[r], ±448)).
 // col_amax (float32 [C], zero-filled, or undefined): the maxima of |t| over each column are max-ed into it (a NaN
-// propagates), in the same pass for bfloat16 t. gelu: the rows of gelu_tanh(t) (in t's dtype, as ATen's GELU computes
-// and rounds it), applied as t is loaded (gelu(t) is not written); col_amax then of gelu(t).
+// propagates), in the same pass for bfloat16 t. gelu: the rows of gelu_tanh(t) in t's dtype (fp8_quantize_common.cuh's
+// gelu_tanh_as: ATen's GELU within a few float32 ulps before the rounding), applied as t is loaded (gelu(t) is not
+// written); col_amax then of gelu(t).
 std::tuple<at::Tensor, at::Tensor> fp8_quantize_rows(const at::Tensor& t, const at::Tensor& col_amax = {},
                                                      bool gelu = false);
 // Column-wise with the transpose fused: t [R, C] -> (q [C, Rp] float8_e4m3fn, scale [C] float32, sum), q[c, r] =
