@@ -342,20 +342,26 @@ TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
   }
 }
 
-// Kernel quantization q of GELU(t) (`which`: rows, or cols of pad 1 compared as the rows of t^T) against ATen's gelu then
-// the plain quantization a, and against the exact GELU g (float64): the kernel's GELU is within a few float32 ulps of
-// ATen's before the rounding (fp8_quantize_common.cuh), so the scales agree within a bfloat16 ulp of the maxima and at
-// least 99 % of the bytes are ATen's; every dequantized value is an FP8 rounding of a value within 2^-8 |g| (one
-// rounding to bfloat16) + 2^-20 |t| of g: within max(2^-4 |g|, scale 2^-10) of it, plus that.
+// Kernel quantization q of GELU(t) (`which`: rows, or cols of pad 1 compared as the rows of t^T) against the exact GELU
+// g (float64) and ATen's gelu then the plain quantization a. The kernel's GELU is within a few float32 ulps of the exact
+// one before its rounding to t's dtype (fp8_quantize_common.cuh): each value v it quantizes lies within
+// e = 2^-8 |g| + 2^-20 |x| of g, so its scales are max(max |v|, 1e-12) / 448 within max e / 448 of the exact ones, and every
+// dequantized value is an FP8 rounding of v: within max(2^-4 |v|, scale 2^-10) + e of g. ATen's GELU differs from the
+// exact one in the far negative tail (1 + tanhf(u) cancels to 0 there), where a group of a few values that are all in
+// the tail (a column of 1 or 3 rows) takes another scale; groups of at least 4 values: 99 % of the bytes are ATen's.
 void expect_gelu_quantization(const Fp8Rows& q, const Fp8Rows& a, const torch::Tensor& t_rows, const std::string& what) {
   const auto x = t_rows.to(torch::kFloat64);
   const auto g = 0.5 * x * (1 + torch::tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3))));  // [R, C]
-  const auto ks = q.scale.to(torch::kFloat64), as = a.scale.to(torch::kFloat64);
-  EXPECT_TRUE(((ks - as).abs() <= std::ldexp(1.0, -7) * as).all().item<bool>()) << what << " scales";
-  const auto same = q.q.view(torch::kUInt8).eq(a.q.view(torch::kUInt8)).to(torch::kFloat64).mean().item<double>();
-  EXPECT_GE(same, 0.99) << what << " bytes equal to ATen's";
-  const auto deq = q.q.to(torch::kFloat64) * ks.unsqueeze(1);
   const auto e = std::ldexp(1.0, -8) * g.abs() + std::ldexp(1.0, -20) * x.abs();
+  const auto ks = q.scale.to(torch::kFloat64);
+  const auto exact_scale = g.abs().amax(1).clamp_min(1e-12) / 448;
+  EXPECT_TRUE(((ks - exact_scale).abs() <= e.amax(1) / 448 + std::ldexp(1.0, -22) * exact_scale).all().item<bool>())
+      << what << " scales";
+  if (q.q.size(1) >= 4) {
+    const auto same = q.q.view(torch::kUInt8).eq(a.q.view(torch::kUInt8)).to(torch::kFloat64).mean().item<double>();
+    EXPECT_GE(same, 0.99) << what << " bytes equal to ATen's";
+  }
+  const auto deq = q.q.to(torch::kFloat64) * ks.unsqueeze(1);
   const auto bound = torch::maximum((g.abs() + e) * 0.0625, ks.unsqueeze(1) * (1.0 / 1024)) + e;
   const auto err = (deq - g).abs();
   EXPECT_TRUE((err <= bound * 1.0001 + 1e-30).all().item<bool>()) << what << " worst " << (err / bound).max();
