@@ -3,7 +3,7 @@
 # parity fixture on CUDA in bf16 and fp32, then `vdt bench step` at the TI2V-5B geometry (the peer figures (docs/BENCHMARKS.md)) with and without
 # per-block checkpointing. Needs .deps/ from benchmarks/prepare_gpu_carry.sh (carry it). Logs go to $OUT.
 # Usage: benchmarks/gpu_run.sh [parity|bench|sft|multi|resume|causal|causal-multi|quick|skeleton|h3|profile|speed|table|fp8gate|
-# fp8gate-h3|sfthost|tests|verify|all]
+# fp8gate-h3|sfthost|tests|verify|variants|all]
 # (default all)
 # speed: parity (bf16, fp32), then `vdt bench step` rows for the speed tables (H3 causal, SFT and Wan causal with
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
@@ -364,14 +364,15 @@ if [ "$what" = sfthost ]; then  # bf16 parity of both fixtures, the SFT selectiv
   python3 benchmarks/trace_top.py $OUT/sft_host.json 40 | grep -E "^kernels|^split"
   gzip -f $OUT/sft_host.json
 fi
-if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on a fresh machine with GPU_TESTS=ON):
+verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` below
+  local tag=$1
   # the CUDA tests of the changed suites (GTEST_FILTER), bf16 parity of both fixtures, the SFT rows (VERIFY_ROWS) over
   # SFT_STEPS (default 30) steps, one traced selective step: its split and its elementwise kernels (ELEM_N lines)
   if [ -x $build/tests/vdt_tests ]; then
     timeout ${TESTS_S:-240} $build/tests/vdt_tests \
       --gtest_filter="${GTEST_FILTER:-FusedOps.*:ActivationCheckpoint.*:GatherRows.*:WanQkNormRope.*:BiasGrad.*}" \
-      > "$OUT/gtest.log" 2>&1; echo "gtest rc $? (an exit-time crash after the last test is known)" | tee -a $sum
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|rel_max|tests ran" "$OUT/gtest.log" | head -40 | tee -a $sum
+      > "$OUT/gtest$tag.log" 2>&1; echo "gtest rc $? (an exit-time crash after the last test is known)" | tee -a $sum
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|rel_max|tests ran" "$OUT/gtest$tag.log" | head -40 | tee -a $sum
   else
     echo "no $build/tests/vdt_tests: GPU_TESTS=ON on a fresh machine builds it" | tee -a $sum
   fi
@@ -395,11 +396,37 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
     VDT_TRACE=$OUT/sft_fp8.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
       --checkpointing selective --fp8 fast --work-dir /tmp/vdt_verify_fp8 > "$OUT/verify_fp8.log" 2>&1 || rc=1
     python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 | grep -E "^kernels|^split" | tee -a $sum
-    python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 > "$OUT/sft_fp8_top.txt"; head -${TOPN:-30} "$OUT/sft_fp8_top.txt"
+    python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 > "$OUT/sft_fp8_top$tag.txt"; head -${TOPN:-30} "$OUT/sft_fp8_top$tag.txt"
     python3 benchmarks/trace_ops.py $OUT/sft_fp8.json elementwise 40 | head -${ELEM_N:-30}
     python3 benchmarks/trace_ops.py $OUT/sft_fp8.json kernels quantize 12 | head -40
     rm -f $OUT/sft_fp8.json
   fi
+}
+if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on a fresh machine with GPU_TESTS=ON)
+  verify_tree ""
+fi
+if [ "$what" = variants ]; then  # VARIANTS="name=file ...": patches against this tree (untracked files, e.g. `git diff
+  # main BRANCH > benchmarks/NAME.patch` here; `name=base` for the tree itself), applied one at a time, each rebuilt
+  # incrementally on the same machine and verified as `verify` does (its knobs), then reverted: several branches in one
+  # call and one fresh build
+  command -v patch > /dev/null || echo "no patch(1) on this machine: only the base tree is verified" | tee -a $sum
+  for v in ${VARIANTS:-base}; do
+    name=${v%%=*}; file=${v#*=}
+    [ "$name" != base ] && ! command -v patch > /dev/null && continue
+    echo "== variant $name" | tee -a $sum
+    if [ "$name" != base ]; then
+      if ! patch -p1 --dry-run < "$file" > "$OUT/patch_$name.log" 2>&1; then
+        echo "variant $name: $file does not apply" | tee -a $sum; continue
+      fi
+      patch -p1 < "$file" >> "$OUT/patch_$name.log" 2>&1
+    fi
+    if cmake --build $build -j "$(nproc)" > "$OUT/build_$name.log" 2>&1; then
+      verify_tree "_$name"
+    else
+      grep -m5 -A5 error "$OUT/build_$name.log" | tee -a $sum
+    fi
+    [ "$name" != base ] && patch -p1 -R < "$file" >> "$OUT/patch_$name.log" 2>&1
+  done
 fi
 if [ "$what" = tests ]; then  # the CUDA side of the unit tests (configure with GPU_TESTS=ON on a fresh machine, which
   # builds vdt_tests beside vdt): GTEST_FILTER (default: the kernel, optimizer and update-path suites)
