@@ -4,10 +4,10 @@
 // reduction, the row read twice, as many threads as make every thread's share of loads equal: row_threads); the rows
 // of gelu_tanh(t) (the input activation applied on the way: Wan's ffn.2) one block each with the row held in registers
 // (quantize_rows_held_kernel). Without 16-byte alignment or with C not a multiple of N the block kernel loads one
-// element at a time. Every step gives what
-// ATen's in fp8_linear.cpp's fallback gives, bit for bit: IEEE division (__fdiv_rn, or the column-wise kernel's fast
-// path, recip_of), NaN-propagating max and clamp, c10's round-to-nearest-even E4M3 conversion (or the hardware's
-// saturating one, which agrees with it on every non-NaN). Not here: the column-wise kernel (fp8_linear_cols_cuda.cu).
+// element at a time. Every step gives what ATen's in fp8_linear.cpp's fallback gives, bit for bit: IEEE division
+// (__fdiv_rn, or the column-wise kernel's fast path, recip_of), NaN-propagating max and clamp, c10's round-to-nearest-
+// even E4M3 conversion (or the hardware's saturating one, which agrees with it on every non-NaN); the GELU applied on
+// the way is the one exception (within a few float32 ulps of ATen's: fp8_quantize_common.cuh's gelu_tanh_as). Not here: the column-wise kernel (fp8_linear_cols_cuda.cu).
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_quantize_common.cuh"
 
@@ -39,6 +39,25 @@ __device__ float block_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// v[0..N) by its row's scale s as E4M3 bytes: two a conversion (e4m3x2, y = recip_of(s)) when fast (a finite scale, N
+// even), else quantize() value by value (a row with a NaN or inf)
+template <int N>
+__device__ __forceinline__ cuda_common::Pack<fp8, N> quantize_pack(const float (&v)[N], float s, float y, bool fast) {
+  cuda_common::Pack<fp8, N> pk;
+  if (fast) {
+#pragma unroll
+    for (int j = 0; j + 1 < N; j += 2) {
+      const uint32_t two = e4m3x2(v[j], v[j + 1], s, y);
+      pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+      pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
+  }
+  return pk;
 }
 
 // One block per row r of t [R, C] (a block takes every gridDim.x-th row); each thread takes N consecutive columns at a
@@ -84,18 +103,7 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
     for (int64_t c = threadIdx.x * N; c < C; c += per_round) {
       float v[N];
       cuda_common::load<N, kVec>(row + c, v);
-      cuda_common::Pack<fp8, N> pk;
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j + 1 < N; j += 2) {
-          const uint32_t two = e4m3x2(v[j], v[j + 1], s, y);
-          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[j], s);
-      }
+      const auto pk = quantize_pack(v, s, y, fast);
       if constexpr (kVec) {
         *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
       } else {
@@ -172,6 +180,8 @@ __global__ void __launch_bounds__(32 * kWarpRows)
     for (int i = 0; i < V; ++i) {
       const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
       if (c >= C) continue;
+      // converted pair by pair from the held bfloat16 (not through quantize_pack's float array: ptxas then took more
+      // registers and, at 12 loads a lane, spilled)
       cuda_common::Pack<fp8, N> pk;
       if (fast) {
 #pragma unroll
@@ -242,19 +252,7 @@ __global__ void quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restri
     for (int k = 0; k < kRounds; ++k) {
       const int64_t c = threadIdx.x * N + k * per_round;
       if (c >= C) continue;
-      cuda_common::Pack<fp8, N> pk;
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < N; j += 2) {
-          const uint32_t two = e4m3x2(v[k][j], v[k][j + 1], s, y);
-          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < N; ++j) pk.v[j] = quantize(v[k][j], s);
-      }
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = quantize_pack(v[k], s, y, fast);
     }
   }
 }

@@ -1,7 +1,8 @@
 // Device and host helpers the FP8 quantization kernels share (fp8_linear_cuda.cu: row-wise; fp8_linear_cols_cuda.cu:
 // column-wise): the E4M3 conversion as ATen's (quantize) and its fast path (e4m3x2), the scale, the input activation
-// applied on the way (gelu_tanh_as), the column-maximum pass and its launch, input checks. Everything is in an unnamed namespace: each kernel file has its own copy. Every step
-// gives what ATen's in fp8_linear.cpp's fallback gives, bit for bit.
+// applied on the way (gelu_tanh_as), the column-maximum pass and its launch, input checks. Everything is in an unnamed
+// namespace: each kernel file has its own copy. Every step gives what ATen's in fp8_linear.cpp's fallback gives, bit
+// for bit, except gelu_tanh_as (within a few float32 ulps of ATen's GELU before its rounding).
 #pragma once
 #include "core/cuda_common.cuh"
 #include "model/kernels/fp8_linear_cuda.h"
