@@ -220,28 +220,46 @@ __global__ void __launch_bounds__(32 * kWarpRows)
   }
 }
 
-// One block per row of t [R, C] (a block takes every gridDim.x-th row) for rows in aligned 16-byte loads (C a multiple
-// of N) of at most kRounds loads a thread: the row's loads held in registers between the amax and the quantize (one
-// read of the row, as the warp-per-row kernel, for rows too wide for a warp). kGelu: the rows of gelu_tanh(t), each
-// value through activate as it is loaded (gelu(t), Wan's ffn.2 input, is never written; evaluated once a value).
-// Values as quantize_rows_kernel.
+// A block per row of t [R, C] at a time, looping over the rows with as many blocks as are resident (a block takes every
+// gridDim.x-th row), for rows in aligned 16-byte loads (C a multiple of N) of at most kRounds loads a thread: the row's
+// loads held in registers between the amax and the quantize (one read of the row, as the warp-per-row kernel, for
+// rows too wide for a warp), and the next row's loads issued before this row's arithmetic, its block reduction and its
+// stores (one row per block in sequence left the loads' latency exposed: 0.22 ms for Wan 5B's [8190, 14336] GELU pass,
+// ~1.6 TB/s; sixteenth session). kGelu: the rows of gelu_tanh(t), each value through activate as it is unpacked (gelu(t),
+// Wan's ffn.2 input, is never written; evaluated once a value). At most 64 registers a thread, so that two blocks of
+// up to kRowThreads fit an SM (unbounded, ptxas took 80 for bfloat16: one block an SM). Values as quantize_rows_kernel.
 template <typename T, int N, int kRounds, bool kGelu>
-__global__ void quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
-                                          int64_t R, int64_t C) {
+__global__ void __launch_bounds__(kRowThreads, 2)
+    quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale, int64_t R,
+                              int64_t C) {
   static_assert(N % 2 == 0, "two values per conversion");
   const int64_t per_round = static_cast<int64_t>(blockDim.x) * N;
-  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
-    const T* row = t + r * C;
-    float v[kRounds][N];
-    float amax = 0.f;
+  // this row's values (activated in place: gelu_tanh_as rounds to T, so T holds them exactly) and the next row's loads
+  cuda_common::Pack<T, N> cur[kRounds], next[kRounds];
+  auto fetch = [&](cuda_common::Pack<T, N>(&into)[kRounds], int64_t r) {
 #pragma unroll
     for (int k = 0; k < kRounds; ++k) {
       const int64_t c = threadIdx.x * N + k * per_round;
-      if (c >= C) continue;
-      cuda_common::load<N, true>(row + c, v[k]);
-      activate<T, N, kGelu>(v[k]);
+      if (c < C) into[k] = *reinterpret_cast<const cuda_common::Pack<T, N>*>(t + r * C + c);
+    }
+  };
+  if (blockIdx.x < R) fetch(cur, blockIdx.x);
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    if (r + gridDim.x < R) fetch(next, r + gridDim.x);  // in flight through this row's work
+    float amax = 0.f;
 #pragma unroll
-      for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[k][j]));
+    for (int k = 0; k < kRounds; ++k) {
+      if (threadIdx.x * N + k * per_round >= C) continue;
+      float v[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[j] = static_cast<float>(cur[k].v[j]);
+      if constexpr (kGelu) {
+        activate<T, N, kGelu>(v);
+#pragma unroll
+        for (int j = 0; j < N; ++j) cur[k].v[j] = static_cast<T>(v[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
     }
     const float s = scale_of(block_max(amax));
     if (threadIdx.x == 0) scale[r] = s;
@@ -252,8 +270,23 @@ __global__ void quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restri
     for (int k = 0; k < kRounds; ++k) {
       const int64_t c = threadIdx.x * N + k * per_round;
       if (c >= C) continue;
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = quantize_pack(v[k], s, y, fast);
+      cuda_common::Pack<fp8, N> pk;
+      if (fast) {
+#pragma unroll
+        for (int j = 0; j < N; j += 2) {
+          const uint32_t two =
+              e4m3x2(static_cast<float>(cur[k].v[j]), static_cast<float>(cur[k].v[j + 1]), s, y);
+          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(cur[k].v[j]), s);
+      }
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
     }
+#pragma unroll
+    for (int k = 0; k < kRounds; ++k) cur[k] = next[k];
   }
 }
 
@@ -365,9 +398,16 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& c
       t = at::gelu(t, "tanh");
       return fp8_quantize_rows(t, col_amax, false);
     }
-    const auto grid = static_cast<unsigned>(R), block = static_cast<unsigned>(threads);
-    if (bf) quantize_rows_held_kernel<bf16, 8, kHeldRounds, true><<<grid, block, 0, stream>>>(t.data_ptr<bf16>(), qp, sp, R, C);
-    else quantize_rows_held_kernel<float, 4, kHeldRounds, true><<<grid, block, 0, stream>>>(t.data_ptr<float>(), qp, sp, R, C);
+    const auto block = static_cast<int>(threads);
+    if (bf) {
+      auto* kernel = quantize_rows_held_kernel<bf16, 8, kHeldRounds, true>;
+      const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), block, 0, R);
+      kernel<<<grid, block, 0, stream>>>(t.data_ptr<bf16>(), qp, sp, R, C);
+    } else {
+      auto* kernel = quantize_rows_held_kernel<float, 4, kHeldRounds, true>;
+      const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), block, 0, R);
+      kernel<<<grid, block, 0, stream>>>(t.data_ptr<float>(), qp, sp, R, C);
+    }
     check_launch();
     return {q, scale};
   }
