@@ -67,7 +67,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
     return b.defined() ? y + b : y;
   }
   const auto qp = backend == Fp8Backend::emulate ? QuantPath::aten : QuantPath::automatic;
-  const auto xq = memo ? memo->rows(x2, qp, act) : quantize_rows(x2, qp, nullptr, act);
+  // x's column maxima kept for its wgrad when w trains
+  const auto xq = memo ? memo->rows(x2, qp, act, w.requires_grad()) : quantize_rows(x2, qp, nullptr, act);
   const auto wq = memo ? memo->weight_rows(w, qp) : quantize_rows(w, qp);
   const auto y = fp8_gemm_nt(xq, wq, backend, fast_accum, b);  // [M, N] bf16
   return y.to(x.scalar_type()).view(with_last(x.sizes(), N));  // -> [..., out]
@@ -180,13 +181,22 @@ void Fp8OperandMemo::Entry::remember(const Tensor& t, int64_t p, QuantPath qp, I
   q = std::move(quantized);
 }
 
-Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
+Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path, InputAct act, bool keep_maxima) {
   if (e.matches(t, pad, path, act)) {
     ++hits_;
     return e.q;
   }
   e.q = {};  // the old copy goes before the new one is made
-  auto q = pad == 0 ? quantize_rows(t, path, nullptr, act) : quantize_cols(t, pad, path, {}, nullptr, act);
+  Fp8Rows q;
+  if (pad == 0) {
+    Tensor amax;
+    q = quantize_rows(t, path, keep_maxima ? &amax : nullptr, act);
+    if (keep_maxima && t.has_storage()) activations_.keep(t, path, act, /*versioned=*/true, amax);
+  } else {
+    const auto amax = activations_.find(t, path, act);
+    if (amax.defined()) ++maxima_hits_;
+    q = quantize_cols(t, pad, path, amax, nullptr, act);
+  }
   e.remember(t, pad, path, act, q);
   return q;
 }
@@ -200,17 +210,17 @@ void Fp8OperandMemo::Entry::drop_if_freed() {
 
 // Each call also drops the other kind's copy once its source is gone: the last forward's row-wise copy does not
 // wait through the backward for the next forward.
-Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act) {
+Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act, bool keep_maxima) {
   std::lock_guard<std::mutex> lock(mu_);
   cols_.drop_if_freed();
-  return get(rows_, t, 0, path, act);
+  return get(rows_, t, 0, path, act, keep_maxima);
 }
 
 Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
   VDT_CHECK(pad >= 1, "Fp8OperandMemo::cols: pad must be >= 1, got ", pad);
   std::lock_guard<std::mutex> lock(mu_);
   rows_.drop_if_freed();
-  return get(cols_, t, pad, path, act);
+  return get(cols_, t, pad, path, act, false);
 }
 
 int64_t Fp8OperandMemo::hits() const {
@@ -218,36 +228,50 @@ int64_t Fp8OperandMemo::hits() const {
   return hits_;
 }
 
+int64_t Fp8OperandMemo::maxima_hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return maxima_hits_;
+}
+
+// Keyed by the storage's address: held weakly, it is not reused while the entry lives. Entries of freed tensors (a
+// cast copy's weights under mixed precision, a block's activations after its backward) go once the map has doubled
+// since the last sweep.
+void Fp8OperandMemo::MaximaMap::keep(const Tensor& t, QuantPath path, InputAct act, bool versioned, Tensor col_amax) {
+  if (entries.size() >= 2 * swept_size) {
+    std::erase_if(entries, [](const auto& kv) { return kv.second.storage.expired(); });
+    swept_size = std::max<size_t>(entries.size(), 8);
+  }
+  entries.insert_or_assign(std::pair<const void*, int64_t>{t.storage().unsafeGetStorageImpl(), t.storage_offset()},
+                           MaximaEntry{t.storage().getWeakStorageImpl(), t.sizes().vec(), t.strides().vec(),
+                                       t.scalar_type(), path, act, versioned ? t._version() : -1, std::move(col_amax)});
+}
+
+Tensor Fp8OperandMemo::MaximaMap::find(const Tensor& t, QuantPath path, InputAct act) const {
+  if (!t.has_storage()) return {};
+  const auto it = entries.find({t.storage().unsafeGetStorageImpl(), t.storage_offset()});
+  if (it == entries.end()) return {};
+  const auto& e = it->second;
+  const bool same = !e.storage.expired() && t.sizes() == torch::IntArrayRef(e.sizes) &&
+                    t.strides() == torch::IntArrayRef(e.strides) && t.scalar_type() == e.dtype && e.path == path &&
+                    e.act == act && (e.version < 0 || e.version == t._version());
+  return same ? e.col_amax : Tensor();
+}
+
 Fp8Rows Fp8OperandMemo::weight_rows(const Tensor& w, QuantPath path) {
   Tensor amax;
   auto q = quantize_rows(w, path, &amax);
   if (!w.has_storage()) return q;
   std::lock_guard<std::mutex> lock(mu_);
-  // Keyed by the storage's address: held weakly, it is not reused while the entry lives. Entries of freed weights (a
-  // cast copy's, under mixed precision) go once the map has doubled since the last sweep.
-  if (weights_.size() >= 2 * swept_size_) {
-    std::erase_if(weights_, [](const auto& kv) { return kv.second.storage.expired(); });
-    swept_size_ = std::max<size_t>(weights_.size(), 8);
-  }
-  weights_.insert_or_assign(std::pair<const void*, int64_t>{w.storage().unsafeGetStorageImpl(), w.storage_offset()},
-                            WeightEntry{w.storage().getWeakStorageImpl(), w.sizes().vec(), w.strides().vec(),
-                                        w.scalar_type(), path, amax});
+  weights_.keep(w, path, InputAct::none, /*versioned=*/false, amax);
   return q;
 }
 
 Fp8Rows Fp8OperandMemo::weight_cols(const Tensor& w, QuantPath path) {
   Tensor amax;  // the forward's column maxima of this weight, when it left them
-  if (w.has_storage()) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = weights_.find({w.storage().unsafeGetStorageImpl(), w.storage_offset()});
-    if (it != weights_.end()) {
-      const auto& e = it->second;
-      if (!e.storage.expired() && w.sizes() == torch::IntArrayRef(e.sizes) &&
-          w.strides() == torch::IntArrayRef(e.strides) && w.scalar_type() == e.dtype && e.path == path) {
-        amax = e.col_amax;
-        ++weight_hits_;
-      }
-    }
+    amax = weights_.find(w, path, InputAct::none);
+    if (amax.defined()) ++weight_hits_;
   }
   return quantize_cols(w, 1, path, amax);
 }

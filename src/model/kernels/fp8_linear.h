@@ -58,11 +58,17 @@ Fp8Rows quantize_cols(const torch::Tensor& t, int64_t pad, QuantPath path = Quan
 // a weight the optimizer's kernel updates in place keeps its version.
 class Fp8OperandMemo {
  public:
-  // quantize_rows(t, path, nullptr, act), or the one remembered (for the same t and act)
-  Fp8Rows rows(const torch::Tensor& t, QuantPath path, InputAct act = InputAct::none);
-  // quantize_cols(t, pad, path, {}, nullptr, act), likewise
+  // quantize_rows(t, path, nullptr, act), or the one remembered (for the same t and act). keep_maxima: t's column
+  // maxima (act(t)'s) taken on the way and remembered for the same tensor's column-wise quantization (its wgrad, cols
+  // below), which then skips its maxima pass; by storage, layout, version and act, several tensors at once (an entry
+  // goes when its tensor is freed). The wgrad reads the forward's own tensor where the autograd graph keeps it
+  // (--checkpointing none; block's recompute) and, under selective checkpointing, where the recorder kept it (a GEMM's
+  // or an attention's output: ffn.2's h, the output projections' inputs); a recomputed one is another tensor.
+  Fp8Rows rows(const torch::Tensor& t, QuantPath path, InputAct act = InputAct::none, bool keep_maxima = false);
+  // quantize_cols(t, pad, path, maxima, nullptr, act), likewise; maxima: those a rows call kept for t, if any
   Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act = InputAct::none);
-  int64_t hits() const;                                               // quantizations handed back so far
+  int64_t hits() const;         // quantizations handed back so far
+  int64_t maxima_hits() const;  // column-wise quantizations of an activation that found its forward's maxima
 
   // A weight's row-wise quantization (the forward GEMM's), its column maxima taken on the way and remembered for the
   // same weight's column-wise quantization (the dgrad's; pad 1), which then reads w once instead of twice. Remembered
@@ -86,19 +92,28 @@ class Fp8OperandMemo {
     void remember(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act, Fp8Rows quantized);
     void drop_if_freed();  // the copy goes once its source's storage was freed
   };
-  struct WeightEntry {
+  // A tensor's column maxima, by (storage, offset): weights' without their version (see weight_rows), activations'
+  // with it.
+  struct MaximaEntry {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
     std::vector<int64_t> sizes, strides;
     at::ScalarType dtype = at::kFloat;
     QuantPath path = QuantPath::automatic;
-    torch::Tensor col_amax;  // [in] float32
+    InputAct act = InputAct::none;
+    int64_t version = -1;    // -1: not checked
+    torch::Tensor col_amax;  // [C] float32
   };
-  Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act);
+  struct MaximaMap {
+    std::map<std::pair<const void*, int64_t>, MaximaEntry> entries;
+    size_t swept_size = 8;
+    void keep(const torch::Tensor& t, QuantPath path, InputAct act, bool versioned, torch::Tensor col_amax);
+    torch::Tensor find(const torch::Tensor& t, QuantPath path, InputAct act) const;  // undefined: none
+  };
+  Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act, bool keep_maxima);
   mutable std::mutex mu_;
   Entry rows_, cols_;
-  std::map<std::pair<const void*, int64_t>, WeightEntry> weights_;  // by (storage, offset)
-  size_t swept_size_ = 8;
-  int64_t hits_ = 0, weight_hits_ = 0;
+  MaximaMap weights_, activations_;
+  int64_t hits_ = 0, weight_hits_ = 0, maxima_hits_ = 0;
 };
 
 // Where at::_scaled_mm accumulates fast (Hopper's FP8 tensor-core accumulation without the periodic promotion to fp32:

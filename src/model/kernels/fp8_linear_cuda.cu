@@ -228,12 +228,20 @@ __global__ void __launch_bounds__(32 * kWarpRows)
 // ~1.6 TB/s; sixteenth session). kGelu: the rows of gelu_tanh(t), each value through activate as it is unpacked (gelu(t),
 // Wan's ffn.2 input, is never written; evaluated once a value). At most 64 registers a thread, so that two blocks of
 // up to kRowThreads fit an SM (unbounded, ptxas took 80 for bfloat16: one block an SM). Values as quantize_rows_kernel.
-template <typename T, int N, int kRounds, bool kGelu>
+// kColMax: the maxima of the values quantized (of gelu(t) with kGelu) over each column, into amax_bits [C]
+// (zero-initialised), as quantize_rows_kernel takes them: a thread owns the same columns in every row and keeps their
+// maxima's float bits in its own shared-memory slots ([round][element][thread]); after the last row, one atomicMax a
+// column.
+template <typename T, int N, int kRounds, bool kGelu, bool kColMax>
 __global__ void __launch_bounds__(kRowThreads, 2)
-    quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale, int64_t R,
-                              int64_t C) {
+    quantize_rows_held_kernel(const T* __restrict__ t, fp8* __restrict__ q, float* __restrict__ scale,
+                              int* __restrict__ amax_bits, int64_t R, int64_t C) {
   static_assert(N % 2 == 0, "two values per conversion");
+  extern __shared__ int col_amax_slots[];  // kColMax: kRounds x N x blockDim.x
   const int64_t per_round = static_cast<int64_t>(blockDim.x) * N;
+  if constexpr (kColMax) {
+    for (int i = threadIdx.x; i < kRounds * N * static_cast<int>(blockDim.x); i += blockDim.x) col_amax_slots[i] = 0;
+  }
   // this row's values (activated in place: gelu_tanh_as rounds to T, so T holds them exactly) and the next row's loads
   cuda_common::Pack<T, N> cur[kRounds], next[kRounds];
   auto fetch = [&](cuda_common::Pack<T, N>(&into)[kRounds], int64_t r) {
@@ -260,6 +268,13 @@ __global__ void __launch_bounds__(kRowThreads, 2)
       }
 #pragma unroll
       for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
+      if constexpr (kColMax) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          int& m = col_amax_slots[(k * N + j) * blockDim.x + threadIdx.x];
+          m = max(m, __float_as_int(fabsf(v[j])));
+        }
+      }
     }
     const float s = scale_of(block_max(amax));
     if (threadIdx.x == 0) scale[r] = s;
@@ -287,6 +302,14 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     }
 #pragma unroll
     for (int k = 0; k < kRounds; ++k) cur[k] = next[k];
+  }
+  if constexpr (kColMax) {
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c: round c / per_round, thread (c % per_round) / N
+      const int64_t k = c / per_round, in_round = c % per_round;
+      const int m = col_amax_slots[(k * N + in_round % N) * blockDim.x + in_round / N];
+      if (m != 0) atomicMax(amax_bits + c, m);
+    }
   }
 }
 
@@ -393,21 +416,21 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& c
   const size_t block_smem = static_cast<size_t>((C + per_round - 1) / per_round * per_round) * sizeof(int);
   const bool warp = vec && (C + 32 * n - 1) / (32 * n) <= 16;  // a warp per row: up to 16 loads a lane
   const bool fuse = bits && bf && (warp || block_smem <= 200 * 1024);
-  if (gelu) {  // the activation on the way: rows of up to kHeldRounds loads a thread, no column maxima (else written)
-    if (!vec || bits || (C / n + threads - 1) / threads > kHeldRounds) {
+  if (gelu) {  // the activation on the way: rows of up to kHeldRounds loads a thread (else written first); column
+    // maxima for bfloat16 in the same pass
+    if (!vec || (bits && !bf) || (C / n + threads - 1) / threads > kHeldRounds) {
       t = at::gelu(t, "tanh");
       return fp8_quantize_rows(t, col_amax, false);
     }
     const auto block = static_cast<int>(threads);
-    if (bf) {
-      auto* kernel = quantize_rows_held_kernel<bf16, 8, kHeldRounds, true>;
-      const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), block, 0, R);
-      kernel<<<grid, block, 0, stream>>>(t.data_ptr<bf16>(), qp, sp, R, C);
-    } else {
-      auto* kernel = quantize_rows_held_kernel<float, 4, kHeldRounds, true>;
-      const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), block, 0, R);
-      kernel<<<grid, block, 0, stream>>>(t.data_ptr<float>(), qp, sp, R, C);
-    }
+    auto launch = [&](auto* kernel, auto* data, size_t smem) {
+      const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), block, smem, R);
+      kernel<<<grid, block, smem, stream>>>(data, qp, sp, bits, R, C);
+    };
+    const size_t held_smem = static_cast<size_t>(kHeldRounds) * n * threads * sizeof(int);
+    if (bits) launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, true>, t.data_ptr<bf16>(), held_smem);
+    else if (bf) launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, false>, t.data_ptr<bf16>(), 0);
+    else launch(quantize_rows_held_kernel<float, 4, kHeldRounds, true, false>, t.data_ptr<float>(), 0);
     check_launch();
     return {q, scale};
   }
