@@ -9,7 +9,8 @@
 # --checkpointing selective / block / none) and `vdt bench kernels`, one summary line each in $OUT/summary.txt.
 # verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
 # parity, `vdt bench kernels` (KERNELS=0: not), the SFT rows over 30 steps, a traced step's split and elementwise
-# kernels (TRACE_BF16=0: not; TRACE_FP8=1: the `--fp8 fast` step's too).
+# kernels (TRACE_BF16=0: not; TRACE_FP8=1: the `--fp8 fast` step's too; GAPS=1: that step's GPU idle gaps and host
+# time outside its span, trace_ops.py gaps / host).
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
@@ -385,6 +386,7 @@ verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` 
   sft="--trainer sft --steps $SFT_STEPS --warmup $SFT_WARMUP"
   for row in ${VERIFY_ROWS:-sft_selective sft_selective_fast}; do speed_row $row; done
   if [ "${TRACE_BF16:-1}" = 1 ]; then  # TRACE_BF16=0 skips the bf16 step's trace (an FP8-only change)
+    rm -rf /tmp/vdt_verify_trace  # a traced step on an earlier variant's work dir segfaults (seventeenth session)
     VDT_TRACE=$OUT/sft_verify.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
       --checkpointing selective --work-dir /tmp/vdt_verify_trace > "$OUT/verify_trace.log" 2>&1 || rc=1
     python3 benchmarks/trace_top.py $OUT/sft_verify.json 40 | grep -E "^kernels|^split" | tee -a $sum
@@ -393,12 +395,17 @@ verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` 
     rm -f $OUT/sft_verify.json
   fi
   if [ "${TRACE_FP8:-0}" = 1 ]; then  # the `--fp8 fast` step traced too: its split and its heaviest kernels by name
+    rm -rf /tmp/vdt_verify_fp8
     VDT_TRACE=$OUT/sft_fp8.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step --trainer sft --steps 4 --warmup 2 \
       --checkpointing selective --fp8 fast --work-dir /tmp/vdt_verify_fp8 > "$OUT/verify_fp8.log" 2>&1 || rc=1
     python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 | grep -E "^kernels|^split" | tee -a $sum
     python3 benchmarks/trace_top.py $OUT/sft_fp8.json 40 > "$OUT/sft_fp8_top$tag.txt"; head -${TOPN:-30} "$OUT/sft_fp8_top$tag.txt"
     python3 benchmarks/trace_ops.py $OUT/sft_fp8.json elementwise 40 | head -${ELEM_N:-30}
     python3 benchmarks/trace_ops.py $OUT/sft_fp8.json kernels quantize 12 | head -40
+    if [ "${GAPS:-0}" = 1 ]; then  # where the FP8 step's GPU idled and what the host did outside its span
+      python3 benchmarks/trace_ops.py $OUT/sft_fp8.json gaps ${GAPS_N:-12} | head -60 | tee "$OUT/gaps$tag.txt"
+      python3 benchmarks/trace_ops.py $OUT/sft_fp8.json host ${HOST_N:-12} | head -40 | tee "$OUT/host$tag.txt"
+    fi
     rm -f $OUT/sft_fp8.json
   fi
 }

@@ -337,8 +337,12 @@ unsigned resident_grid(const void* kernel, int threads, size_t smem, int64_t uni
     std::lock_guard<std::mutex> lock(mu);
     auto [it, fresh] = per_sm.try_emplace({kernel, device, threads, smem}, 0);
     if (fresh) {
+      // the kernel's static shared memory (block_max's partials) counts toward the 48 KiB default too: 48 KiB of
+      // slots without the opt-in failed to launch (`invalid argument`; seventeenth session, a 384-thread held row)
+      cudaFuncAttributes attrs{};
+      C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
       auto& bytes = allowed[{kernel, device}];
-      if (smem > 48 * 1024 && smem > bytes) {
+      if (smem + attrs.sharedSizeBytes > 48 * 1024 && smem > bytes) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         bytes = smem;
       }
