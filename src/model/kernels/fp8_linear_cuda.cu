@@ -60,6 +60,26 @@ __device__ __forceinline__ cuda_common::Pack<fp8, N> quantize_pack(const float (
   return pk;
 }
 
+// The same from a held pack of T (the row kept as loaded: T's values converted pair by pair, never gathered into a
+// float array: through quantize_pack above, ptxas took more registers and, at 12 loads a lane, spilled)
+template <typename T, int N>
+__device__ __forceinline__ cuda_common::Pack<fp8, N> quantize_held_pack(const cuda_common::Pack<T, N>& p, float s,
+                                                                        float y, bool fast) {
+  cuda_common::Pack<fp8, N> pk;
+  if (fast) {
+#pragma unroll
+    for (int j = 0; j + 1 < N; j += 2) {
+      const uint32_t two = e4m3x2(static_cast<float>(p.v[j]), static_cast<float>(p.v[j + 1]), s, y);
+      pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
+      pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(p.v[j]), s);
+  }
+  return pk;
+}
+
 // One block per row r of t [R, C] (a block takes every gridDim.x-th row); each thread takes N consecutive columns at a
 // time (16-byte loads and 8-byte fp8 stores when kVec: C a multiple of N and the row pointers aligned), the row read
 // twice (amax, then quantize; the second read mostly from L1). With kVec and a finite scale the quotients go through the
@@ -180,22 +200,7 @@ __global__ void __launch_bounds__(32 * kWarpRows)
     for (int i = 0; i < V; ++i) {
       const int64_t c = (static_cast<int64_t>(i) * 32 + lane) * N;
       if (c >= C) continue;
-      // converted pair by pair from the held bfloat16 (not through quantize_pack's float array: ptxas then took more
-      // registers and, at 12 loads a lane, spilled)
-      cuda_common::Pack<fp8, N> pk;
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < N; j += 2) {
-          const uint32_t two =
-              e4m3x2(static_cast<float>(raw[i].v[j]), static_cast<float>(raw[i].v[j + 1]), s, y);
-          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(raw[i].v[j]), s);
-      }
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = quantize_held_pack(raw[i], s, y, fast);
     }
   }
   if constexpr (kColMax) {
@@ -285,20 +290,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     for (int k = 0; k < kRounds; ++k) {
       const int64_t c = threadIdx.x * N + k * per_round;
       if (c >= C) continue;
-      cuda_common::Pack<fp8, N> pk;
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < N; j += 2) {
-          const uint32_t two =
-              e4m3x2(static_cast<float>(cur[k].v[j]), static_cast<float>(cur[k].v[j + 1]), s, y);
-          pk.v[j].x = static_cast<uint8_t>(two & 0xffu);
-          pk.v[j + 1].x = static_cast<uint8_t>(two >> 8);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < N; ++j) pk.v[j] = quantize(static_cast<float>(cur[k].v[j]), s);
-      }
-      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = pk;
+      *reinterpret_cast<cuda_common::Pack<fp8, N>*>(out + c) = quantize_held_pack(cur[k], s, y, fast);
     }
 #pragma unroll
     for (int k = 0; k < kRounds; ++k) cur[k] = next[k];
