@@ -373,7 +373,7 @@ verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` 
     timeout ${TESTS_S:-240} $build/tests/vdt_tests \
       --gtest_filter="${GTEST_FILTER:-FusedOps.*:ActivationCheckpoint.*:GatherRows.*:WanQkNormRope.*:BiasGrad.*}" \
       > "$OUT/gtest$tag.log" 2>&1; echo "gtest rc $? (an exit-time crash after the last test is known)" | tee -a $sum
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|rel_max|tests ran" "$OUT/gtest$tag.log" | head -40 | tee -a $sum
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|rel_max|tests ran|^wgrad " "$OUT/gtest$tag.log" | head -40 | tee -a $sum
   else
     echo "no $build/tests/vdt_tests: GPU_TESTS=ON on a fresh machine builds it" | tee -a $sum
   fi
