@@ -80,6 +80,30 @@ __device__ __forceinline__ cuda_common::Pack<fp8, N> quantize_held_pack(const cu
   return pk;
 }
 
+// |v[0..N)| max-ed into this thread's shared-memory slots of round k ([round][element][thread]: a thread owns the same
+// columns in every row), as float bits (non-negative floats order as their int bits)
+template <int N>
+__device__ __forceinline__ void slot_maxima(int* slots, int64_t k, const float (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    int& m = slots[(k * N + j) * blockDim.x + threadIdx.x];
+    m = max(m, __float_as_int(fabsf(v[j])));
+  }
+}
+
+// The end of a block's column maxima kept in shared-memory slots [round][element][thread] (a thread's N consecutive
+// columns of each round of per_round columns): after the block's last row, one atomicMax a column into amax_bits
+// (columns whose maximum is 0 skipped: the buffer starts at 0).
+template <int N>
+__device__ __forceinline__ void flush_slot_maxima(const int* slots, int* amax_bits, int64_t C, int64_t per_round) {
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c: round c / per_round, thread (c % per_round) / N
+    const int64_t k = c / per_round, in_round = c % per_round;
+    const int m = slots[(k * N + in_round % N) * blockDim.x + in_round / N];
+    if (m != 0) atomicMax(amax_bits + c, m);
+  }
+}
+
 // One block per row r of t [R, C] (a block takes every gridDim.x-th row); each thread takes N consecutive columns at a
 // time (16-byte loads and 8-byte fp8 stores when kVec: C a multiple of N and the row pointers aligned), the row read
 // twice (amax, then quantize; the second read mostly from L1). With kVec and a finite scale the quotients go through the
@@ -107,13 +131,7 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
       cuda_common::load<N, kVec>(row + c, v);
 #pragma unroll
       for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
-      if constexpr (kColMax) {
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          int& m = col_amax_slots[(k * N + j) * blockDim.x + threadIdx.x];
-          m = max(m, __float_as_int(fabsf(v[j])));
-        }
-      }
+      if constexpr (kColMax) slot_maxima<N>(col_amax_slots, k, v);
     }
     const float s = scale_of(block_max(amax));
     if (threadIdx.x == 0) scale[r] = s;
@@ -132,14 +150,7 @@ __global__ void quantize_rows_kernel(const T* __restrict__ t, fp8* __restrict__ 
       }
     }
   }
-  if constexpr (kColMax) {
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c: round c / per_round, thread (c % per_round) / N
-      const int64_t k = c / per_round, in_round = c % per_round;
-      const int m = col_amax_slots[(k * N + in_round % N) * blockDim.x + in_round / N];
-      if (m != 0) atomicMax(amax_bits + c, m);
-    }
-  }
+  if constexpr (kColMax) flush_slot_maxima<N>(col_amax_slots, amax_bits, C, per_round);
 }
 
 // Rows of at most 32 x V loads of N columns (16 bytes each; C a multiple of N, aligned), one warp per row (a warp takes
@@ -273,13 +284,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
       }
 #pragma unroll
       for (int j = 0; j < N; ++j) amax = nan_max(amax, fabsf(v[j]));
-      if constexpr (kColMax) {
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          int& m = col_amax_slots[(k * N + j) * blockDim.x + threadIdx.x];
-          m = max(m, __float_as_int(fabsf(v[j])));
-        }
-      }
+      if constexpr (kColMax) slot_maxima<N>(col_amax_slots, k, v);
     }
     const float s = scale_of(block_max(amax));
     if (threadIdx.x == 0) scale[r] = s;
@@ -295,14 +300,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 #pragma unroll
     for (int k = 0; k < kRounds; ++k) cur[k] = next[k];
   }
-  if constexpr (kColMax) {
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {  // column c: round c / per_round, thread (c % per_round) / N
-      const int64_t k = c / per_round, in_round = c % per_round;
-      const int m = col_amax_slots[(k * N + in_round % N) * blockDim.x + in_round / N];
-      if (m != 0) atomicMax(amax_bits + c, m);
-    }
-  }
+  if constexpr (kColMax) flush_slot_maxima<N>(col_amax_slots, amax_bits, C, per_round);
 }
 
 // Threads per block of the row-wise kernel for rows of C columns in loads of n: every thread the same number of loads
