@@ -165,24 +165,26 @@ Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor
   return aten_quantize_rows(tt, col_amax.defined() ? col_amax.to(torch::kFloat32) : Tensor());
 }
 
-bool Fp8OperandMemo::Entry::matches(const Tensor& t, int64_t want_pad, QuantPath want_path, InputAct want_act) const {
+Fp8OperandMemo::Source Fp8OperandMemo::Source::of(const Tensor& t, QuantPath path, InputAct act, bool versioned) {
+  Source s;
+  if (t.has_storage()) s.storage = t.storage().getWeakStorageImpl();
+  s.offset = t.storage_offset(), s.version = versioned ? t._version() : -1;
+  s.sizes = t.sizes().vec(), s.strides = t.strides().vec(), s.dtype = t.scalar_type(), s.path = path, s.act = act;
+  return s;
+}
+
+bool Fp8OperandMemo::Source::matches(const Tensor& t, QuantPath want_path, InputAct want_act) const {
   if (!storage || !t.has_storage()) return false;
   const auto held = storage->lock();  // null once the source's storage was freed
   return held && held.get() == t.storage().unsafeGetStorageImpl() && t.storage_offset() == offset &&
          t.sizes() == torch::IntArrayRef(sizes) && t.strides() == torch::IntArrayRef(strides) &&
-         t.scalar_type() == dtype && t._version() == version && want_pad == pad && want_path == path && want_act == act;
+         t.scalar_type() == dtype && (version < 0 || t._version() == version) && want_path == path && want_act == act;
 }
 
-void Fp8OperandMemo::Entry::remember(const Tensor& t, int64_t p, QuantPath qp, InputAct a, Fp8Rows quantized) {
-  storage.reset();
-  if (t.has_storage()) storage = t.storage().getWeakStorageImpl();
-  offset = t.storage_offset(), version = t._version(), pad = p, path = qp, act = a, dtype = t.scalar_type();
-  sizes = t.sizes().vec(), strides = t.strides().vec();
-  q = std::move(quantized);
-}
+bool Fp8OperandMemo::Source::freed() const { return !storage || storage->expired(); }
 
 Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath path, InputAct act, bool keep_maxima) {
-  if (e.matches(t, pad, path, act)) {
+  if (e.pad == pad && e.src.matches(t, path, act)) {
     ++hits_;
     return e.q;
   }
@@ -197,13 +199,13 @@ Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath pa
     if (amax.defined()) ++maxima_hits_;
     q = quantize_cols(t, pad, path, amax, nullptr, act);
   }
-  e.remember(t, pad, path, act, q);
+  e.src = Source::of(t, path, act, /*versioned=*/true), e.pad = pad, e.q = q;
   return q;
 }
 
 void Fp8OperandMemo::Entry::drop_if_freed() {
-  if (storage && storage->expired()) {
-    storage.reset();
+  if (src.storage && src.freed()) {
+    src.storage.reset();
     q = {};
   }
 }
@@ -238,23 +240,17 @@ int64_t Fp8OperandMemo::maxima_hits() const {
 // since the last sweep.
 void Fp8OperandMemo::MaximaMap::keep(const Tensor& t, QuantPath path, InputAct act, bool versioned, Tensor col_amax) {
   if (entries.size() >= 2 * swept_size) {
-    std::erase_if(entries, [](const auto& kv) { return kv.second.storage.expired(); });
+    std::erase_if(entries, [](const auto& kv) { return kv.second.src.freed(); });
     swept_size = std::max<size_t>(entries.size(), 8);
   }
   entries.insert_or_assign(std::pair<const void*, int64_t>{t.storage().unsafeGetStorageImpl(), t.storage_offset()},
-                           MaximaEntry{t.storage().getWeakStorageImpl(), t.sizes().vec(), t.strides().vec(),
-                                       t.scalar_type(), path, act, versioned ? t._version() : -1, std::move(col_amax)});
+                           MaximaEntry{Source::of(t, path, act, versioned), std::move(col_amax)});
 }
 
 Tensor Fp8OperandMemo::MaximaMap::find(const Tensor& t, QuantPath path, InputAct act) const {
   if (!t.has_storage()) return {};
   const auto it = entries.find({t.storage().unsafeGetStorageImpl(), t.storage_offset()});
-  if (it == entries.end()) return {};
-  const auto& e = it->second;
-  const bool same = !e.storage.expired() && t.sizes() == torch::IntArrayRef(e.sizes) &&
-                    t.strides() == torch::IntArrayRef(e.strides) && t.scalar_type() == e.dtype && e.path == path &&
-                    e.act == act && (e.version < 0 || e.version == t._version());
-  return same ? e.col_amax : Tensor();
+  return it != entries.end() && it->second.src.matches(t, path, act) ? it->second.col_amax : Tensor();
 }
 
 Fp8Rows Fp8OperandMemo::weight_rows(const Tensor& w, QuantPath path) {

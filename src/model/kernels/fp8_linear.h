@@ -80,27 +80,29 @@ class Fp8OperandMemo {
   int64_t weight_hits() const;  // weight_cols calls that found their forward's maxima
 
  private:
-  struct Entry {
+  // The tensor a remembered result came from, held weakly (storage, offset, layout, dtype and, when versioned, its
+  // version), and how it was quantized (path, activation).
+  struct Source {
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage;
-    int64_t offset = 0, version = 0, pad = 0;
+    int64_t offset = 0, version = -1;  // -1: the version not checked
     std::vector<int64_t> sizes, strides;
     at::ScalarType dtype = at::kFloat;
     QuantPath path = QuantPath::automatic;
     InputAct act = InputAct::none;
+    static Source of(const torch::Tensor& t, QuantPath path, InputAct act, bool versioned);
+    bool matches(const torch::Tensor& t, QuantPath path, InputAct act) const;  // t is it, unchanged, quantized alike
+    bool freed() const;
+  };
+  struct Entry {  // the last quantization of one kind
+    Source src;
+    int64_t pad = 0;
     Fp8Rows q;
-    bool matches(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act) const;
-    void remember(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act, Fp8Rows quantized);
     void drop_if_freed();  // the copy goes once its source's storage was freed
   };
   // A tensor's column maxima, by (storage, offset): weights' without their version (see weight_rows), activations'
   // with it.
   struct MaximaEntry {
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
-    std::vector<int64_t> sizes, strides;
-    at::ScalarType dtype = at::kFloat;
-    QuantPath path = QuantPath::automatic;
-    InputAct act = InputAct::none;
-    int64_t version = -1;    // -1: not checked
+    Source src;
     torch::Tensor col_amax;  // [C] float32
   };
   struct MaximaMap {

@@ -9,7 +9,8 @@
 // The input activation (gelu: the wgrad operand of Wan's ffn.2 is gelu(h)) is applied as values are loaded, in both
 // passes, when loads are 16 bytes and no sums are asked (else gelu(t) is written first by ATen).
 // Without 16-byte alignment or with C not a multiple of N both passes load one element at a time. Bit for bit as ATen's
-// in fp8_linear.cpp's fallback, but for the GELU applied on the way (fp8_quantize_common.cuh's gelu_tanh_as). Not here: the row-wise kernels (fp8_linear_cuda.cu).
+// in fp8_linear.cpp's fallback, but for the GELU applied on the way (fp8_quantize_common.cuh's gelu_tanh_as). Not
+// here: the row-wise kernels (fp8_linear_cuda.cu).
 #include "model/kernels/bias_grad_cuda.h"
 #include "model/kernels/fp8_quantize_common.cuh"
 

@@ -7,7 +7,8 @@
 // element at a time. Every step gives what ATen's in fp8_linear.cpp's fallback gives, bit for bit: IEEE division
 // (__fdiv_rn, or the column-wise kernel's fast path, recip_of), NaN-propagating max and clamp, c10's round-to-nearest-
 // even E4M3 conversion (or the hardware's saturating one, which agrees with it on every non-NaN); the GELU applied on
-// the way is the one exception (within a few float32 ulps of ATen's: fp8_quantize_common.cuh's gelu_tanh_as). Not here: the column-wise kernel (fp8_linear_cols_cuda.cu).
+// the way is the one exception (within a few float32 ulps of ATen's: fp8_quantize_common.cuh's gelu_tanh_as). Not
+// here: the column-wise kernel (fp8_linear_cols_cuda.cu).
 // Built for TORCH_CUDA_ARCH_LIST / VDT_CUDA_ARCHITECTURES (default 90a: H100/H200).
 #include "model/kernels/fp8_quantize_common.cuh"
 
