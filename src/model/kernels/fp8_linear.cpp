@@ -78,12 +78,13 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Back
 // undefined tensor).
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static Tensor forward(AutogradContext* ctx, at::TensorList xwb, int64_t backend, bool fast_forward, bool fast_dgrad,
-                        Fp8OperandMemo* memo, int64_t act) {
+                        bool fast_wgrad, Fp8OperandMemo* memo, int64_t act) {
     const auto &x = xwb[0], &w = xwb[1];
     const auto b = xwb.size() == 3 ? xwb[2] : Tensor();
     ctx->saved_data["backend"] = backend;
     ctx->saved_data["has_bias"] = b.defined();
     ctx->saved_data["fast_dgrad"] = fast_dgrad;
+    ctx->saved_data["fast_wgrad"] = fast_wgrad;
     ctx->saved_data["memo"] = reinterpret_cast<int64_t>(memo);  // lives as long as the Fp8Linear that owns it
     ctx->saved_data["act"] = act;
     // Only what the wanted gradients read: w for dgrad, x for wgrad (none for a frozen base weight) and, through an
@@ -99,7 +100,8 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const bool want_b = has_bias && ctx->needs_input_grad(2);
     const auto r = fp8_linear_grads(grads[0], saved[0], saved[1], want_x, want_w, want_b,
                                     static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
-                                    {false, ctx->saved_data["fast_dgrad"].toBool()},
+                                    {.dgrad = ctx->saved_data["fast_dgrad"].toBool(),
+                                     .wgrad = ctx->saved_data["fast_wgrad"].toBool()},
                                     reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()),
                                     static_cast<InputAct>(ctx->saved_data["act"].toInt()));
     variable_list out = {r.dx, r.dw};
@@ -107,6 +109,7 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     out.push_back(Tensor());  // backend
     out.push_back(Tensor());  // fast_forward
     out.push_back(Tensor());  // fast_dgrad
+    out.push_back(Tensor());  // fast_wgrad
     out.push_back(Tensor());  // memo
     out.push_back(Tensor());  // act
     return out;
@@ -307,8 +310,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend 
   if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, accum.forward, memo, act);
   std::vector<Tensor> xwb = {x, w};
   if (b.defined()) xwb.push_back(b);
-  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad, memo,
-                            static_cast<int64_t>(act));
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad,
+                            accum.wgrad, memo, static_cast<int64_t>(act));
 }
 
 LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w, bool want_b,
@@ -342,7 +345,7 @@ LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, 
     const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
     const auto gc = quantize_cols(g2, 16, qp, g_amax, want_b ? &out.db : nullptr);
     const auto xc = memo ? memo->cols(x2, 16, qp, act) : quantize_cols(x2, 16, qp, {}, nullptr, act);
-    out.dw = fp8_gemm_nt(gc, xc, backend).to(w.scalar_type());
+    out.dw = fp8_gemm_nt(gc, xc, backend, accum.wgrad).to(w.scalar_type());
   }
   if (want_b && !out.db.defined()) out.db = bias_grad(g2);  // [out]
   return out;

@@ -120,10 +120,11 @@ class Fp8OperandMemo {
 
 // Where at::_scaled_mm accumulates fast (Hopper's FP8 tensor-core accumulation without the periodic promotion to fp32:
 // faster, less exact over a long reduction; the cuda backend only, the emulation ignores it): the forward GEMMs
-// (K = the layer's input width) and the dgrad GEMMs (K = its output width: the lengths the forward already sums fast);
-// `--fp8 fast` sets both. The wgrad's (K = the tokens, 8190 at Wan 5B) is always exact.
+// (K = the layer's input width), the dgrad GEMMs (K = its output width: the lengths the forward already sums fast) and
+// the wgrad GEMMs (K = the tokens, 8190 at Wan 5B, padded to 8192: the longest sums; a GPU test bounds what fast
+// accumulation adds there to FP8's own error at Wan 5B's shapes). `--fp8 fast` sets all three.
 struct Fp8FastAccum {
-  bool forward = false, dgrad = false;
+  bool forward = false, dgrad = false, wgrad = false;
 };
 
 // a [M, K], b [N, K] (quantized along K) -> a b^T [M, N] bfloat16. cuda: at::_scaled_mm(a.q, b.q^T (column-major),

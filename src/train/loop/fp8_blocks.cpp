@@ -20,7 +20,7 @@ Fp8Mode parse_fp8(const std::string& value, const std::string& flag) {
   if (value == "fast") return Fp8Mode::fast;
   if (value == "emulate") return Fp8Mode::emulate;
   VDT_FAIL(flag, ": expected off, on (FP8 GEMMs on a CUDA GPU of compute capability 8.9+), fast (on, with fast "
-           "accumulation in the forward and dgrad GEMMs) or emulate (the same numerics in fp32 ops on any device), got '", value,
+           "accumulation in every FP8 GEMM) or emulate (the same numerics in fp32 ops on any device), got '", value,
            "'");
 }
 
@@ -51,7 +51,7 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
   const bool fast = mode == Fp8Mode::fast;
   auto impl = std::make_shared<kernels::Fp8Linear>(
       mode == Fp8Mode::emulate ? kernels::Fp8Backend::emulate : kernels::Fp8Backend::cuda,
-      kernels::Fp8FastAccum{.forward = fast, .dgrad = fast});
+      kernels::Fp8FastAccum{.forward = fast, .dgrad = fast, .wgrad = fast});
   BlockRunner inner = model.block_runner();
   model.set_block_runner([inner, selected, impl](const BlockCall& call) {
     if (!selected->count(&call.block)) return inner ? inner(call) : call.run(call.inputs);
@@ -72,7 +72,7 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
   std::ostringstream out;
   out << (mode == Fp8Mode::on ? "on" : mode == Fp8Mode::fast ? "fast" : "emulate") << ": the linears of blocks "
       << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size() << " in FP8 (E4M3, row-wise scales"
-      << (mode == Fp8Mode::fast ? "; fast accumulation in the forward and dgrad GEMMs)" : ")");
+      << (mode == Fp8Mode::fast ? "; fast accumulation in the forward, dgrad and wgrad GEMMs)" : ")");
   return out.str();
 }
 
