@@ -39,7 +39,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
                    "reference ops (also VDT_FUSED=0)")->capture_default_str();
   step->add_option(spellings("--fp8"), cfg->fp8, "FP8 block linears (all blocks but the first and last): off, on (a "
-                   "GPU of compute capability 8.9+), fast (on, with fast accumulation in the forward and dgrad GEMMs) or emulate "
+                   "GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM) or emulate "
                    "(on's numerics in fp32 ops)")->capture_default_str();
   step->add_option(spellings("--peak-tflops"), cfg->peak_tflops, "dense rate for MFU")->capture_default_str();
   step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared storage)");
