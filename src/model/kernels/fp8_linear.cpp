@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "model/kernels/bias_grad.h"
 #include "model/kernels/fp8_linear_cuda.h"  // the shared E4M3 constants; its launchers only with the kernels
+#include "model/kernels/zeroed_scratch.h"
 
 namespace vdt::kernels {
 namespace {
@@ -134,8 +135,8 @@ Fp8Rows quantize_rows(const Tensor& t, QuantPath path, Tensor* col_amax, InputAc
             t.sizes(), " ", t.scalar_type());
 #ifdef VDT_WITH_CUDA_KERNELS
   if (use_kernel(t, path)) {
-    Tensor amax;  // zeros: the kernels max into it
-    if (col_amax) amax = torch::zeros({t.size(1)}, t.options().dtype(torch::kFloat32));
+    Tensor amax;  // zeros: the kernels max into it (from the shared zeroed blocks: no fill launch of its own)
+    if (col_amax) amax = zeroed_scratch().take(t.size(1), t.device()).view(torch::kFloat32);  // [C]
     auto [q, scale] = cuda::fp8_quantize_rows(t, amax, act == InputAct::gelu_tanh);
     if (col_amax) *col_amax = amax;
     return {q, scale};

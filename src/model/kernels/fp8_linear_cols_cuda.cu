@@ -13,6 +13,7 @@
 // here: the row-wise kernels (fp8_linear_cuda.cu).
 #include "model/kernels/bias_grad_cuda.h"
 #include "model/kernels/fp8_quantize_common.cuh"
+#include "model/kernels/zeroed_scratch.h"
 
 #include <type_traits>
 
@@ -186,7 +187,7 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t
   const int store_bytes = q_aligned && Rp % 16 == 0 ? 16 : q_aligned && Rp % 4 == 0 ? 4 : 1;
   const auto stream = at::cuda::getCurrentCUDAStream();
   Tensor amax_bits;  // this call's own column maxima when none were given
-  if (!given) amax_bits = at::zeros({C}, t.options().dtype(at::kInt));
+  if (!given) amax_bits = zeroed_scratch().take(C, t.device());  // [C] int32 zeros (no fill launch of its own)
   int* bits = given ? given : amax_bits.data_ptr<int>();
   Tensor partial;  // want_sum: [row tiles, C] float32, the tiles' column sums
   if (want_sum) partial = at::empty({row_tiles, C}, t.options().dtype(at::kFloat));
