@@ -85,6 +85,7 @@ speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with sele
     causal5b_selective_fp8) bench $row $c5 --checkpointing selective --fp8 on ;;
     causal5b_block) bench $row $c5 ;;
     causal5b_block_mask) bench $row $c5 --attn mask ;;
+    causal5b_block_fast) bench $row $c5 --fp8 fast ;;
     causal13b_selective) bench $row $c13 --checkpointing selective ;;
     causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
     causal13b_block) bench $row $c13 ;;
