@@ -415,8 +415,8 @@ if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on
 fi
 if [ "$what" = variants ]; then  # VARIANTS="name=file ...": patches against this tree (untracked files, e.g. `git diff
   # main BRANCH > benchmarks/NAME.patch` here; `name=base` for the tree itself), applied one at a time, each rebuilt
-  # incrementally on the same machine and verified as `verify` does (its knobs), then reverted: several branches in one
-  # call and one fresh build
+  # incrementally on the same machine and verified as `verify` does (its knobs; ROWS_<name> for one variant's rows),
+  # then reverted: several branches in one call and one fresh build
   command -v patch > /dev/null || echo "no patch(1) on this machine: only the base tree is verified" | tee -a $sum
   for v in ${VARIANTS:-base}; do
     name=${v%%=*}; file=${v#*=}
@@ -429,7 +429,8 @@ if [ "$what" = variants ]; then  # VARIANTS="name=file ...": patches against thi
       patch -p1 < "$file" >> "$OUT/patch_$name.log" 2>&1
     fi
     if cmake --build $build -j "$(nproc)" > "$OUT/build_$name.log" 2>&1; then
-      verify_tree "_$name"
+      rows_of="ROWS_$name"  # ROWS_<name>: this variant's VERIFY_ROWS (e.g. the base tree's other rows beside)
+      VERIFY_ROWS=${!rows_of:-${VERIFY_ROWS:-sft_selective sft_selective_fast}} verify_tree "_$name"
     else
       grep -m5 -A5 error "$OUT/build_$name.log" | tee -a $sum
     fi
