@@ -63,8 +63,9 @@ bench() {  # name, args...: one `vdt bench step` row, its result line in $OUT/su
   echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-160)" | tee -a $sum
 }
 h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
-c5="--trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps 4 --warmup 2"
-c13="--trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --steps 4 --warmup 2"
+# CAUSAL_STEPS: the causal rows' measured steps (default 4: their steps differ by chunk mix, 0.46-0.52 s at 5B FP8)
+c5="--trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps ${CAUSAL_STEPS:-4} --warmup 2"
+c13="--trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --steps ${CAUSAL_STEPS:-4} --warmup 2"
 sft="--trainer sft --steps ${SFT_STEPS:-4} --warmup ${SFT_WARMUP:-2}"  # SFT_STEPS=30: a median over the synthetic samples
 speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with selective checkpointing, default 20)
   local row=$1
