@@ -370,7 +370,8 @@ fi
 verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` below
   local tag=$1
   # the CUDA tests of the changed suites (GTEST_FILTER), bf16 parity of both fixtures, the SFT rows (VERIFY_ROWS) over
-  # SFT_STEPS (default 30) steps, one traced selective step: its split and its elementwise kernels (ELEM_N lines)
+  # SFT_STEPS (default 30) steps, one traced selective step: its split and its elementwise kernels (ELEM_N lines);
+  # TRACE_FP8=1 the `--fp8 fast` step's too, TRACE_CAUSAL=1 the 5B causal step's (block checkpointing, FP8)
   if [ -x $build/tests/vdt_tests ]; then
     timeout ${TESTS_S:-240} $build/tests/vdt_tests \
       --gtest_filter="${GTEST_FILTER:-FusedOps.*:ActivationCheckpoint.*:GatherRows.*:WanQkNormRope.*:BiasGrad.*}" \
@@ -409,6 +410,15 @@ verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` 
       python3 benchmarks/trace_ops.py $OUT/sft_fp8.json host ${HOST_N:-12} | head -40 | tee "$OUT/host$tag.txt"
     fi
     rm -f $OUT/sft_fp8.json
+  fi
+  if [ "${TRACE_CAUSAL:-0}" = 1 ]; then  # the 5B causal LoRA step (block checkpointing, CAUSAL_FP8, default fast) traced
+    rm -rf /tmp/vdt_verify_causal
+    VDT_TRACE=$OUT/causal.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step $c5 --fp8 ${CAUSAL_FP8:-fast} \
+      --work-dir /tmp/vdt_verify_causal > "$OUT/verify_causal.log" 2>&1 || rc=1
+    echo "causal 5B block --fp8 ${CAUSAL_FP8:-fast}, traced:" | tee -a $sum
+    python3 benchmarks/trace_top.py $OUT/causal.json 40 | grep -E "^kernels|^split" | tee -a $sum
+    python3 benchmarks/trace_top.py $OUT/causal.json 40 | head -${TOPN:-30}
+    rm -f $OUT/causal.json
   fi
 }
 if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on a fresh machine with GPU_TESTS=ON)
