@@ -90,6 +90,7 @@ speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with sele
     causal13b_selective) bench $row $c13 --checkpointing selective ;;
     causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
     causal13b_block) bench $row $c13 ;;
+    causal13b_block_fast) bench $row $c13 --fp8 fast ;;
     *) echo "unknown row $row" | tee -a $sum ;;
   esac
 }
