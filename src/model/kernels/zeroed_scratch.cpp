@@ -40,9 +40,11 @@ int64_t ZeroedScratch::fills() const {
   return fills_;
 }
 
+// Never destroyed: its blocks are CUDA tensors, and a static's destructor may run after the CUDA context and the
+// caching allocator are gone at exit (freeing a block then crashes the process that already did its work).
 ZeroedScratch& zeroed_scratch() {
-  static ZeroedScratch scratch;
-  return scratch;
+  static auto* scratch = new ZeroedScratch;
+  return *scratch;
 }
 
 }  // namespace vdt::kernels
