@@ -257,7 +257,56 @@ Tensor Fp8OperandMemo::MaximaMap::find(const Tensor& t, QuantPath path, InputAct
   return it != entries.end() && it->second.src.matches(t, path, act) ? it->second.col_amax : Tensor();
 }
 
+void Fp8OperandMemo::hold_frozen(const Tensor& w) {
+  VDT_CHECK(w.defined() && w.dim() == 2 && !w.requires_grad(), "Fp8OperandMemo::hold_frozen: expected a frozen 2-D "
+            "weight (no gradient), got ", w.defined() ? w.sizes() : torch::IntArrayRef{},
+            w.defined() && w.requires_grad() ? " that requires a gradient" : "");
+  std::lock_guard<std::mutex> lock(mu_);
+  frozen_.try_emplace(w.unsafeGetTensorImpl(),
+                      Frozen{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+                                 w.getIntrusivePtr())});
+}
+
+Fp8OperandMemo::Frozen* Fp8OperandMemo::frozen_of(const Tensor& w) {
+  if (frozen_.empty()) return nullptr;
+  const auto it = frozen_.find(w.unsafeGetTensorImpl());
+  if (it == frozen_.end()) return nullptr;
+  if (it->second.owner.expired()) {  // another tensor at a freed parameter's address
+    frozen_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+int64_t Fp8OperandMemo::frozen_held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::count_if(frozen_.begin(), frozen_.end(), [](const auto& kv) { return kv.second.made; });
+}
+
+int64_t Fp8OperandMemo::frozen_hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return frozen_hits_;
+}
+
 Fp8Rows Fp8OperandMemo::weight_rows(const Tensor& w, QuantPath path) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto* f = frozen_of(w)) {
+      if (f->made) {
+        VDT_CHECK(f->path == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another "
+                  "path than this call's (its own data is released)");
+        ++frozen_hits_;
+        return f->rows;
+      }
+      VDT_CHECK(!w.requires_grad(), "Fp8OperandMemo: a weight held as frozen ", w.sizes(), " requires a gradient now");
+      Tensor amax;  // both copies from w's data, then the data goes
+      f->rows = quantize_rows(w, path, &amax);
+      f->cols = quantize_cols(w, 1, path, amax);
+      f->path = path, f->made = true;
+      w.set_data(torch::zeros({1}, w.options().device(torch::kCPU)).expand(w.sizes()));  // [out, in], stride 0
+      return f->rows;
+    }
+  }
   Tensor amax;
   auto q = quantize_rows(w, path, &amax);
   if (!w.has_storage()) return q;
@@ -270,6 +319,12 @@ Fp8Rows Fp8OperandMemo::weight_cols(const Tensor& w, QuantPath path) {
   Tensor amax;  // the forward's column maxima of this weight, when it left them
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (auto* f = frozen_of(w); f && f->made) {
+      VDT_CHECK(f->path == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another "
+                "path than this call's (its own data is released)");
+      ++frozen_hits_;
+      return f->cols;
+    }
     amax = weights_.find(w, path, InputAct::none);
     if (amax.defined()) ++weight_hits_;
   }

@@ -79,6 +79,17 @@ class Fp8OperandMemo {
   Fp8Rows weight_cols(const torch::Tensor& w, QuantPath path);
   int64_t weight_hits() const;  // weight_cols calls that found their forward's maxima
 
+  // A frozen weight (no gradient, never changed: a LoRA's base), by identity (the parameter itself, not a copy): at its
+  // first weight_rows both quantizations are made as above (the column-wise one from the row-wise pass's maxima) and
+  // kept, and w's own data is released (set to a CPU tensor of its shape with one element: every later weight_rows /
+  // weight_cols of w hands the kept ones back, byte for byte what re-quantizing w would give; anything else that reads
+  // w computes with zeros, or on a GPU run fails on the device). Two FP8 copies weigh what one bf16 w did, and a step
+  // no longer quantizes w three times (forward, block recompute, dgrad). Registering a tensor that needs a gradient is
+  // an error.
+  void hold_frozen(const torch::Tensor& w);
+  int64_t frozen_held() const;  // frozen weights whose copies are made (their own data released)
+  int64_t frozen_hits() const;  // weight_rows / weight_cols calls handed a kept copy
+
  private:
   // The tensor a remembered result came from, held weakly (storage, offset, layout, dtype and, when versioned, its
   // version), and how it was quantized (path, activation).
@@ -111,11 +122,20 @@ class Fp8OperandMemo {
     void keep(const torch::Tensor& t, QuantPath path, InputAct act, bool versioned, torch::Tensor col_amax);
     torch::Tensor find(const torch::Tensor& t, QuantPath path, InputAct act) const;  // undefined: none
   };
+  // A held frozen weight: the parameter (weakly) and, once made, its quantizations and the path that made them.
+  struct Frozen {
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
+    bool made = false;
+    QuantPath path = QuantPath::automatic;
+    Fp8Rows rows, cols;
+  };
   Fp8Rows get(Entry& e, const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act, bool keep_maxima);
+  Frozen* frozen_of(const torch::Tensor& w);  // the held entry of w itself, or nullptr; under mu_
   mutable std::mutex mu_;
   Entry rows_, cols_;
   MaximaMap weights_, activations_;
-  int64_t hits_ = 0, weight_hits_ = 0, maxima_hits_ = 0;
+  std::map<const c10::TensorImpl*, Frozen> frozen_;
+  int64_t hits_ = 0, weight_hits_ = 0, maxima_hits_ = 0, frozen_hits_ = 0;
 };
 
 // Where at::_scaled_mm accumulates fast (Hopper's FP8 tensor-core accumulation without the periodic promotion to fp32:
@@ -165,6 +185,8 @@ class Fp8Linear : public LinearImpl {
                     bool want_b, InputAct act = InputAct::none) override {
     return fp8_linear_grads(g, x, w, want_x, want_w, want_b, backend_, accum_, &memo_, act);
   }
+  // w's FP8 copies kept from its first forward and its own data released (Fp8OperandMemo::hold_frozen)
+  void hold_frozen(const torch::Tensor& w) { memo_.hold_frozen(w); }
   Fp8Backend backend() const { return backend_; }
   Fp8FastAccum accum() const { return accum_; }
   const Fp8OperandMemo& memo() const { return memo_; }

@@ -39,7 +39,7 @@ std::vector<int64_t> fp8_block_indices(int64_t n_blocks) {
   return out;
 }
 
-std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<int64_t>& blocks) {
+std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<int64_t>& blocks, bool hold_frozen) {
   if (mode == Fp8Mode::off) return "off";
   const auto all = model.block_modules();
   auto selected = std::make_shared<std::unordered_set<const torch::nn::Module*>>();
@@ -52,6 +52,12 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
   auto impl = std::make_shared<kernels::Fp8Linear>(
       mode == Fp8Mode::emulate ? kernels::Fp8Backend::emulate : kernels::Fp8Backend::cuda,
       kernels::Fp8FastAccum{.forward = fast, .dgrad = fast, .wgrad = fast});
+  int64_t held = 0;  // frozen weights registered (the ones the FP8 GEMMs read are held from their first forward)
+  if (hold_frozen) {
+    for (const auto* block : *selected)
+      for (const auto& p : block->parameters(/*recurse=*/true))
+        if (!p.requires_grad() && p.dim() == 2) impl->hold_frozen(p), ++held;
+  }
   BlockRunner inner = model.block_runner();
   model.set_block_runner([inner, selected, impl](const BlockCall& call) {
     if (!selected->count(&call.block)) return inner ? inner(call) : call.run(call.inputs);
@@ -73,6 +79,7 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
   out << (mode == Fp8Mode::on ? "on" : mode == Fp8Mode::fast ? "fast" : "emulate") << ": the linears of blocks "
       << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size() << " in FP8 (E4M3, row-wise scales"
       << (mode == Fp8Mode::fast ? "; fast accumulation in the forward, dgrad and wgrad GEMMs)" : ")");
+  if (held > 0) out << "; their frozen weights held as FP8 from the first forward";
   return out.str();
 }
 

@@ -31,7 +31,10 @@ void check_fp8_device(Fp8Mode mode, const torch::Device& device, const std::stri
 std::vector<int64_t> fp8_block_indices(int64_t n_blocks);
 
 // Routes the selected blocks' linears through FP8 (`mode` off: nothing). Wraps the block runner set so far: call it
-// after enable_block_checkpointing (which replaces the runner). Returns the description printed at start-up.
-std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<int64_t>& blocks);
+// after enable_block_checkpointing (which replaces the runner). hold_frozen: the selected blocks' frozen 2-D weights (a
+// LoRA's base) are held as their two FP8 quantizations from their first forward on, their own data released
+// (Fp8OperandMemo::hold_frozen: the same bytes as quantizing them each time, at the memory of one bf16 copy); not with
+// a base sharded over ranks, whose weights come gathered for each call. Returns the description printed at start-up.
+std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<int64_t>& blocks, bool hold_frozen);
 
 }  // namespace vdt

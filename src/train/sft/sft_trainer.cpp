@@ -159,7 +159,8 @@ void build_model(SftRun& r) {
     enable_block_checkpointing(*r.model, co);
   }
   if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
-    const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()));
+    const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()),
+                                         /*hold_frozen=*/false);  // every block weight trains
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
   r.model->train();

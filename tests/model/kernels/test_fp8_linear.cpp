@@ -297,6 +297,47 @@ TEST(Fp8Linear, OperandMemoHandsWeightMaximaOnlyToTheirWeight) {
   EXPECT_EQ(memo.weight_hits(), 2);
 }
 
+// A frozen weight held as FP8 (a LoRA's base): its linear gives the same output and input gradient, byte for byte, as
+// one re-quantized each call, over two steps (forward, dgrad); its quantizations are made once (at its first forward)
+// and handed back after; its own data is released (one element, stride 0, the shape kept); another view of it, a copy
+// or a weight not held are quantized as before; a weight that trains is refused.
+TEST(Fp8Linear, HeldFrozenWeightGivesTheSameBytesAndReleasesItsData) {
+  for (const auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::manual_seed(21);
+    const auto w = torch::randn({48, 64}).to(dt), b = torch::randn({48}).to(dt);
+    const auto held = w.clone(), plain = w.clone();
+    Fp8OperandMemo hold_memo, plain_memo;
+    hold_memo.hold_frozen(held);
+    for (int step = 0; step < 2; ++step) {
+      const auto x0 = (torch::randn({2, 37, 64}) * (step + 1)).to(dt);
+      const auto g = torch::randn({2, 37, 48}).to(dt);
+      auto xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
+      const auto ya = fp8_linear(xa, held, b, Fp8Backend::emulate, {}, &hold_memo);
+      const auto yb = fp8_linear(xb, plain, b, Fp8Backend::emulate, {}, &plain_memo);
+      EXPECT_TRUE(torch::equal(ya, yb)) << "step " << step;
+      ya.backward(g), yb.backward(g);
+      EXPECT_TRUE(torch::equal(xa.grad(), xb.grad())) << "step " << step;
+    }
+    EXPECT_EQ(hold_memo.frozen_held(), 1);
+    EXPECT_EQ(hold_memo.frozen_hits(), 3);  // step 0's dgrad, step 1's forward and dgrad
+    EXPECT_EQ(plain_memo.frozen_hits(), 0);
+    EXPECT_EQ(held.sizes(), w.sizes());
+    EXPECT_EQ(held.stride(0), 0);
+    EXPECT_EQ(held.stride(1), 0);
+    EXPECT_LE(held.storage().nbytes(), 4u);
+    EXPECT_TRUE(torch::equal(plain, w));  // not held: untouched
+    // a copy of the released weight's values is no longer w: the held one is only found by identity
+    const auto other = w.clone();
+    EXPECT_TRUE(torch::equal(hold_memo.weight_rows(other, QuantPath::aten).q.view(torch::kUInt8),
+                             quantize_rows(w, QuantPath::aten).q.view(torch::kUInt8)));
+    EXPECT_EQ(hold_memo.frozen_hits(), 3);
+  }
+  Fp8OperandMemo memo;
+  const auto trains = torch::randn({8, 16}).requires_grad_(true);
+  test::expect_error([&] { memo.hold_frozen(trains); }, {"hold_frozen", "frozen", "requires a gradient"});
+  test::expect_error([&] { memo.hold_frozen(torch::randn({8})); }, {"hold_frozen", "2-D"});
+}
+
 TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
   const auto x = torch::randn({4, 16}), w = torch::randn({16, 16});
   test::expect_error([&] { fp8_linear(x, w, {}, Fp8Backend::cuda); }, {"--fp8 on", "CUDA", "--fp8 emulate"});
