@@ -261,11 +261,20 @@ void Fp8OperandMemo::hold_frozen(const Tensor& w) {
   VDT_CHECK(w.defined() && w.dim() == 2 && !w.requires_grad(), "Fp8OperandMemo::hold_frozen: expected a frozen 2-D "
             "weight (no gradient), got ", w.defined() ? w.sizes() : torch::IntArrayRef{},
             w.defined() && w.requires_grad() ? " that requires a gradient" : "");
+  Frozen fresh{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(w.getIntrusivePtr())};
   std::lock_guard<std::mutex> lock(mu_);
-  frozen_.try_emplace(w.unsafeGetTensorImpl(),
-                      Frozen{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
-                                 w.getIntrusivePtr())});
+  const auto [it, added] = frozen_.try_emplace(w.unsafeGetTensorImpl(), fresh);
+  if (!added && it->second.owner.expired()) it->second = std::move(fresh);  // a freed weight's entry at this address
 }
+
+namespace {
+// A held frozen weight's kept copy, for the path that made it only (its own data is gone: it cannot be made again)
+const Fp8Rows& kept_copy(const Fp8Rows& q, QuantPath made_by, QuantPath path, const Tensor& w) {
+  VDT_CHECK(made_by == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another path "
+            "than this call's (its own data is released)");
+  return q;
+}
+}  // namespace
 
 Fp8OperandMemo::Frozen* Fp8OperandMemo::frozen_of(const Tensor& w) {
   if (frozen_.empty()) return nullptr;
@@ -293,10 +302,8 @@ Fp8Rows Fp8OperandMemo::weight_rows(const Tensor& w, QuantPath path) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto* f = frozen_of(w)) {
       if (f->made) {
-        VDT_CHECK(f->path == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another "
-                  "path than this call's (its own data is released)");
         ++frozen_hits_;
-        return f->rows;
+        return kept_copy(f->rows, f->path, path, w);
       }
       VDT_CHECK(!w.requires_grad(), "Fp8OperandMemo: a weight held as frozen ", w.sizes(), " requires a gradient now");
       Tensor amax;  // both copies from w's data, then the data goes
@@ -320,10 +327,8 @@ Fp8Rows Fp8OperandMemo::weight_cols(const Tensor& w, QuantPath path) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto* f = frozen_of(w); f && f->made) {
-      VDT_CHECK(f->path == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another "
-                "path than this call's (its own data is released)");
       ++frozen_hits_;
-      return f->cols;
+      return kept_copy(f->cols, f->path, path, w);
     }
     amax = weights_.find(w, path, InputAct::none);
     if (amax.defined()) ++weight_hits_;

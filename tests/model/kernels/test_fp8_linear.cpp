@@ -300,7 +300,8 @@ TEST(Fp8Linear, OperandMemoHandsWeightMaximaOnlyToTheirWeight) {
 // A frozen weight held as FP8 (a LoRA's base): its linear gives the same output and input gradient, byte for byte, as
 // one re-quantized each call, over two steps (forward, dgrad); its quantizations are made once (at its first forward)
 // and handed back after; its own data is released (one element, stride 0, the shape kept); another view of it, a copy
-// or a weight not held are quantized as before; a weight that trains is refused.
+// or a weight not held are quantized as before; another quantization path than the one that made the copies, and a
+// weight that trains, are refused.
 TEST(Fp8Linear, HeldFrozenWeightGivesTheSameBytesAndReleasesItsData) {
   for (const auto dt : {torch::kFloat32, torch::kBFloat16}) {
     torch::manual_seed(21);
@@ -331,6 +332,8 @@ TEST(Fp8Linear, HeldFrozenWeightGivesTheSameBytesAndReleasesItsData) {
     EXPECT_TRUE(torch::equal(hold_memo.weight_rows(other, QuantPath::aten).q.view(torch::kUInt8),
                              quantize_rows(w, QuantPath::aten).q.view(torch::kUInt8)));
     EXPECT_EQ(hold_memo.frozen_hits(), 3);
+    // made by the emulation's ATen path, its data gone: another path cannot quantize it again
+    test::expect_error([&] { hold_memo.weight_cols(held, QuantPath::automatic); }, {"held frozen weight", "path"});
   }
   Fp8OperandMemo memo;
   const auto trains = torch::randn({8, 16}).requires_grad_(true);
