@@ -157,8 +157,8 @@ void build_model(CausalRun& r) {
   enable_block_checkpointing(*r.model, co);
   if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     // the frozen base held as FP8 unless it is sharded (gathered per call)
-    const auto what =
-        enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()), /*hold_frozen=*/!r.shards);
+    const auto blocks = fp8_block_indices(r.model->block_modules().size());
+    const auto what = enable_fp8_linears(*r.model, fp8, blocks, /*hold_frozen=*/!r.shards);
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
   r.model->train();

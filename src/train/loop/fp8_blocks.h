@@ -17,9 +17,9 @@
 
 namespace vdt {
 
-// off; on: FP8 GEMMs (a CUDA GPU of compute capability 8.9+); fast: on, with fast accumulation in every FP8 GEMM (the
-// forward's and dgrad's reduce over a layer's width, the wgrad's over the tokens); emulate: on's numerics in fp32 ops on
-// any device (the reference: checks, CPU tests; slow).
+// off; on: FP8 GEMMs (a CUDA GPU of compute capability 8.9+); fast: on, with fast accumulation in every FP8 GEMM
+// (the forward's and dgrad's reduce over a layer's width, the wgrad's over the tokens); emulate: on's numerics in fp32
+// ops on any device (the reference: checks, CPU tests; slow).
 enum class Fp8Mode { off, on, fast, emulate };
 // Throws naming `flag` and the choices.
 Fp8Mode parse_fp8(const std::string& value, const std::string& flag);
