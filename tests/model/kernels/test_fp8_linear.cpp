@@ -619,6 +619,35 @@ TEST(Fp8LinearCuda, FastWgradAddsLittleToFp8Error) {
   }
 }
 
+// The held frozen base on the GPU (the causal trainer's default): made by the CUDA kernels at its first forward, its
+// linear gives the same output and input gradient, byte for byte, as a weight re-quantized each call, over two steps,
+// with fast accumulation; its data is released.
+TEST(Fp8LinearCuda, HeldFrozenWeightGivesTheSameBytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device dev(torch::kCUDA, 0);
+  if (const auto why = fp8_unsupported_reason(dev); !why.empty()) GTEST_SKIP() << why;
+  torch::manual_seed(23);
+  const auto opt = torch::TensorOptions().device(dev).dtype(torch::kBFloat16);
+  const auto w = torch::randn({384, 256}, opt) * 0.05, b = torch::randn({384}, opt);  // [out, in]
+  const auto held = w.clone(), plain = w.clone();
+  Fp8OperandMemo hold_memo, plain_memo;
+  hold_memo.hold_frozen(held);
+  const Fp8FastAccum fast{.forward = true, .dgrad = true, .wgrad = true};
+  for (int step = 0; step < 2; ++step) {
+    const auto x0 = torch::randn({2, 517, 256}, opt) * (step + 1);  // [B, L, in], B*L not a multiple of 16
+    const auto g = torch::randn({2, 517, 384}, opt);                // [B, L, out]
+    auto xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
+    const auto ya = fp8_linear(xa, held, b, Fp8Backend::cuda, fast, &hold_memo);
+    const auto yb = fp8_linear(xb, plain, b, Fp8Backend::cuda, fast, &plain_memo);
+    EXPECT_TRUE(torch::equal(ya, yb)) << "step " << step;
+    ya.backward(g), yb.backward(g);
+    EXPECT_TRUE(torch::equal(xa.grad(), xb.grad())) << "step " << step;
+  }
+  EXPECT_EQ(hold_memo.frozen_hits(), 3);  // step 0's dgrad, step 1's forward and dgrad
+  EXPECT_EQ(held.stride(0), 0);
+  EXPECT_EQ(held.sizes(), w.sizes());
+}
+
 TEST(Fp8LinearCuda, ScaledMmMatchesTheEmulation) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::Device dev(torch::kCUDA, 0);
