@@ -10,7 +10,8 @@
 # verify: after kernel code written without a GPU (GPU_TESTS=ON, fresh machine): the changed suites' CUDA tests, bf16
 # parity, `vdt bench kernels` (KERNELS=0: not), the SFT rows over 30 steps, a traced step's split and elementwise
 # kernels (TRACE_BF16=0: not; TRACE_FP8=1: the `--fp8 fast` step's too; GAPS=1: that step's GPU idle gaps and host
-# time outside its span, trace_ops.py gaps / host).
+# time outside its span, trace_ops.py gaps / host; TRACE_CAUSAL=1: the 5B causal FP8 step's split, kernels and
+# elementwise ops; CAUSAL_MEMORY="fast off": its allocation peak per --fp8 mode, trace_ops.py memory).
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
 # rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
@@ -412,15 +413,27 @@ verify_tree() {  # tag: a suffix for the logs of this tree (variants); `verify` 
     fi
     rm -f $OUT/sft_fp8.json
   fi
-  if [ "${TRACE_CAUSAL:-0}" = 1 ]; then  # the 5B causal LoRA step (block checkpointing, CAUSAL_FP8, default fast) traced
+  if [ "${TRACE_CAUSAL:-0}" = 1 ]; then  # the causal LoRA step (block checkpointing, CAUSAL_FP8, default fast) traced:
+    # 5B, or 1.3B with TRACE_CAUSAL_13B=1
     rm -rf /tmp/vdt_verify_causal
-    VDT_TRACE=$OUT/causal.json VDT_TRACE_STEP=4 timeout 150 $build/vdt bench step $c5 --fp8 ${CAUSAL_FP8:-fast} \
+    local ctrace=$c5 cname=5B
+    [ "${TRACE_CAUSAL_13B:-0}" = 1 ] && ctrace=$c13 cname=1.3B
+    VDT_TRACE=$OUT/causal.json VDT_TRACE_STEP=4 timeout 200 $build/vdt bench step $ctrace --fp8 ${CAUSAL_FP8:-fast} \
       --work-dir /tmp/vdt_verify_causal > "$OUT/verify_causal.log" 2>&1 || rc=1
-    echo "causal 5B block --fp8 ${CAUSAL_FP8:-fast}, traced:" | tee -a $sum
+    echo "causal $cname block --fp8 ${CAUSAL_FP8:-fast}, traced:" | tee -a $sum
     python3 benchmarks/trace_top.py $OUT/causal.json 40 | grep -E "^kernels|^split" | tee -a $sum
     python3 benchmarks/trace_top.py $OUT/causal.json 40 | head -${TOPN:-30}
+    python3 benchmarks/trace_ops.py $OUT/causal.json elementwise 40 | head -${ELEM_N:-30}
     rm -f $OUT/causal.json
   fi
+  for mode in ${CAUSAL_MEMORY:-}; do  # CAUSAL_MEMORY="fast off": the 5B causal step's allocation peak per --fp8 mode
+    rm -rf /tmp/vdt_verify_causal_mem
+    VDT_TRACE=$OUT/causal_mem.json VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=1 timeout 200 $build/vdt bench step $c5 --fp8 $mode \
+      --work-dir /tmp/vdt_verify_causal_mem > "$OUT/verify_causal_mem_$mode.log" 2>&1 || rc=1
+    echo "causal 5B block --fp8 $mode, allocation peak of the traced step:" | tee -a $sum
+    python3 benchmarks/trace_ops.py $OUT/causal_mem.json memory ${MEM_N:-16} | tee "$OUT/causal_mem_$mode.txt"
+    rm -f $OUT/causal_mem.json
+  done
 }
 if [ "$what" = verify ]; then  # after kernel code written without a GPU (run on a fresh machine with GPU_TESTS=ON)
   verify_tree ""

@@ -3,7 +3,10 @@
 and the top kernels, and the split GEMM / attention / elementwise / optimizer. Usage: trace_top.py TRACE.json [N]"""
 import collections
 import json
+import signal
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
 
 events = json.load(open(sys.argv[1]))["traceEvents"]
 top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
