@@ -208,14 +208,18 @@ Fp8Rows Fp8OperandMemo::get(Entry& e, const Tensor& t, int64_t pad, QuantPath pa
 }
 
 void Fp8OperandMemo::Entry::drop_if_freed() {
-  if (src.storage && src.freed()) {
-    src.storage.reset();
-    q = {};
-  }
+  if (src.storage && src.freed()) drop();
 }
 
-// Each call also drops the other kind's copy once its source is gone: the last forward's row-wise copy does not
-// wait through the backward for the next forward.
+void Fp8OperandMemo::Entry::drop() {
+  src.storage.reset();
+  q = {};
+}
+
+// A forward call drops the backward's copy once its source is gone. A backward call (cols, weight_cols) drops the
+// forward's row-wise copy whatever its source: only forward GEMMs read it (linears sharing an input), and kept, the last
+// forward's copy would wait through the backward for the next forward (a frozen base's block: its ffn.2 input's,
+// [7020, 14336] at 5B, ~100 MB over the bf16 step's peak and between steps).
 Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act, bool keep_maxima) {
   std::lock_guard<std::mutex> lock(mu_);
   cols_.drop_if_freed();
@@ -225,7 +229,7 @@ Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act, bool
 Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
   VDT_CHECK(pad >= 1, "Fp8OperandMemo::cols: pad must be >= 1, got ", pad);
   std::lock_guard<std::mutex> lock(mu_);
-  rows_.drop_if_freed();
+  rows_.drop();
   return get(cols_, t, pad, path, act, false);
 }
 
@@ -326,6 +330,7 @@ Fp8Rows Fp8OperandMemo::weight_cols(const Tensor& w, QuantPath path) {
   Tensor amax;  // the forward's column maxima of this weight, when it left them
   {
     std::lock_guard<std::mutex> lock(mu_);
+    rows_.drop();  // a backward call (see rows)
     if (auto* f = frozen_of(w); f && f->made) {
       ++frozen_hits_;
       return kept_copy(f->cols, f->path, path, w);

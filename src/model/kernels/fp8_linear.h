@@ -64,6 +64,7 @@ class Fp8OperandMemo {
   // goes when its tensor is freed). The wgrad reads the forward's own tensor where the autograd graph keeps it
   // (--checkpointing none; block's recompute) and, under selective checkpointing, where the recorder kept it (a GEMM's
   // or an attention's output: ffn.2's h, the output projections' inputs); a recomputed one is another tensor.
+  // The row-wise copy is kept for the next forward GEMM only: any backward call (cols, weight_cols) lets it go.
   Fp8Rows rows(const torch::Tensor& t, QuantPath path, InputAct act = InputAct::none, bool keep_maxima = false);
   // quantize_cols(t, pad, path, maxima, nullptr, act), likewise; maxima: those a rows call kept for t, if any
   Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act = InputAct::none);
@@ -109,6 +110,7 @@ class Fp8OperandMemo {
     int64_t pad = 0;
     Fp8Rows q;
     void drop_if_freed();  // the copy goes once its source's storage was freed
+    void drop();           // the copy goes
   };
   // A tensor's column maxima, by (storage, offset): weights' without their version (see weight_rows), activations'
   // with it.

@@ -341,6 +341,25 @@ TEST(Fp8Linear, HeldFrozenWeightGivesTheSameBytesAndReleasesItsData) {
   test::expect_error([&] { memo.hold_frozen(torch::randn({8})); }, {"hold_frozen", "2-D"});
 }
 
+// The forward's row-wise copy of an input is for forward GEMMs only (linears sharing it): the backward lets it go
+// (a frozen base's block would otherwise keep its last input's copy through the backward and past the step).
+TEST(Fp8Linear, BackwardLetsTheForwardsRowWiseCopyGo) {
+  for (const bool frozen : {true, false}) {
+    torch::manual_seed(5);
+    Fp8OperandMemo memo;
+    const auto w = torch::randn({48, 64}).requires_grad_(!frozen);  // [out, in]
+    const auto x = torch::randn({37, 64}).requires_grad_(true);      // [M, in]
+    const auto y = fp8_linear(x, w, {}, Fp8Backend::emulate, {}, &memo);
+    const auto q = memo.rows(x, QuantPath::aten).q;  // the forward's copy, handed back
+    EXPECT_EQ(memo.hits(), 1);
+    EXPECT_EQ(q.use_count(), 2) << "frozen " << frozen;  // ours and the memo's
+    y.backward(torch::randn({37, 48}));
+    EXPECT_EQ(q.use_count(), 1) << "frozen " << frozen;  // the memo's went with the backward
+    memo.rows(x, QuantPath::aten);
+    EXPECT_EQ(memo.hits(), 1) << "frozen " << frozen;  // quantized again
+  }
+}
+
 TEST(Fp8Linear, CudaBackendOnTheCpuIsAnErrorNamingTheFlag) {
   const auto x = torch::randn({4, 16}), w = torch::randn({16, 16});
   test::expect_error([&] { fp8_linear(x, w, {}, Fp8Backend::cuda); }, {"--fp8 on", "CUDA", "--fp8 emulate"});
