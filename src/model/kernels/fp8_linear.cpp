@@ -226,6 +226,16 @@ Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act, bool
   return get(rows_, t, 0, path, act, keep_maxima);
 }
 
+void Fp8OperandMemo::drop_row_copy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  rows_.drop();
+}
+
+bool Fp8OperandMemo::holds_row_copy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rows_.q.q.defined();
+}
+
 Fp8Rows Fp8OperandMemo::cols(const Tensor& t, int64_t pad, QuantPath path, InputAct act) {
   VDT_CHECK(pad >= 1, "Fp8OperandMemo::cols: pad must be >= 1, got ", pad);
   std::lock_guard<std::mutex> lock(mu_);

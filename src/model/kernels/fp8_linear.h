@@ -64,10 +64,13 @@ class Fp8OperandMemo {
   // goes when its tensor is freed). The wgrad reads the forward's own tensor where the autograd graph keeps it
   // (--checkpointing none; block's recompute) and, under selective checkpointing, where the recorder kept it (a GEMM's
   // or an attention's output: ffn.2's h, the output projections' inputs); a recomputed one is another tensor.
-  // The row-wise copy is kept for the next forward GEMM only: any backward call (cols, weight_cols) lets it go.
+  // The row-wise copy is kept for the next forward GEMM only: any backward call (cols, weight_cols) lets it go, and so
+  // does drop_row_copy (the FP8 block runner's, at each block's end: a block's inputs are its own).
   Fp8Rows rows(const torch::Tensor& t, QuantPath path, InputAct act = InputAct::none, bool keep_maxima = false);
   // quantize_cols(t, pad, path, maxima, nullptr, act), likewise; maxima: those a rows call kept for t, if any
   Fp8Rows cols(const torch::Tensor& t, int64_t pad, QuantPath path, InputAct act = InputAct::none);
+  void drop_row_copy();
+  bool holds_row_copy() const;
   int64_t hits() const;         // quantizations handed back so far
   int64_t maxima_hits() const;  // column-wise quantizations of an activation that found its forward's maxima
 
@@ -189,6 +192,7 @@ class Fp8Linear : public LinearImpl {
   }
   // w's FP8 copies kept from its first forward and its own data released (Fp8OperandMemo::hold_frozen)
   void hold_frozen(const torch::Tensor& w) { memo_.hold_frozen(w); }
+  void drop_row_copy() { memo_.drop_row_copy(); }  // Fp8OperandMemo::drop_row_copy
   Fp8Backend backend() const { return backend_; }
   Fp8FastAccum accum() const { return accum_; }
   const Fp8OperandMemo& memo() const { return memo_; }

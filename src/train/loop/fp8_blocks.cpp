@@ -64,7 +64,12 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
     BlockCall fp8 = call;
     fp8.run = [run = call.run, impl](const std::vector<torch::Tensor>& in) {
       LinearImplScope scope(impl.get());
-      return run(in);
+      auto out = run(in);
+      // A block's inputs are its own: its last row-wise copy (Wan's ffn.2 input, [7020, 14336] at 5B) is read by no
+      // later GEMM. Kept, the last FP8 block's would wait until the next FP8 GEMM: through the last (bf16) block's
+      // backward, where the most checkpointed inputs are live.
+      impl->drop_row_copy();
+      return out;
     };
     return inner ? inner(fp8) : fp8.run(fp8.inputs);
   });

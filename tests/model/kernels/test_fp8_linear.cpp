@@ -352,11 +352,17 @@ TEST(Fp8Linear, BackwardLetsTheForwardsRowWiseCopyGo) {
     const auto y = fp8_linear(x, w, {}, Fp8Backend::emulate, {}, &memo);
     const auto q = memo.rows(x, QuantPath::aten).q;  // the forward's copy, handed back
     EXPECT_EQ(memo.hits(), 1);
+    EXPECT_TRUE(memo.holds_row_copy());
     EXPECT_EQ(q.use_count(), 2) << "frozen " << frozen;  // ours and the memo's
     y.backward(torch::randn({37, 48}));
     EXPECT_EQ(q.use_count(), 1) << "frozen " << frozen;  // the memo's went with the backward
+    EXPECT_FALSE(memo.holds_row_copy());
     memo.rows(x, QuantPath::aten);
     EXPECT_EQ(memo.hits(), 1) << "frozen " << frozen;  // quantized again
+    memo.drop_row_copy();  // what the FP8 block runner does at a block's end
+    EXPECT_FALSE(memo.holds_row_copy());
+    memo.rows(x, QuantPath::aten);
+    EXPECT_EQ(memo.hits(), 1) << "frozen " << frozen;
   }
 }
 
