@@ -17,8 +17,6 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-
 namespace vdt {
 namespace {
 using torch::autograd::AutogradContext;
@@ -42,58 +40,14 @@ torch::Tensor gather_keys(const torch::Tensor& t, const std::vector<std::pair<in
   return torch::cat(parts, 2);  // [B, N, sum of range lengths, Dh]
 }
 
-// The key gradients [B, N, Lk, Dh] summed from the blocks' parts in block order without a zero-filled start: a key
-// row's first part is copied (0 + x is x), the later ones added, and the rows no block saw are zeroed at the end.
-// covered: the key rows written so far, as ascending disjoint [first, second) runs.
-struct KeyGradSum {
-  torch::Tensor full;
-  std::vector<std::pair<int64_t, int64_t>> covered;
-
-  // Adds a block's key gradient [B, N, sum of lengths, Dh] into the full one's ranges.
-  void add(const torch::Tensor& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
-    int64_t at = 0;
-    for (const auto& [k0, k1] : ranges) {
-      int64_t pos = k0;
-      for (const auto& [c0, c1] : covered) {  // [pos, k1) split into its unwritten and written runs
-        if (c0 >= k1) break;
-        if (c1 <= pos) continue;
-        if (c0 > pos) write(part, at + pos - k0, pos, c0, /*first=*/true), pos = c0;
-        const int64_t end = std::min(c1, k1);
-        write(part, at + pos - k0, pos, end, /*first=*/false), pos = end;
-      }
-      if (pos < k1) write(part, at + pos - k0, pos, k1, /*first=*/true);
-      cover(k0, k1);
-      at += k1 - k0;
-    }
+// Adds a block's key gradient [B, N, sum of lengths, Dh] into the full one's ranges.
+void scatter_keys(torch::Tensor& full, const torch::Tensor& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  int64_t at = 0;
+  for (const auto& [k0, k1] : ranges) {
+    full.narrow(2, k0, k1 - k0).add_(part.narrow(2, at, k1 - k0));
+    at += k1 - k0;
   }
-  // Zeroes the key rows no block saw; returns the sum.
-  torch::Tensor finish() {
-    int64_t pos = 0;
-    for (const auto& [c0, c1] : covered) {
-      if (c0 > pos) full.narrow(2, pos, c0 - pos).zero_();
-      pos = c1;
-    }
-    if (pos < full.size(2)) full.narrow(2, pos, full.size(2) - pos).zero_();
-    return full;
-  }
-
- private:
-  void write(const torch::Tensor& part, int64_t from, int64_t k0, int64_t k1, bool first) {
-    auto dst = full.narrow(2, k0, k1 - k0);
-    const auto src = part.narrow(2, from, k1 - k0);
-    first ? dst.copy_(src) : dst.add_(src);
-  }
-  void cover(int64_t k0, int64_t k1) {  // merges [k0, k1) into the runs
-    covered.emplace_back(k0, k1);
-    std::sort(covered.begin(), covered.end());
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& r : covered) {
-      if (merged.empty() || r.first > merged.back().second) merged.push_back(r);
-      else merged.back().second = std::max(merged.back().second, r.second);
-    }
-    covered = std::move(merged);
-  }
-};
+}
 
 torch::Tensor block_forward(at::SDPBackend backend, const torch::Tensor& q, const torch::Tensor& k,
                             const torch::Tensor& v, BlockState& st) {
@@ -206,9 +160,19 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
     auto g = grads[0];
     if (g.strides() != out.strides()) g = torch::empty_like(out).copy_(g);  // each block's dO laid out as its O
+    // A block whose one key range is all of k (the prefix pattern's last chunk) runs first and hands over its key
+    // gradients as the sums' start: no zero-filled start and one full-size add fewer per k and v (the sums then add
+    // that block's part first, the others in block order).
+    int64_t whole = -1;
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i].keys.size() == 1 && blocks[i].keys[0] == std::pair<int64_t, int64_t>{0, k.size(2)}) whole = i;
+    std::vector<int64_t> order;
+    if (whole >= 0) order.push_back(whole);
+    for (int64_t i = 0; i < static_cast<int64_t>(blocks.size()); ++i)
+      if (i != whole) order.push_back(i);
     auto dq = torch::empty_like(q);
-    KeyGradSum dk{torch::empty_like(k), {}}, dv{torch::empty_like(v), {}};
-    for (size_t i = 0; i < blocks.size(); ++i) {
+    torch::Tensor dk, dv;
+    for (const int64_t i : order) {
       const auto& b = blocks[i];
       const int64_t len = b.end - b.begin;
       BlockState st{saved[4 + 5 * i], saved[5 + 5 * i], saved[6 + 5 * i], saved[7 + 5 * i], saved[8 + 5 * i],
@@ -217,10 +181,15 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
                                          gather_keys(k, b.keys), gather_keys(v, b.keys), out.narrow(2, b.begin, len),
                                          st);
       dq.narrow(2, b.begin, len).copy_(gq);
-      dk.add(gk, b.keys);
-      dv.add(gv, b.keys);
+      if (i == whole) {
+        dk = gk, dv = gv;  // [B, N, Lk, Dh]: the backend's own, new tensors
+        continue;
+      }
+      if (!dk.defined()) dk = torch::zeros_like(k), dv = torch::zeros_like(v);
+      scatter_keys(dk, gk, b.keys);
+      scatter_keys(dv, gv, b.keys);
     }
-    return {dq, dk.finish(), dv.finish(), torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor()};
   }
 };
 }  // namespace

@@ -50,9 +50,9 @@ TEST(RangedAttention, EqualsPerBlockAutogradForwardAndBackward) {
   }
 }
 
-// The key gradients are summed without a zero-filled start (a row's first part copied, later ones added, unseen rows
-// zeroed): a later block's range that starts before, spans and ends after the rows an earlier one wrote, two ranges in
-// one block, and rows nobody sees, against the per-block autograd reference.
+// The key gradients summed over ranges that overlap in every way: a later block's range that starts before, spans and
+// ends after the rows an earlier one saw, two ranges in one block, and rows nobody sees, against the per-block
+// autograd reference.
 TEST(RangedAttention, KeyGradientsSumOverlappingRangesInAnyOrder) {
   H3AttentionLayout l;
   l.blocks = {{0, 10, {{10, 15}}}, {10, 20, {{0, 20}}}, {20, 37, {{2, 5}, {12, 25}}}};  // keys 25..37 seen by nobody
@@ -64,6 +64,22 @@ TEST(RangedAttention, KeyGradientsSumOverlappingRangesInAnyOrder) {
     EXPECT_EQ(fast.dk.narrow(0, 25, 12).abs().max().item<float>(), 0.f) << dtype;
     EXPECT_EQ(fast.dv.narrow(0, 25, 12).abs().max().item<float>(), 0.f) << dtype;
   }
+}
+
+// A block whose one range is all the keys starts the key gradients' sums (its own gradient, no zero-filled start):
+// the prefix pattern (the last chunk sees all) and a middle block seeing all, against the per-block reference.
+TEST(RangedAttention, ABlockSeeingAllKeysStartsTheirGradients) {
+  H3AttentionLayout prefix, middle;
+  prefix.blocks = {{0, 12, {{0, 12}}}, {12, 25, {{0, 25}}}, {25, 37, {{0, 37}}}};
+  middle.blocks = {{0, 12, {{0, 12}}}, {12, 25, {{0, 37}}}, {25, 37, {{0, 25}}}};
+  for (const auto& l : {prefix, middle})
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const double tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+      auto fast = run(l, false, dtype), ref = run(l, true, dtype);
+      EXPECT_LT(rel(fast.dq.to(torch::kFloat32), ref.dq.to(torch::kFloat32)), tol) << dtype;
+      EXPECT_LT(rel(fast.dk.to(torch::kFloat32), ref.dk.to(torch::kFloat32)), tol) << dtype;
+      EXPECT_LT(rel(fast.dv.to(torch::kFloat32), ref.dv.to(torch::kFloat32)), tol) << dtype;
+    }
 }
 
 TEST(RangedAttention, KeysNoBlockSeesGetNoGradientAndBadBlocksAreRefused) {
