@@ -217,9 +217,9 @@ void Fp8OperandMemo::Entry::drop() {
 }
 
 // A forward call drops the backward's copy once its source is gone. A backward call (cols, weight_cols) drops the
-// forward's row-wise copy whatever its source: only forward GEMMs read it (linears sharing an input), and kept, the last
-// forward's copy would wait through the backward for the next forward (a frozen base's block: its ffn.2 input's,
-// [7020, 14336] at 5B, ~100 MB over the bf16 step's peak and between steps).
+// forward's row-wise copy whatever its source: only forward GEMMs read it (linears sharing an input). The FP8 block
+// runner drops it at each block's end too (drop_row_copy): the last FP8 block's copy (Wan's ffn.2 input, [7020, 14336]
+// at 5B, ~100 MB) would otherwise wait through the last, bf16 block's backward, which calls no FP8 GEMM.
 Fp8Rows Fp8OperandMemo::rows(const Tensor& t, QuantPath path, InputAct act, bool keep_maxima) {
   std::lock_guard<std::mutex> lock(mu_);
   cols_.drop_if_freed();
