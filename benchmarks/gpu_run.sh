@@ -92,6 +92,10 @@ speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with sele
     causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
     causal13b_block) bench $row $c13 ;;
     causal13b_block_fast) bench $row $c13 --fp8 fast ;;
+    causal5b_keep*_fast | causal13b_keep*_fast)  # e.g. causal13b_keep0.5_fast: --fp8 fast --attn-keep 0.5
+      local share=${row#*_keep}; share=${share%_fast}
+      if [ "${row%%_*}" = causal5b ]; then bench $row $c5 --fp8 fast --attn-keep $share
+      else bench $row $c13 --fp8 fast --attn-keep $share; fi ;;
     *) echo "unknown row $row" | tee -a $sum ;;
   esac
 }

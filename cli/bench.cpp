@@ -35,6 +35,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
   step->add_option(spellings(kSelectiveBlocksFlag), cfg->selective_blocks, kSelectiveBlocksHelp)
       ->capture_default_str();
+  step->add_option(spellings(kAttnKeepFlag), cfg->attn_keep, kAttnKeepHelp)->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
                    "reference ops (also VDT_FUSED=0)")->capture_default_str();

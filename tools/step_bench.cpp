@@ -23,6 +23,8 @@ namespace fs = std::filesystem;
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
   check_selective_blocks(selective_blocks, parse_checkpointing(checkpointing, "--checkpointing"));
+  check_attention_keep(attn_keep, attn == "prefix" || attn == "fa3");
+  VDT_CHECK(attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer (--trainer causal)");
   VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
@@ -82,7 +84,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
     c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
     c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
-    c.checkpointing = cfg.checkpointing, c.selective_blocks = cfg.selective_blocks;
+    c.checkpointing = cfg.checkpointing, c.selective_blocks = cfg.selective_blocks, c.attn_keep = cfg.attn_keep;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);

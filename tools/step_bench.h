@@ -25,6 +25,7 @@ struct StepBenchConfig {
   std::string attn = "prefix";             // causal: prefix | mask
   std::string act_offload = "off";         // causal: on | off
   int64_t selective_blocks = -1;           // with --checkpointing selective: blocks that keep (-1: all)
+  double attn_keep = 0;                    // causal: --attn-keep (train/loop/activation_checkpoint.h)
   int64_t lora_rank = 32;                  // causal
   std::string fused_kernels = "on";        // on | off (model/kernels)
   std::string fp8 = "off";                 // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)

@@ -1,7 +1,8 @@
 // One SDPA backend call per query block forward and backward, inside one autograd node (ranged_attention.h).
 // Per block the backend keeps: the log-sum-exp [B, N, len] (float32) and, on CUDA, the RNG state and sequence
 // offsets its backward takes (empty without dropout). Outputs are written into one tensor shaped like q, and its
-// slices are what backward hands each block's backward as `out`.
+// slices are what backward hands each block's backward as `out`. A RangedAttentionKeep installed on the thread keeps
+// some blocks' outputs and states while recording and hands them back on replay (the block's forward is skipped).
 #include "model/ranged_attention.h"
 
 #include <ATen/SDPBackend.h>
@@ -16,6 +17,11 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
 
 namespace vdt {
 namespace {
@@ -127,6 +133,19 @@ std::vector<QueryBlock> decode(const std::vector<int64_t>& flat) {
   return blocks;
 }
 
+thread_local RangedAttentionKeep* current_keep = nullptr;
+}  // namespace
+
+// One call's record: which blocks keep, and their output [B, N, len, Dh] and state until the replay takes them.
+struct RangedAttentionKeep::Call {
+  std::vector<int64_t> layout, q_sizes;  // the call's blocks (encoded) and q's shape, checked on replay
+  std::vector<bool> keep;                // per block
+  std::vector<torch::Tensor> out;        // per block: undefined unless kept and not yet taken
+  std::vector<BlockState> state;
+  bool replay = false;
+};
+
+namespace {
 class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -137,10 +156,19 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
     auto out = torch::empty_like(q);  // q's strides (H3 hands [1, N, S, Dh] views of [S, N, Dh] rows)
     variable_list saved{q, k, v, out};
     std::vector<int64_t> maxes;
-    for (const auto& b : blocks) {
+    auto* kept = current_keep ? &current_keep->next_call(flat, q, blocks) : nullptr;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const auto& b = blocks[i];
       BlockState st;
-      auto o = block_forward(backend, q.narrow(2, b.begin, b.end - b.begin), gather_keys(k, b.keys),
-                             gather_keys(v, b.keys), st);  // [B, N, len, Dh]
+      torch::Tensor o;  // [B, N, len, Dh]
+      if (kept && kept->replay && kept->keep[i]) {  // the forward's own result: this block's forward is not run again
+        TORCH_CHECK(kept->out[i].defined(), "ranged_attention: kept block ", i, " was already taken");
+        o = std::move(kept->out[i]), st = std::move(kept->state[i]);
+      } else {
+        o = block_forward(backend, q.narrow(2, b.begin, b.end - b.begin), gather_keys(k, b.keys),
+                          gather_keys(v, b.keys), st);
+        if (kept && !kept->replay && kept->keep[i]) kept->out[i] = o, kept->state[i] = st;
+      }
       out.narrow(2, b.begin, b.end - b.begin).copy_(o);
       saved.insert(saved.end(), {st.lse, st.seed, st.offset, st.cum_q, st.cum_k});
       maxes.insert(maxes.end(), {st.max_q, st.max_k});
@@ -193,6 +221,63 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
   }
 };
 }  // namespace
+
+std::vector<size_t> blocks_to_keep(const std::vector<QueryBlock>& blocks, double fraction) {
+  auto keys = [&](size_t i) {
+    int64_t n = 0;
+    for (const auto& [k0, k1] : blocks[i].keys) n += k1 - k0;
+    return n;
+  };
+  std::vector<size_t> order(blocks.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys(a) > keys(b); });
+  const double budget = fraction * static_cast<double>(blocks.empty() ? 0 : blocks.back().end - blocks.front().begin);
+  std::vector<size_t> out;
+  int64_t taken = 0;
+  for (const size_t i : order) {
+    const int64_t len = blocks[i].end - blocks[i].begin;
+    if (static_cast<double>(taken + len) <= budget) out.push_back(i), taken += len;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+RangedAttentionKeep::RangedAttentionKeep(double fraction) : fraction_(fraction) {
+  VDT_CHECK(fraction > 0 && fraction <= 1, "--attn-keep ", fraction, ": expected a share of the query rows in (0, 1]");
+}
+RangedAttentionKeep::~RangedAttentionKeep() = default;
+
+void RangedAttentionKeep::replay() { replaying_ = true, next_ = 0; }
+
+void RangedAttentionKeep::check_done() const {
+  VDT_CHECK(!replaying_ || next_ == calls_.size(), "--attn-keep: the block's recompute made ", next_, " ranged attention",
+            " calls, its forward ", calls_.size(), "; a block must run the same ops both times");
+}
+
+int64_t RangedAttentionKeep::kept_calls() const { return static_cast<int64_t>(calls_.size()); }
+
+RangedAttentionKeep::Call& RangedAttentionKeep::next_call(const std::vector<int64_t>& layout, const torch::Tensor& q,
+                                                          const std::vector<QueryBlock>& blocks) {
+  if (!replaying_) {
+    auto c = std::make_unique<Call>();
+    c->layout = layout, c->q_sizes = q.sizes().vec();
+    c->keep.assign(blocks.size(), false);
+    for (const size_t i : blocks_to_keep(blocks, fraction_)) c->keep[i] = true;
+    c->out.resize(blocks.size()), c->state.resize(blocks.size());
+    calls_.push_back(std::move(c));
+    return *calls_.back();
+  }
+  VDT_CHECK(next_ < calls_.size(), "--attn-keep: the block's recompute made more ranged attention calls than its "
+            "forward (", calls_.size(), "); a block must run the same ops both times");
+  auto& c = *calls_[next_++];
+  VDT_CHECK(c.layout == layout && c.q_sizes == q.sizes().vec(), "--attn-keep: ranged attention call ", next_,
+            " of the recompute has q ", q.sizes(), " over ", blocks.size(), " query blocks, unlike its forward's (q ",
+            c10::IntArrayRef(c.q_sizes), "); a block must run the same ops both times");
+  c.replay = true;
+  return c;
+}
+
+RangedAttentionKeepScope::RangedAttentionKeepScope(RangedAttentionKeep* keep) : ThreadSlotScope(current_keep, keep) {}
 
 bool ranged_attention_supported(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return backend_for(q, k, v) != at::SDPBackend::math;

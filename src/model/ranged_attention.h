@@ -8,8 +8,11 @@
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
 #include <utility>
 #include <vector>
+
+#include "model/kept_ops.h"
 
 namespace vdt {
 
@@ -27,5 +30,40 @@ bool ranged_attention_supported(const torch::Tensor& q, const torch::Tensor& k, 
 // as q). Throws unless ranged_attention_supported.
 torch::Tensor ranged_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const std::vector<QueryBlock>& blocks);
+
+// The blocks whose forward results a RangedAttentionKeep of `fraction` keeps: those with the most keys first (the
+// prefix pattern's last chunks, whose forward costs the most), while their rows stay within fraction x the query
+// rows. Indices into `blocks`, ascending.
+std::vector<size_t> blocks_to_keep(const std::vector<QueryBlock>& blocks, double fraction);
+
+// Query blocks' forward results kept from a block's forward to its recompute (block activation checkpointing's
+// `--attn-keep`, installed on the thread with RangedAttentionKeepScope): while recording, each ranged_attention call
+// keeps the output [B, N, len, Dh] and the backend's backward state (log-sum-exp, RNG state) of blocks_to_keep's
+// blocks; after replay(), the same calls in the same order take them instead of running those blocks' forward again.
+// The backward needs exactly those, so gradients do not change; the memory is the kept rows' output, fraction x
+// L x D x 2 bytes (bf16) per block, from the forward until the recompute.
+class RangedAttentionKeep {
+ public:
+  explicit RangedAttentionKeep(double fraction);  // in (0, 1]
+  ~RangedAttentionKeep();
+  void replay();            // the forward is done: later calls take what it kept, in its call order
+  void check_done() const;  // throws unless every recorded call was replayed
+  int64_t kept_calls() const;
+
+  struct Call;  // one call's kept blocks (ranged_attention.cpp)
+  Call& next_call(const std::vector<int64_t>& layout, const torch::Tensor& q, const std::vector<QueryBlock>& blocks);
+
+ private:
+  double fraction_;
+  bool replaying_ = false;
+  size_t next_ = 0;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
+// Installs `keep` (nullptr: none) on this thread for the scope's life; the previous one comes back after.
+class RangedAttentionKeepScope : ThreadSlotScope<RangedAttentionKeep> {
+ public:
+  explicit RangedAttentionKeepScope(RangedAttentionKeep* keep);
+};
 
 }  // namespace vdt

@@ -95,5 +95,64 @@ TEST(RangedAttention, KeysNoBlockSeesGetNoGradientAndBadBlocksAreRefused) {
   test::expect_error([&] { ranged_attention(q, q, q, {{0, 6, {{0, 6}}}}); }, {"end at row 6"});
 }
 
+// --attn-keep's choice: the blocks with the most keys first while their rows fit in the share (a block that does not
+// fit is passed over for a smaller one).
+TEST(RangedAttention, KeepTakesTheBlocksWithTheMostKeys) {
+  std::vector<QueryBlock> prefix;  // six chunks of 10 rows, chunk i sees chunks 0..i
+  for (int64_t i = 0; i < 6; ++i) prefix.push_back({10 * i, 10 * i + 10, {{0, 10 * i + 10}}});
+  EXPECT_EQ(blocks_to_keep(prefix, 0.5), (std::vector<size_t>{3, 4, 5}));
+  EXPECT_EQ(blocks_to_keep(prefix, 0.2), (std::vector<size_t>{5}));
+  EXPECT_EQ(blocks_to_keep(prefix, 1.0), (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(blocks_to_keep(prefix, 0.17), (std::vector<size_t>{5}));
+  EXPECT_TRUE(blocks_to_keep(prefix, 0.16).empty());
+  const std::vector<QueryBlock> uneven = {{0, 5, {{0, 5}}}, {5, 30, {{0, 30}}}, {30, 40, {{0, 40}}}};
+  EXPECT_EQ(blocks_to_keep(uneven, 0.4), (std::vector<size_t>{0, 2}));  // 10 + 5 rows; the 25-row block does not fit
+  test::expect_error([] { RangedAttentionKeep k(0.0); }, {"--attn-keep", "(0, 1]"});
+}
+
+// A kept block's forward is not run again: replayed on other inputs, the kept blocks' rows are the recorded ones and
+// the others are computed afresh; replayed on the same inputs, output and gradients are the plain call's, bit for bit.
+TEST(RangedAttention, AKeptBlockIsNotRunAgainAndItsGradientsAreThePlainOnes) {
+  torch::manual_seed(3);
+  const std::vector<QueryBlock> blocks = {{0, 8, {{0, 8}}}, {8, 16, {{0, 16}}}, {16, 24, {{0, 24}}}};
+  auto q = torch::randn({1, 2, 24, 8}), k = torch::randn({1, 2, 24, 8}), v = torch::randn({1, 2, 24, 8});
+  auto w = torch::randn({1, 2, 24, 8});
+  auto grads = [&](const torch::Tensor& qq, RangedAttentionKeep* keep, const std::vector<QueryBlock>& layout) {
+    auto ql = qq.clone().requires_grad_(), kl = k.clone().requires_grad_(), vl = v.clone().requires_grad_();
+    RangedAttentionKeepScope scope(keep);
+    auto out = ranged_attention(ql, kl, vl, layout);
+    (out * w).sum().backward();
+    return std::vector<torch::Tensor>{out.detach(), ql.grad(), kl.grad(), vl.grad()};
+  };
+  auto record = [&](RangedAttentionKeep& keep) {
+    torch::NoGradGuard ng;  // a checkpointed block's forward
+    RangedAttentionKeepScope scope(&keep);
+    auto out = ranged_attention(q, k, v, blocks);
+    keep.replay();
+    return out;
+  };
+  const auto plain = grads(q, nullptr, blocks);
+  RangedAttentionKeep same(0.5);  // 12 of 24 rows: block 2 (8 rows); block 1 (8 more) would make 16
+  EXPECT_TRUE(torch::equal(record(same), plain[0]));
+  const auto replayed = grads(q, &same, blocks);
+  same.check_done();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(replayed[i], plain[i])) << i;
+
+  RangedAttentionKeep other(0.5);
+  record(other);
+  const auto q2 = q + 1;
+  const auto fresh = grads(q2, nullptr, blocks)[0], got = grads(q2, &other, blocks)[0];
+  EXPECT_TRUE(torch::equal(got.narrow(2, 16, 8), plain[0].narrow(2, 16, 8))) << "the kept block: the recorded rows";
+  EXPECT_TRUE(torch::equal(got.narrow(2, 0, 16), fresh.narrow(2, 0, 16))) << "the others: computed on q2";
+  EXPECT_FALSE(torch::equal(fresh.narrow(2, 16, 8), plain[0].narrow(2, 16, 8)));
+
+  RangedAttentionKeep wrong(0.5);
+  record(wrong);
+  test::expect_error([&] { grads(q, &wrong, {{0, 12, {{0, 12}}}, {12, 24, {{0, 24}}}}); }, {"--attn-keep", "same ops"});
+  RangedAttentionKeep short_replay(0.5);
+  record(short_replay);
+  test::expect_error([&] { short_replay.check_done(); }, {"--attn-keep", "made 0 ranged attention calls", "forward 1"});
+}
+
 }  // namespace ranged_attention_test
 }  // namespace vdt

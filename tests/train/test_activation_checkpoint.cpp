@@ -106,11 +106,12 @@ using test::Family;
 
 // The gradient of every trainable parameter and of the latents (test::tiny_grads) under a checkpointing mode.
 std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk,
-                                              int64_t selective_blocks = -1) {
+                                              int64_t selective_blocks = -1, double attention_keep = 0) {
   return test::tiny_grads(family, lora, causal_chunk, [&](Denoiser& m) {
            if (mode == Checkpointing::none) return;
            CheckpointOptions o;
            o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
+           o.attention_keep = attention_keep;
            enable_block_checkpointing(m, o);
          }).grads;
 }
@@ -164,26 +165,64 @@ TEST(ActivationCheckpoint, SftSelectiveBlocksNeedsSelective) {
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -3"});
 }
 
-// aten::linear calls of every thread while a counter is installed: a block that keeps its GEMM outputs runs each GEMM
-// once (forward), a block that recomputes whole runs them twice (forward and backward's recompute).
-std::atomic<int64_t> linear_calls{0};
+// Calls of one op (by name) on every thread while a counter is installed, e.g. aten::linear: a block that keeps its
+// GEMM outputs runs each GEMM once (forward), a block that recomputes whole runs them twice (forward and backward's
+// recompute).
+std::atomic<int64_t> op_calls{0};
+const char* counted_op = nullptr;
 
-class LinearCounter {
+class OpCounter {
  public:
-  LinearCounter() {
-    linear_calls = 0;
+  explicit OpCounter(const char* op) {
+    op_calls = 0, counted_op = op;
     handle_ = at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
                                                                    -> std::unique_ptr<at::ObserverContext> {
-                                      if (std::strcmp(fn.name(), "aten::linear") == 0) ++linear_calls;
+                                      if (std::strcmp(fn.name(), counted_op) == 0) ++op_calls;
                                       return nullptr;
                                     }).scopes({at::RecordScope::FUNCTION}));
   }
-  ~LinearCounter() { at::removeCallback(handle_); }
-  int64_t calls() const { return linear_calls; }
+  ~OpCounter() { at::removeCallback(handle_); }
+  int64_t calls() const { return op_calls; }
 
  private:
   at::CallbackHandle handle_;
 };
+
+// --attn-keep: blocks that recompute whole keep a share of their prefix attention's results from forward to recompute.
+// Every gradient equals the plain graph's, and the recompute runs fewer attention forwards: on the CPU each is one
+// flash call; Wan tiny's 4 chunks of one frame keep 2 of them at 0.5 (the two with the most keys) and all at 1.
+TEST(ActivationCheckpoint, AttentionKeepGradientsEqualPlainAndTheRecomputeSkipsTheKeptAttention) {
+  for (const auto family : {Family::wan, Family::h3})
+    for (const bool lora : {false, true}) {
+      const int64_t causal = family == Family::h3 ? 2 : 1;
+      const std::string what = std::string(family == Family::h3 ? "h3" : "wan") + (lora ? " lora" : " full");
+      const auto plain = grads_of(family, Checkpointing::none, lora, causal);
+      std::map<double, int64_t> forwards;
+      for (const double share : {0.0, 0.5, 1.0}) {
+        OpCounter counter("aten::_scaled_dot_product_flash_attention_for_cpu");
+        const auto got = grads_of(family, Checkpointing::block, lora, causal, -1, share);
+        forwards[share] = counter.calls();
+        expect_same_grads(plain, got, what + " keep " + std::to_string(share));
+      }
+      EXPECT_LT(forwards[0.5], forwards[0.0]) << what;
+      EXPECT_LT(forwards[1.0], forwards[0.5]) << what;
+      if (family == Family::wan) {
+        const int64_t layers = preset_config("tiny").num_layers;
+        EXPECT_EQ(forwards[0.0] - forwards[0.5], 2 * layers) << what;
+        EXPECT_EQ(forwards[0.0] - forwards[1.0], 4 * layers) << what;
+      }
+    }
+}
+
+TEST(ActivationCheckpoint, AttentionKeepNeedsAShareAndThePrefixAttention) {
+  CausalConfig c;
+  c.data_root = "d", c.out = "o", c.random_init = true, c.attn_keep = 0.5;
+  c.validate();
+  c.attn = "mask";
+  test::expect_error([&] { c.validate(); }, {"--attn-keep 0.5", "--attn mask", "--attn prefix"});
+  c.attn = "prefix", c.attn_keep = 1.5;
+  test::expect_error([&] { c.validate(); }, {"--attn-keep 1.5", "[0, 1]"});
+}
 
 // `vdt train sft --checkpointing selective --selective-blocks N` keeps in the first N blocks only (tiny: 2 blocks):
 // counted by the GEMMs that run (each non-keeping block runs its GEMMs again in backward), and the run's losses and
@@ -201,7 +240,7 @@ TEST(ActivationCheckpoint, SftTrainerHonoursSelectiveBlocks) {
     c.selective_blocks = blocks;
     c.max_steps = 2, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 0;
     c.val_every = 0, c.save_every = 0, c.save_state = false, c.final_export = false, c.num_workers = 1;
-    LinearCounter counter;
+    OpCounter counter("aten::linear");
     const auto s = train_sft(c);
     return std::make_pair(s, counter.calls());
   };

@@ -28,6 +28,7 @@ void CausalConfig::validate() const {
   act_offload_on();
   checkpointing_mode();
   check_selective_blocks(selective_blocks, checkpointing_mode());
+  check_attention_keep(attn_keep, attn_kernel() == CausalKernel::prefix);
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   parse_device_flag(device, "--device");
   precision_mode();
@@ -110,6 +111,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--checkpointing", "block (keep block inputs) or selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work)", &C::checkpointing},
       {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},
+      {kAttnKeepFlag, kAttnKeepHelp, &C::attn_keep},
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},

@@ -28,6 +28,7 @@ struct CausalConfig {
   std::string picture1 = "native", attn = "prefix", act_offload = "off";
   std::string checkpointing = "block";  // block or selective
   int64_t selective_blocks = -1;        // with selective: the first N blocks keep their GEMM/attention outputs (-1: all)
+  double attn_keep = 0;  // share of the prefix attention's rows whose results a block's forward keeps for its recompute
   double level_shift = 3.0;
   // ours
   std::string data_root, text_table, model = "wan2.2-ti2v-5b", weights, device = "auto", precision = "bf16";

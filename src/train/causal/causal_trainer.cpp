@@ -145,6 +145,7 @@ void build_model(CausalRun& r) {
   co.offload_inputs = r.cfg.act_offload_on();
   co.selective = r.cfg.checkpointing_mode() == Checkpointing::selective;
   co.selective_blocks = r.cfg.selective_blocks;
+  co.attention_keep = r.cfg.attn_keep;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
     // Within each node, as the seed's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
     const int node = r.ctx->comm.local_world();

@@ -8,6 +8,8 @@
 // kept. The recompute runs with a Replayer: a GEMM returns its kept output through CachedLinear (backward: dgrad, and
 // wgrad only for a weight that needs one), an attention through KeptAttentionFn (backward: the kept graph's). So the
 // recompute costs the elementwise work only, and the calls must come in the same order (checked).
+// --attn-keep: a block that recomputes whole runs its forward with a RangedAttentionKeep recording and its recompute
+// with it replaying, so the kept query blocks' attention forward runs once.
 #include "train/loop/activation_checkpoint.h"
 
 #include <torch/torch.h>
@@ -17,6 +19,7 @@
 #include "core/error.h"
 #include "model/kept_ops.h"
 #include "model/kernels/bias_grad.h"
+#include "model/ranged_attention.h"
 
 namespace vdt {
 namespace {
@@ -48,6 +51,7 @@ struct HeldCall {
   BlockCall call;
   KeptRecord record;
   bool selective = false;  // this block keeps its GEMM and attention outputs
+  std::unique_ptr<RangedAttentionKeep> attention;  // --attn-keep, in a block that recomputes whole
 };
 
 class Recorder : public KeptOps {
@@ -197,7 +201,9 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     c10::List<bool> needs;
     for (const auto& t : inputs) needs.push_back(t.requires_grad());
     ctx->saved_data["needs_grad"] = needs;
-    auto* held = new HeldCall{*call, {}, opts->selective && opts->keeps(call->block)};
+    auto* held = new HeldCall{*call, {}, opts->selective && opts->keeps(call->block), nullptr};
+    if (!held->selective && opts->attention_keep > 0)
+      held->attention = std::make_unique<RangedAttentionKeep>(opts->attention_keep);
     ctx->saved_data["call"] = reinterpret_cast<int64_t>(held);
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     if (opts->before) opts->before(call->block);
@@ -205,6 +211,7 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     {
       Recorder rec(&held->record);
       KeptOpsScope scope(held->selective ? &rec : nullptr);
+      RangedAttentionKeepScope keep(held->attention.get());
       y = call->run(inputs.vec());  // grad off: nothing kept (selective: the GEMM and attention outputs)
     }
     if (opts->after) opts->after(call->block);
@@ -223,12 +230,15 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     for (size_t i = 0; i < saved.size(); ++i) in.push_back(saved[i].detach().requires_grad_(needs.get(i)));
     if (opts->before) opts->before(call->block);
     torch::Tensor y;
+    if (held->attention) held->attention->replay();
     {
       torch::AutoGradMode grad_on(true);  // grad mode is off inside backward unless create_graph
       Replayer rep(&held->record);
       KeptOpsScope scope(held->selective ? &rep : nullptr);
+      RangedAttentionKeepScope keep(held->attention.get());
       y = call->run(in);
       if (held->selective) rep.check_done();
+      if (held->attention) held->attention->check_done();
     }
     torch::autograd::backward({y}, {grad_out[0]});
     if (opts->after) opts->after(call->block);
@@ -264,6 +274,13 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
 void check_selective_blocks(int64_t n, Checkpointing mode) {
   VDT_CHECK(n >= -1, kSelectiveBlocksFlag, " ", n, ": expected -1 (all) or a count >= 0");
   VDT_CHECK(n == -1 || mode == Checkpointing::selective, kSelectiveBlocksFlag, " ", n, " needs --checkpointing selective");
+}
+
+void check_attention_keep(double share, bool prefix_attention) {
+  VDT_CHECK(share >= 0 && share <= 1, kAttnKeepFlag, " ", share, ": expected a share of the query rows in [0, 1]");
+  VDT_CHECK(share == 0 || prefix_attention, kAttnKeepFlag, " ", share, " keeps the prefix attention's results; "
+            "--attn mask runs one masked call with nothing to keep\n---> HINT: use --attn prefix, or leave ",
+            kAttnKeepFlag, " out");
 }
 
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {

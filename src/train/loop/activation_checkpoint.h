@@ -36,6 +36,15 @@ inline constexpr const char* kSelectiveBlocksHelp =
 // Throws naming the flag unless n is -1 (all) or a count >= 0 given with selective checkpointing.
 void check_selective_blocks(int64_t n, Checkpointing mode);
 
+// `--attn-keep F` of the causal trainer and `vdt bench step`, declared once (CheckpointOptions::attention_keep).
+inline constexpr const char* kAttnKeepFlag = "--attn-keep";
+inline constexpr const char* kAttnKeepHelp =
+    "share of each block's prefix-attention query rows (the chunks with the most keys first) whose output and "
+    "log-sum-exp the forward keeps, so a block's recompute skips their attention forward; costs that share x tokens "
+    "x width x 2 bytes per block until its backward (0: recompute all; needs --attn prefix)";
+// Throws naming the flag unless share is in [0, 1] and, when above 0, the attention is the prefix kernel.
+void check_attention_keep(double share, bool prefix_attention);
+
 struct CheckpointOptions {
   bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned when CUDA is present)
   std::function<void(torch::nn::Module&)> before, after;  // around each forward and each recompute of a block
@@ -49,6 +58,10 @@ struct CheckpointOptions {
   // Set by enable_block_checkpointing from selective_blocks: the blocks that keep (null: all).
   std::shared_ptr<const std::unordered_set<const torch::nn::Module*>> selective_set;
   bool keeps(const torch::nn::Module& block) const { return !selective_set || selective_set->count(&block) > 0; }
+  // A block that recomputes whole (block, or selective beyond selective_blocks) keeps this share of its ranged
+  // attention calls' query rows' results from forward to recompute (model/ranged_attention.h RangedAttentionKeep):
+  // the recompute skips those blocks' attention forward. 0: none.
+  double attention_keep = 0;
 };
 
 // Installs the checkpointing runner on every block of `model` (replaces any runner set before).
