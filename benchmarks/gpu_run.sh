@@ -68,9 +68,10 @@ h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --tex
 c5="--trainer causal --model wan2.2-ti2v-5b --frames 18 --height 30 --width 52 --steps ${CAUSAL_STEPS:-4} --warmup 2"
 c13="--trainer causal --model wan2.1-t2v-1.3b --frames 18 --height 60 --width 104 --steps ${CAUSAL_STEPS:-4} --warmup 2"
 sft="--trainer sft --steps ${SFT_STEPS:-4} --warmup ${SFT_WARMUP:-2}"  # SFT_STEPS=30: a median over the synthetic samples
-speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with selective checkpointing, default 20)
-  local row=$1
-  case $row in
+speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with selective checkpointing, default 20); a
+  # name ending in _again runs its row once more under that name (run-to-run checks)
+  local row=$1 kind=${1%_again}
+  case $kind in
     h3_block) bench $row $h3 --attn prefix ;;
     h3_block_fp8) bench $row $h3 --attn prefix --fp8 on ;;
     h3_block_fast) bench $row $h3 --attn prefix --fp8 fast ;;
@@ -92,10 +93,12 @@ speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with sele
     causal13b_selective_fp8) bench $row $c13 --checkpointing selective --fp8 on ;;
     causal13b_block) bench $row $c13 ;;
     causal13b_block_fast) bench $row $c13 --fp8 fast ;;
-    causal5b_keep*_fast | causal13b_keep*_fast)  # e.g. causal13b_keep0.5_fast: --fp8 fast --attn-keep 0.5
-      local share=${row#*_keep}; share=${share%_fast}
-      if [ "${row%%_*}" = causal5b ]; then bench $row $c5 --fp8 fast --attn-keep $share
-      else bench $row $c13 --fp8 fast --attn-keep $share; fi ;;
+    causal5b_keep*_fast | causal13b_keep*_fast)  # causal13b_keep0.5_fast: --fp8 fast --attn-keep 0.5; with _offload
+      # before _fast (causal13b_keep1_offload_fast) also --act-offload on
+      local share=${kind#*_keep} offload=off geo=$c13; share=${share%_fast}
+      [ "${share%_offload}" != "$share" ] && share=${share%_offload} offload=on
+      [ "${kind%%_*}" = causal5b ] && geo=$c5
+      bench $row $geo --fp8 fast --attn-keep $share --act-offload $offload ;;
     *) echo "unknown row $row" | tee -a $sum ;;
   esac
 }

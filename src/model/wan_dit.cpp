@@ -237,8 +237,11 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
       bin.x = block.forward(bin);
       continue;
     }
-    // The differentiable inputs x, e0, ctx; the rest of bin rides along in the closure.
-    bin.x = block_runner_({block, {bin.x, bin.e0, bin.ctx}, [&block, rest = bin](const std::vector<torch::Tensor>& v) {
+    // The differentiable inputs x, e0, ctx; the rest of bin rides along in the closure, without them: a runner that
+    // keeps the closure (checkpointing) must not keep this block's x alive through it (--act-offload moves it off).
+    BlockInputs rest = bin;
+    rest.x = rest.e0 = rest.ctx = torch::Tensor();
+    bin.x = block_runner_({block, {bin.x, bin.e0, bin.ctx}, [&block, rest](const std::vector<torch::Tensor>& v) {
                              BlockInputs b = rest;
                              b.x = v[0], b.e0 = v[1], b.ctx = v[2];
                              return block.forward(b);

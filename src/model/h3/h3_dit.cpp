@@ -240,7 +240,9 @@ H3Outputs H3DiTImpl::forward(const H3Inputs& in) {
       bin.x = block.forward(bin);
       continue;
     }
-    bin.x = block_runner_({block, {bin.x, bin.t_emb}, [&block, rest = bin](const std::vector<torch::Tensor>& v) {
+    H3BlockInputs rest = bin;  // without the differentiable inputs (as WanDiT: a kept closure must not keep x alive)
+    rest.x = rest.t_emb = torch::Tensor();
+    bin.x = block_runner_({block, {bin.x, bin.t_emb}, [&block, rest](const std::vector<torch::Tensor>& v) {
                              H3BlockInputs b = rest;
                              b.x = v[0], b.t_emb = v[1];
                              return block.forward(b);

@@ -46,7 +46,7 @@ inline constexpr const char* kAttnKeepHelp =
 void check_attention_keep(double share, bool prefix_attention);
 
 struct CheckpointOptions {
-  bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned when CUDA is present)
+  bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned, copied on a side stream)
   std::function<void(torch::nn::Module&)> before, after;  // around each forward and each recompute of a block
   // Selective: the forward also keeps the outputs of the block's kept_linear / kept_attention calls
   // (model/kept_ops.h); the recompute takes them from there instead of running the GEMMs and attention again, and
