@@ -10,6 +10,7 @@
 
 #include "core/device_flag.h"
 #include "core/error.h"
+#include "model/block_causal.h"
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
   check_selective_blocks(selective_blocks, parse_checkpointing(checkpointing, "--checkpointing"));
-  check_attention_keep(attn_keep, attn == "prefix" || attn == "fa3");
+  check_attention_keep(attn_keep, causal_kernel_from_string(attn) == CausalKernel::prefix);
   VDT_CHECK(attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer (--trainer causal)");
   VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");

@@ -271,6 +271,48 @@ TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
 #endif
 }
 
+// A runner that keeps a block's run closure (the checkpoint keeps it until backward) does not keep the block's inputs
+// alive through it: the closure carries everything else the block needs, not x (--act-offload moved x to the host and
+// freed nothing while Wan's and H3's closures copied it). Forward without grad; every block's x is gone afterwards
+// while the closures live.
+TEST(ActivationCheckpoint, TheBlockClosureHoldsNoInput) {
+  for (const bool h3 : {false, true}) {
+    torch::manual_seed(0);
+    std::shared_ptr<Denoiser> m;
+    DenoiserInputs in;
+    if (!h3) {
+      auto w = WanDiT(preset_config("tiny"));
+      w->init_random_base(5);
+      m = w.ptr();
+      in.x = torch::randn({1, 16, 4, 4, 4}), in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});
+      in.context = torch::randn({1, 5, 64});
+    } else {
+      auto h = H3DiT(h3_preset("h3-tiny"));
+      h->init_random_base(5);
+      m = h.ptr();
+      in.x = torch::randn({1, 24, 4, 4, 4}), in.t = torch::rand({1, 4}) * 1000, in.context = torch::randn({1, 6, 48});
+      in.extra["picture1"] = torch::randn({1, 24, 1, 2, 4});
+      in.extra["audio"] = torch::randn({1, 2, 32, h3_span_audio_steps(4)});
+      in.extra["audio.t"] = torch::rand({1, h3_span_audio_steps(4)}) * 1000;
+      in.extra["text_tags"] = torch::tensor({{1, 0, 0, 1, 1, 1}});
+    }
+    in.attention = AttentionPattern::block_causal(h3 ? 2 : 1);
+    std::vector<std::function<torch::Tensor(const std::vector<torch::Tensor>&)>> closures;
+    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> inputs;
+    m->set_block_runner([&](const BlockCall& call) {
+      closures.push_back(call.run);
+      inputs.emplace_back(call.inputs[0].getIntrusivePtr());
+      return call.run(call.inputs);
+    });
+    {
+      torch::NoGradGuard ng;
+      m->forward(in);
+    }
+    ASSERT_EQ(closures.size(), m->block_modules().size()) << (h3 ? "h3" : "wan");
+    for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(inputs[i].expired()) << (h3 ? "h3" : "wan") << " block " << i;
+  }
+}
+
 TEST(ActivationCheckpoint, AttentionKeepNeedsAShareAndThePrefixAttention) {
   CausalConfig c;
   c.data_root = "d", c.out = "o", c.random_init = true, c.attn_keep = 0.5;
