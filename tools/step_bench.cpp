@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
   check_selective_blocks(selective_blocks, parse_checkpointing(checkpointing, "--checkpointing"));
-  check_attention_keep(attn_keep, causal_kernel_from_string(attn) == CausalKernel::prefix);
+  check_attention_keep(attn_keep, causal_kernel_from_string(attn) == CausalKernel::prefix,
+                       parse_checkpointing(checkpointing, "--checkpointing"), selective_blocks);
   VDT_CHECK(attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer (--trainer causal)");
   VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");

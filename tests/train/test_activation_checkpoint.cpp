@@ -1,8 +1,4 @@
-#include <ATen/record_function.h>
 #include <torch/torch.h>
-
-#include <atomic>
-#include <cstring>
 
 #include "diffusion/flow_match.h"
 #include "model/h3/h3_causal.h"
@@ -10,6 +6,7 @@
 #include "model/kept_ops.h"
 #include "model/lora.h"
 #include "model/wan_dit.h"
+#include "op_counter.h"
 #include "test_util.h"
 #include "train/tiny_grads_test_util.h"
 #include "train/loop/activation_checkpoint.h"
@@ -170,28 +167,9 @@ TEST(ActivationCheckpoint, SftSelectiveBlocksNeedsSelective) {
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -3"});
 }
 
-// Calls of one op (by name) on every thread while a counter is installed, e.g. aten::linear: a block that keeps its
-// GEMM outputs runs each GEMM once (forward), a block that recomputes whole runs them twice (forward and backward's
-// recompute).
-std::atomic<int64_t> op_calls{0};
-const char* counted_op = nullptr;
-
-class OpCounter {
- public:
-  explicit OpCounter(const char* op) {
-    op_calls = 0, counted_op = op;
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                                   -> std::unique_ptr<at::ObserverContext> {
-                                      if (std::strcmp(fn.name(), counted_op) == 0) ++op_calls;
-                                      return nullptr;
-                                    }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~OpCounter() { at::removeCallback(handle_); }
-  int64_t calls() const { return op_calls; }
-
- private:
-  at::CallbackHandle handle_;
-};
+// test::OpCounter (op_counter.h) counts aten::linear: a block that keeps its GEMM outputs runs each GEMM once (forward),
+// a block that recomputes whole runs them twice (forward and backward's recompute).
+using test::OpCounter;
 
 // --attn-keep: blocks that recompute whole keep a share of their prefix attention's results from forward to recompute.
 // Every gradient equals the plain graph's, and the recompute runs fewer attention forwards: on the CPU each is one
@@ -321,6 +299,10 @@ TEST(ActivationCheckpoint, AttentionKeepNeedsAShareAndThePrefixAttention) {
   test::expect_error([&] { c.validate(); }, {"--attn-keep 0.5", "--attn mask", "--attn prefix"});
   c.attn = "prefix", c.attn_keep = 1.5;
   test::expect_error([&] { c.validate(); }, {"--attn-keep 1.5", "[0, 1]"});
+  c.attn_keep = 0.5, c.checkpointing = "selective";  // every block keeps its attention: nothing for the flag to do
+  test::expect_error([&] { c.validate(); }, {"--attn-keep 0.5", "--checkpointing selective", "--selective-blocks"});
+  c.selective_blocks = 1;
+  c.validate();
 }
 
 // `vdt train sft --checkpointing selective --selective-blocks N` keeps in the first N blocks only (tiny: 2 blocks):

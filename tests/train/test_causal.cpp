@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/safetensors.h"
 #include "distributed/local_group.h"
 #include "model/lora.h"
+#include "op_counter.h"
 #include "test_util.h"
 #include "train/causal_test_util.h"
 #include "tools/synth.h"
@@ -306,6 +308,30 @@ TEST_F(CausalTest, TeacherForcingTrains) {
   EXPECT_TRUE(std::isfinite(sum.last_loss));
   for (const auto& row : read_jsonl(c.out + "/train_log.jsonl")) EXPECT_GT(row["gnorm"].get<double>(), 0);
   EXPECT_EQ(SafetensorsFile::open(lora_step_path(c.out, 6))->metadata().at("objective"), "tf");
+}
+
+// --attn-keep and --act-offload (a no-op for CPU tensors; wired through the same runner) change no number: the LoRA
+// and every loss equal the plain run's, with block checkpointing and with the second block of two recomputing whole
+// under --checkpointing selective --selective-blocks 1.
+TEST_F(CausalTest, AttentionKeepAndOffloadChangeNothing) {
+  for (const bool selective : {false, true}) {
+    auto plain = config(selective ? "keep_sel_plain" : "keep_plain", 4), kept = plain;
+    kept.out = dir_->file(selective ? "keep_sel" : "keep");
+    if (selective) plain.checkpointing = kept.checkpointing = "selective", plain.selective_blocks = kept.selective_blocks = 1;
+    kept.attn_keep = 0.5, kept.act_offload = "on";
+    const char* attention = "aten::_scaled_dot_product_flash_attention_for_cpu";
+    std::optional<test::OpCounter> counter(attention);
+    const auto a = train_causal(plain);
+    const int64_t plain_calls = counter->calls();
+    counter.emplace(attention);
+    const auto b = train_causal(kept);
+    EXPECT_LT(counter->calls(), plain_calls) << "the kept chunks' attention is not run again";
+    EXPECT_EQ(a.lora_crc, b.lora_crc) << "selective " << selective;
+    expect_same_lora(a.lora, b.lora);
+    const auto la = read_jsonl(plain.out + "/train_log.jsonl"), lb = read_jsonl(kept.out + "/train_log.jsonl");
+    ASSERT_EQ(la.size(), lb.size());
+    for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i]["loss_v"], lb[i]["loss_v"]) << "step " << i;
+  }
 }
 
 TEST_F(CausalTest, BadFlagsAndDataNameTheCulprit) {

@@ -28,7 +28,7 @@ void CausalConfig::validate() const {
   act_offload_on();
   checkpointing_mode();
   check_selective_blocks(selective_blocks, checkpointing_mode());
-  check_attention_keep(attn_keep, attn_kernel() == CausalKernel::prefix);
+  check_attention_keep(attn_keep, attn_kernel() == CausalKernel::prefix, checkpointing_mode(), selective_blocks);
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   parse_device_flag(device, "--device");
   precision_mode();

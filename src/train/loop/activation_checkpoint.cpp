@@ -355,11 +355,15 @@ void check_selective_blocks(int64_t n, Checkpointing mode) {
   VDT_CHECK(n == -1 || mode == Checkpointing::selective, kSelectiveBlocksFlag, " ", n, " needs --checkpointing selective");
 }
 
-void check_attention_keep(double share, bool prefix_attention) {
+void check_attention_keep(double share, bool prefix_attention, Checkpointing mode, int64_t selective_blocks) {
   VDT_CHECK(share >= 0 && share <= 1, kAttnKeepFlag, " ", share, ": expected a share of the query rows in [0, 1]");
   VDT_CHECK(share == 0 || prefix_attention, kAttnKeepFlag, " ", share, " keeps the prefix attention's results; "
             "--attn mask runs one masked call with nothing to keep\n---> HINT: use --attn prefix, or leave ",
             kAttnKeepFlag, " out");
+  VDT_CHECK(share == 0 || mode != Checkpointing::selective || selective_blocks >= 0, kAttnKeepFlag, " ", share,
+            " applies to blocks that recompute whole; with --checkpointing selective every block keeps its attention "
+            "already\n---> HINT: give ", kSelectiveBlocksFlag, " N (the blocks after the first N recompute whole), or "
+            "leave ", kAttnKeepFlag, " out");
 }
 
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {
