@@ -78,6 +78,9 @@ speed_row() {  # the speed table's rows by name (SEL: H3's kept blocks with sele
     h3_selective) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} ;;
     h3_selective_fp8) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 on ;;
     h3_selective_fast) bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 fast ;;
+    h3_selective_fast_offload)  # the block inputs on the host (side-stream copies); KEEP: --attn-keep of the rest
+      bench $row $h3 --attn prefix --checkpointing selective --selective-blocks ${SEL:-20} --fp8 fast --act-offload on \
+        --attn-keep ${KEEP:-0} ;;
     sft_selective) bench $row $sft --checkpointing selective ;;
     sft_selective_fp8) bench $row $sft --checkpointing selective --fp8 on ;;
     sft_selective_fast) bench $row $sft --checkpointing selective --fp8 fast ;;
