@@ -57,11 +57,29 @@ cmake --build $build -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -A5 error "
 echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 sum="$OUT/summary.txt"
-bench() {  # name, args...: one `vdt bench step` row, its result line in $OUT/summary.txt
+bench() {  # name, args...: one `vdt bench step` row, its result line in $OUT/summary.txt; with CLOCKS=1 also the GPU's
+  # SM clock, power and temperature sampled every 200 ms over the row (min / median / max), to tell a slow step mode
+  # from power or thermal throttling
   local name=$1; shift
   rm -rf /tmp/vdt_speed_$name  # a stale work dir from an earlier call on a warm machine once gave no result line
+  local smi=""
+  if [ "${CLOCKS:-0}" = 1 ]; then
+    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 200 \
+      > /tmp/vdt_smi_$name.csv 2>/dev/null & smi=$!
+  fi
   timeout ${ROW_S:-240} $build/vdt bench step "$@" --work-dir /tmp/vdt_speed_$name > "$OUT/$name.log" 2>&1
   echo "$name: $(grep -E '^result' "$OUT/$name.log" | cut -c1-150)$(grep -iE 'out of memory|rror' "$OUT/$name.log" | head -1 | cut -c1-160)" | tee -a $sum
+  if [ -n "$smi" ]; then
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+    python3 - /tmp/vdt_smi_$name.csv <<'PY' | sed "s/^/$name: /" | tee -a $sum
+import statistics, sys
+rows = [[float(v) for v in l.split(",")] for l in open(sys.argv[1]) if l.count(",") == 2 and "N/A" not in l]
+busy = [r for r in rows if r[1] > 150]  # samples while the GPU works (idle draws ~80 W)
+for i, what in enumerate(["sm_mhz", "power_w", "temp_c"]):
+    v = sorted(r[i] for r in busy) or [0]
+    print(f"{what} min {v[0]:.0f} median {statistics.median(v):.0f} max {v[-1]:.0f} ({len(busy)} busy samples)")
+PY
+  fi
 }
 h3="--trainer causal --model minimax-h3 --frames 30 --height 30 --width 52 --text-len 256 --steps 3 --warmup 2"
 # CAUSAL_STEPS: the causal rows' measured steps (default 4: their steps differ by chunk mix, 0.46-0.52 s at 5B FP8)
