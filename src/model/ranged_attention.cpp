@@ -254,8 +254,6 @@ void RangedAttentionKeep::check_done() const {
             " calls, its forward ", calls_.size(), "; a block must run the same ops both times");
 }
 
-int64_t RangedAttentionKeep::kept_calls() const { return static_cast<int64_t>(calls_.size()); }
-
 RangedAttentionKeep::Call& RangedAttentionKeep::next_call(const std::vector<int64_t>& layout, const torch::Tensor& q,
                                                           const std::vector<QueryBlock>& blocks) {
   if (!replaying_) {
