@@ -142,7 +142,6 @@ struct RangedAttentionKeep::Call {
   std::vector<bool> keep;                // per block
   std::vector<torch::Tensor> out;        // per block: undefined unless kept and not yet taken
   std::vector<BlockState> state;
-  bool replay = false;
 };
 
 namespace {
@@ -157,17 +156,18 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
     variable_list saved{q, k, v, out};
     std::vector<int64_t> maxes;
     auto* kept = current_keep ? &current_keep->next_call(flat, q, blocks) : nullptr;
+    const bool replay = kept && current_keep->replaying();
     for (size_t i = 0; i < blocks.size(); ++i) {
       const auto& b = blocks[i];
       BlockState st;
       torch::Tensor o;  // [B, N, len, Dh]
-      if (kept && kept->replay && kept->keep[i]) {  // the forward's own result: this block's forward is not run again
+      if (replay && kept->keep[i]) {  // the forward's own result: this block's forward is not run again
         TORCH_CHECK(kept->out[i].defined(), "ranged_attention: kept block ", i, " was already taken");
         o = std::move(kept->out[i]), st = std::move(kept->state[i]);
       } else {
         o = block_forward(backend, q.narrow(2, b.begin, b.end - b.begin), gather_keys(k, b.keys),
                           gather_keys(v, b.keys), st);
-        if (kept && !kept->replay && kept->keep[i]) kept->out[i] = o, kept->state[i] = st;
+        if (kept && !replay && kept->keep[i]) kept->out[i] = o, kept->state[i] = st;
       }
       out.narrow(2, b.begin, b.end - b.begin).copy_(o);
       saved.insert(saved.end(), {st.lse, st.seed, st.offset, st.cum_q, st.cum_k});
@@ -271,7 +271,6 @@ RangedAttentionKeep::Call& RangedAttentionKeep::next_call(const std::vector<int6
   VDT_CHECK(c.layout == layout && c.q_sizes == q.sizes().vec(), "--attn-keep: ranged attention call ", next_,
             " of the recompute has q ", q.sizes(), " over ", blocks.size(), " query blocks, unlike its forward's (q ",
             c10::IntArrayRef(c.q_sizes), "); a block must run the same ops both times");
-  c.replay = true;
   return c;
 }
 

@@ -48,6 +48,7 @@ class RangedAttentionKeep {
   ~RangedAttentionKeep();
   void replay();            // the forward is done: later calls take what it kept, in its call order
   void check_done() const;  // throws unless every recorded call was replayed
+  bool replaying() const { return replaying_; }
 
   struct Call;  // one call's kept blocks (ranged_attention.cpp)
   Call& next_call(const std::vector<int64_t>& layout, const torch::Tensor& q, const std::vector<QueryBlock>& blocks);
