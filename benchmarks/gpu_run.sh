@@ -14,7 +14,9 @@
 # elementwise ops; CAUSAL_MEMORY="fast off": its allocation peak per --fp8 mode, trace_ops.py memory).
 # table: the speed table of issue 15 in one run (TABLE parts "sft causal h3"): bf16 parity, the SFT bench rows,
 # `vdt train sft` bf16 and mixed at the same geometry, the SFT selective step traced and split by kind, the Wan causal
-# rows, the H3 rows (block; selective SEL blocks, default 24, --fp8 fast).
+# rows (block bf16, --fp8 fast, and --fp8 fast --attn-keep 0.5 --act-offload on), the H3 rows (block; selective SEL
+# blocks, default 24, --fp8 fast, without and with --act-offload on --attn-keep KEEP); TABLE_SFT, TABLE_CAUSAL and
+# TABLE_H3 replace a part's rows (speed_row names).
 # fp8gate: two `vdt train sft` runs side by side on one GPU (random 5B weights, a synthetic 832x480 root of GATE_FRAMES
 # latent frames, --precision bf16, selective checkpointing), without and with FP8 (FP8 flags), GATE_STEPS steps each:
 # the running-mean loss curves compared by benchmarks/loss_gate.py. GATE_ACCUM: micro batches per step (default 2).
@@ -520,7 +522,7 @@ if [ "$what" = table ]; then  # issue 15 item 7: the speed table's rows in one r
       $build/vdt parity .deps/fixtures/$f.safetensors --device cuda --dtype bfloat16 > "$OUT/parity_$f.log" 2>&1
       echo "parity $f bfloat16: rc $?, $(grep -c PASS "$OUT/parity_$f.log") PASS, $(grep -c FAIL "$OUT/parity_$f.log") FAIL" | tee -a $sum
     done
-    for row in sft_selective sft_selective_fast sft_block sft_none; do speed_row $row; done
+    for row in ${TABLE_SFT:-sft_selective sft_selective_fast sft_block sft_none}; do speed_row $row; done
     # `vdt train sft` (adapter, per-cell text, loader, logging) at the bench's geometry, one micro batch per step:
     # the median of steps 3.. from train_log.csv against the bench rows above
     root=/tmp/vdt_table_root
@@ -544,13 +546,13 @@ if [ "$what" = table ]; then  # issue 15 item 7: the speed table's rows in one r
     python3 benchmarks/trace_ops.py $OUT/sft_selective.json gaps 12 | head -${GAPS_N:-0}; rm -f $OUT/sft_selective.json
   fi
   if [[ $parts == *" causal "* ]]; then
-    for row in causal5b_block causal5b_block_mask causal5b_selective causal13b_block causal13b_selective; do
+    for row in ${TABLE_CAUSAL:-causal5b_block causal5b_block_mask causal5b_block_fast causal5b_keep0.5_offload_fast \
+        causal13b_block causal13b_block_fast causal13b_keep0.5_offload_fast}; do
       speed_row $row
     done
   fi
   if [[ $parts == *" h3 "* ]]; then
-    speed_row h3_block
-    SEL=${SEL:-24} speed_row h3_selective_fast
+    for row in ${TABLE_H3:-h3_block h3_selective_fast h3_selective_fast_offload}; do SEL=${SEL:-24} speed_row $row; done
   fi
 fi
 exit $rc
