@@ -140,7 +140,7 @@ thread_local RangedAttentionKeep* current_keep = nullptr;
 struct RangedAttentionKeep::Call {
   std::vector<int64_t> layout, q_sizes;  // the call's blocks (encoded) and q's shape, checked on replay
   std::vector<bool> keep;                // per block
-  std::vector<torch::Tensor> out;        // per block: undefined unless kept and not yet taken
+  std::vector<std::function<torch::Tensor()>> out;  // per block: empty unless kept and not yet taken
   std::vector<BlockState> state;
 };
 
@@ -162,12 +162,13 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
       BlockState st;
       torch::Tensor o;  // [B, N, len, Dh]
       if (replay && kept->keep[i]) {  // the forward's own result: this block's forward is not run again
-        TORCH_CHECK(kept->out[i].defined(), "ranged_attention: kept block ", i, " was already taken");
-        o = std::move(kept->out[i]), st = std::move(kept->state[i]);
+        TORCH_CHECK(kept->out[i] != nullptr, "ranged_attention: kept block ", i, " was already taken");
+        o = kept->out[i](), st = std::move(kept->state[i]);
+        kept->out[i] = nullptr;  // lets go of what it held
       } else {
         o = block_forward(backend, q.narrow(2, b.begin, b.end - b.begin), gather_keys(k, b.keys),
                           gather_keys(v, b.keys), st);
-        if (kept && !replay && kept->keep[i]) kept->out[i] = o, kept->state[i] = st;
+        if (kept && !replay && kept->keep[i]) kept->out[i] = current_keep->keep(o), kept->state[i] = st;
       }
       out.narrow(2, b.begin, b.end - b.begin).copy_(o);
       saved.insert(saved.end(), {st.lse, st.seed, st.offset, st.cum_q, st.cum_k});
@@ -242,10 +243,15 @@ std::vector<size_t> blocks_to_keep(const std::vector<QueryBlock>& blocks, double
   return out;
 }
 
-RangedAttentionKeep::RangedAttentionKeep(double fraction) : fraction_(fraction) {
+RangedAttentionKeep::RangedAttentionKeep(double fraction, Stash stash) : fraction_(fraction), stash_(std::move(stash)) {
   VDT_CHECK(fraction > 0 && fraction <= 1, "--attn-keep ", fraction, ": expected a share of the query rows in (0, 1]");
 }
 RangedAttentionKeep::~RangedAttentionKeep() = default;
+
+std::function<torch::Tensor()> RangedAttentionKeep::keep(const torch::Tensor& out) const {
+  if (stash_) return stash_(out);
+  return [out] { return out; };
+}
 
 void RangedAttentionKeep::replay() { replaying_ = true, next_ = 0; }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -41,20 +42,27 @@ std::vector<size_t> blocks_to_keep(const std::vector<QueryBlock>& blocks, double
 // keeps the output [B, N, len, Dh] and the backend's backward state (log-sum-exp, RNG state) of blocks_to_keep's
 // blocks; after replay(), the same calls in the same order take them instead of running those blocks' forward again.
 // The backward needs exactly those, so gradients do not change; the memory is the kept rows' output, fraction x
-// L x D x 2 bytes (bf16) per block, from the forward until the recompute.
+// L x D x 2 bytes (bf16) per block, from the forward until the recompute, on the device unless a stash holds the
+// outputs elsewhere.
 class RangedAttentionKeep {
  public:
-  explicit RangedAttentionKeep(double fraction);  // in (0, 1]
+  // Where a kept output waits: stash(o) takes o and hands back a function that gives it back (on o's device), called
+  // once, at the replay. The training side sets it (train/loop/activation_checkpoint.cpp, `--act-offload on`: pinned
+  // host memory); empty: the outputs stay where they are.
+  using Stash = std::function<std::function<torch::Tensor()>(const torch::Tensor&)>;
+  explicit RangedAttentionKeep(double fraction, Stash stash = {});  // fraction in (0, 1]
   ~RangedAttentionKeep();
   void replay();            // the forward is done: later calls take what it kept, in its call order
   void check_done() const;  // throws unless every recorded call was replayed
   bool replaying() const { return replaying_; }
+  std::function<torch::Tensor()> keep(const torch::Tensor& out) const;  // out through the stash (or held as it is)
 
   struct Call;  // one call's kept blocks (ranged_attention.cpp)
   Call& next_call(const std::vector<int64_t>& layout, const torch::Tensor& q, const std::vector<QueryBlock>& blocks);
 
  private:
   double fraction_;
+  Stash stash_;
   bool replaying_ = false;
   size_t next_ = 0;
   std::vector<std::unique_ptr<Call>> calls_;

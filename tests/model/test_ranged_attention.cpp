@@ -154,5 +154,43 @@ TEST(RangedAttention, AKeptBlockIsNotRunAgainAndItsGradientsAreThePlainOnes) {
   test::expect_error([&] { short_replay.check_done(); }, {"--attn-keep", "made 0 ranged attention calls", "forward 1"});
 }
 
+// A stash (`--act-offload on` passes the host's) holds each kept output from the forward to the replay: the forward
+// hands it exactly the kept blocks' outputs, the replay takes each back once, and output and gradients stay the plain
+// call's, bit for bit (here the stash holds copies and hands back the copies).
+TEST(RangedAttention, AStashHoldsTheKeptOutputsUntilTheReplay) {
+  torch::manual_seed(4);
+  const std::vector<QueryBlock> blocks = {{0, 8, {{0, 8}}}, {8, 16, {{0, 16}}}, {16, 24, {{0, 24}}}};
+  auto q = torch::randn({1, 2, 24, 8}), k = torch::randn({1, 2, 24, 8}), v = torch::randn({1, 2, 24, 8});
+  auto w = torch::randn({1, 2, 24, 8});
+  std::vector<std::vector<int64_t>> put;  // the shapes the stash took
+  int64_t taken = 0;
+  RangedAttentionKeep keep(0.7, [&](const torch::Tensor& out) -> std::function<torch::Tensor()> {
+    put.push_back(out.sizes().vec());
+    auto copy = out.clone();
+    return [copy, &taken] { return ++taken, copy; };
+  });
+  auto grads = [&](RangedAttentionKeep* kp) {
+    auto ql = q.clone().requires_grad_(), kl = k.clone().requires_grad_(), vl = v.clone().requires_grad_();
+    RangedAttentionKeepScope scope(kp);
+    auto out = ranged_attention(ql, kl, vl, blocks);
+    (out * w).sum().backward();
+    return std::vector<torch::Tensor>{out.detach(), ql.grad(), kl.grad(), vl.grad()};
+  };
+  const auto plain = grads(nullptr);
+  {
+    torch::NoGradGuard ng;
+    RangedAttentionKeepScope scope(&keep);
+    ranged_attention(q, k, v, blocks);
+  }
+  ASSERT_EQ(put.size(), 2u) << "0.7 of 24 rows: blocks 2 and 1";
+  for (const auto& sizes : put) EXPECT_EQ(sizes, (std::vector<int64_t>{1, 2, 8, 8}));
+  EXPECT_EQ(taken, 0);
+  keep.replay();
+  const auto replayed = grads(&keep);
+  keep.check_done();
+  EXPECT_EQ(taken, 2);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(replayed[i], plain[i])) << i;
+}
+
 }  // namespace ranged_attention_test
 }  // namespace vdt

@@ -199,7 +199,8 @@ TEST(ActivationCheckpoint, AttentionKeepGradientsEqualPlainAndTheRecomputeSkipsT
 
 // --act-offload on a GPU (HostOffload: the copies on a side stream): a LoRA on a frozen tiny Wan of 6 blocks, block-causal.
 // Between forward and backward the blocks' residual inputs are off the GPU (nothing else keeps them there: the model's
-// block closure and the checkpoint's held call drop theirs), and every factor's gradient equals the run without it.
+// block closure and the checkpoint's held call drop theirs), and so are the attention outputs --attn-keep 1 keeps
+// (on the GPU without the offload: one block input's worth a block); every factor's gradient equals the run without.
 TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
 #ifndef VDT_TEST_CUDA_ALLOC
   GTEST_SKIP() << "needs LibTorch with CUDA";
@@ -209,7 +210,7 @@ TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
     return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
   };
   const int64_t layers = 6, tokens = 8 * 8 * 8;  // latents [1, 16, 8, 16, 16], 2x2 patches
-  auto run = [&](bool offload, int64_t* held) {
+  auto run = [&](bool offload, double keep, int64_t* held) {
     torch::manual_seed(0);
     auto cfg = preset_config("tiny");
     cfg.num_layers = layers;
@@ -224,7 +225,7 @@ TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
     }
     m->to(torch::kCUDA);
     CheckpointOptions o;
-    o.offload_inputs = offload;
+    o.offload_inputs = offload, o.attention_keep = keep;
     enable_block_checkpointing(*m, o);
     DenoiserInputs in;
     in.x = torch::randn({1, 16, 8, 16, 16}).cuda();
@@ -241,11 +242,18 @@ TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
     for (auto& [n, p] : lora) g[n] = p.grad().cpu();
     return g;
   };
-  int64_t held_on = 0, held_off = 0;
-  const auto off = run(false, &held_off), on = run(true, &held_on);
+  int64_t held_on = 0, held_off = 0, held_keep = 0, held_keep_on = 0;
+  const auto off = run(false, 0, &held_off), on = run(true, 0, &held_on);
+  const auto keep = run(false, 1, &held_keep), keep_on = run(true, 1, &held_keep_on);
   const int64_t x_bytes = tokens * preset_config("tiny").dim * 4;  // one block's residual input, float32
   EXPECT_GE(held_off - held_on, (layers - 1) * x_bytes) << "held after forward: " << held_off << " vs " << held_on;
+  EXPECT_GE(held_keep - held_off, (layers - 1) * x_bytes) << "kept attention outputs: " << held_keep << " vs "
+                                                          << held_off;
+  EXPECT_LT(held_keep_on - held_on, layers * x_bytes / 4) << "kept outputs offloaded: " << held_keep_on << " vs "
+                                                          << held_on;
   expect_same_grads(off, on, "offload");
+  expect_same_grads(off, keep, "keep 1");
+  expect_same_grads(off, keep_on, "keep 1 + offload");
 #endif
 }
 

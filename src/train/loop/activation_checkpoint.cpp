@@ -10,9 +10,10 @@
 // recompute costs the elementwise work only, and the calls must come in the same order (checked).
 // --attn-keep: a block that recomputes whole runs its forward with a RangedAttentionKeep recording and its recompute
 // with it replaying, so the kept query blocks' attention forward runs once.
-// offload_inputs (CUDA): HostOffload copies each block's residual input to pinned host memory on a side stream, and in
-// backward brings back the input of the block before (in forward order) on that stream while this block's backward
-// runs: neither copy waits in the compute stream's queue (on it they cost ~60 ms a 1.3B causal step). Stream-generic
+// offload_inputs (CUDA): HostOffload copies each block's residual input (and, with --attn-keep, its kept attention
+// outputs) to pinned host memory on a side stream, and in backward brings back those of the block before (in forward
+// order) on that stream while this block's backward runs: neither copy waits in the compute stream's queue (on it
+// they cost ~60 ms a 1.3B causal step). Stream-generic
 // c10 calls (c10::Event, c10::StreamGuard), so this file needs no CUDA header and builds on a CPU-only LibTorch.
 #include "train/loop/activation_checkpoint.h"
 
@@ -36,25 +37,29 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The residual inputs one runner offloaded, in forward order (blocks run forward in order and backward in reverse).
+// The tensors one runner offloaded (each block's residual input and, with --attn-keep, its kept attention outputs), in
+// forward order, by block (a group: blocks run forward in order and backward in reverse).
 class HostOffload {
  public:
   struct Entry {
     explicit Entry(c10::DeviceType t) : copied(t) {}
-    torch::Tensor host;    // [B, L, D] pinned
+    torch::Tensor host;    // x's shape, pinned
     torch::Tensor device;  // the copy back, once started (undefined before, and after get took it)
     c10::Device where{c10::kCPU};
     c10::Event copied;     // recorded on the side stream after this entry's last copy
+    int64_t group = 0;     // the block call it belongs to (new_group)
   };
 
-  // x [B, L, D] on a CUDA device -> its entry: the copy to the host runs on the side stream after what the current
+  int64_t new_group() { return ++groups_; }  // one per block call, in forward order
+
+  // x on a CUDA device -> its entry in `group`: the copy to the host runs on the side stream after what the current
   // stream has queued (x is made), and x's memory is not reused before it ends.
-  std::shared_ptr<Entry> put(const torch::Tensor& x) {
+  std::shared_ptr<Entry> put(const torch::Tensor& x, int64_t group) {
     std::lock_guard<std::mutex> lock(mu_);
     c10::impl::VirtualGuardImpl g(x.device().type());
     const auto cur = g.getStream(x.device()), side = side_stream(x.device());
     auto e = std::make_shared<Entry>(x.device().type());
-    e->where = x.device();
+    e->where = x.device(), e->group = group;
     e->host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
     c10::Event made(x.device().type());
     made.record(cur);
@@ -70,7 +75,8 @@ class HostOffload {
     return e;
   }
 
-  // e's input back on its device, ready for the current stream; starts bringing back the entry before e.
+  // e's tensor back on its device, ready for the current stream; starts bringing back the rest of e's group (the
+  // block's other entries, taken during its recompute) and the group before it (the next block backward runs).
   torch::Tensor get(const std::shared_ptr<Entry>& e) {
     std::lock_guard<std::mutex> lock(mu_);
     c10::impl::VirtualGuardImpl g(e->where.type());
@@ -79,15 +85,12 @@ class HostOffload {
     e->copied.block(cur);
     auto x = std::move(e->device);
     x.record_stream(cur);  // made on the side stream, used on this one
-    const auto it = std::find_if(order_.begin(), order_.end(), [&](const auto& w) { return w.lock() == e; });
-    if (it != order_.end()) {
-      for (auto before = it; before != order_.begin();)
-        if (auto p = (--before)->lock()) {
-          if (!p->device.defined()) fetch(*p);
-          break;
-        }
-      order_.erase(it);
-    }
+    std::erase_if(order_, [&](const auto& w) { return w.expired() || w.lock() == e; });
+    int64_t before = 0;  // the group before e's: the latest still here
+    for (const auto& w : order_)
+      if (auto p = w.lock(); p && p->group < e->group) before = std::max(before, p->group);
+    for (const auto& w : order_)
+      if (auto p = w.lock(); p && (p->group == e->group || p->group == before) && !p->device.defined()) fetch(*p);
     return x;
   }
 
@@ -107,6 +110,7 @@ class HostOffload {
   std::mutex mu_;
   std::vector<std::weak_ptr<Entry>> order_;
   std::optional<c10::Stream> side_;
+  int64_t groups_ = 0;
 };
 
 struct KeptAttention {
@@ -271,7 +275,9 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
                                const CheckpointOptions* opts, HostOffload* offload) {
     variable_list saved = inputs.vec();
     std::shared_ptr<HostOffload::Entry> offloaded;
-    if (offload && inputs[0].is_cuda()) offloaded = offload->put(inputs[0]), saved[0] = torch::Tensor();
+    const bool to_host = offload && inputs[0].is_cuda();
+    const int64_t group = to_host ? offload->new_group() : 0;
+    if (to_host) offloaded = offload->put(inputs[0], group), saved[0] = torch::Tensor();
     ctx->save_for_backward(saved);
     c10::List<bool> needs;
     for (const auto& t : inputs) needs.push_back(t.requires_grad());
@@ -279,8 +285,15 @@ class BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     auto* held = new HeldCall{*call, {}, opts->selective && opts->keeps(call->block), nullptr};
     held->call.inputs.clear();  // the saved variables hold them (the residual on the host with offload_inputs)
     held->offloaded = std::move(offloaded);
-    if (!held->selective && opts->attention_keep > 0)
-      held->attention = std::make_unique<RangedAttentionKeep>(opts->attention_keep);
+    if (!held->selective && opts->attention_keep > 0) {
+      RangedAttentionKeep::Stash stash;  // offload_inputs: the kept attention outputs go to the host too
+      if (to_host)
+        stash = [offload, group](const torch::Tensor& out) -> std::function<torch::Tensor()> {
+          auto e = offload->put(out, group);
+          return [offload, e] { return offload->get(e); };
+        };
+      held->attention = std::make_unique<RangedAttentionKeep>(opts->attention_keep, std::move(stash));
+    }
     ctx->saved_data["call"] = reinterpret_cast<int64_t>(held);
     ctx->saved_data["opts"] = reinterpret_cast<int64_t>(opts);
     ctx->saved_data["offload"] = reinterpret_cast<int64_t>(offload);
