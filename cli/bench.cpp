@@ -32,7 +32,9 @@ void add_bench(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   step->add_option(spellings("--device"), cfg->device, "cuda, cuda:N or cpu (torchrun: each rank takes GPU LOCAL_RANK)")->capture_default_str();
   step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
-  step->add_option(spellings("--act-offload"), cfg->act_offload, "causal: on or off")->capture_default_str();
+  step->add_option(spellings("--act-offload"), cfg->act_offload,
+                   "causal: on or off (block inputs and --attn-keep's kept outputs in pinned host memory)")
+      ->capture_default_str();
   step->add_option(spellings(kSelectiveBlocksFlag), cfg->selective_blocks, kSelectiveBlocksHelp)
       ->capture_default_str();
   step->add_option(spellings(kAttnKeepFlag), cfg->attn_keep, kAttnKeepHelp)->capture_default_str();

@@ -107,7 +107,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--picture1", "Picture 1 resolution: native or 2048 (MiniMax-H3 only)", &C::picture1},
       {"--attn", "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex mean the same two", &C::attn},
       {"--level-shift", "DF: flow shift of the per-chunk noise levels", &C::level_shift},
-      {"--act-offload", "on: checkpointed block inputs in pinned host memory", &C::act_offload},
+      {"--act-offload", "on: checkpointed block inputs (and --attn-keep's kept attention outputs) in pinned host memory",
+       &C::act_offload},
       {"--checkpointing", "block (keep block inputs) or selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work)", &C::checkpointing},
       {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},

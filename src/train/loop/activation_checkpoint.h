@@ -41,13 +41,16 @@ inline constexpr const char* kAttnKeepFlag = "--attn-keep";
 inline constexpr const char* kAttnKeepHelp =
     "share of each block's prefix-attention query rows (the chunks with the most keys first) whose output and "
     "log-sum-exp the forward keeps, so a block's recompute skips their attention forward; costs that share x tokens "
-    "x width x 2 bytes per block until its backward (0: recompute all; needs --attn prefix)";
+    "x width x 2 bytes per block until its backward, on the host with --act-offload on (0: recompute all; needs "
+    "--attn prefix)";
 // Throws naming the flag unless share is in [0, 1] and, when above 0, the attention is the prefix kernel and some block
 // recomputes whole (not every block selective).
 void check_attention_keep(double share, bool prefix_attention, Checkpointing mode, int64_t selective_blocks);
 
 struct CheckpointOptions {
-  bool offload_inputs = false;  // keep each block's residual input [B, L, D] on the host (pinned, copied on a side stream)
+  // keep each block's residual input [B, L, D] and the attention outputs attention_keep keeps on the host (pinned,
+  // copied on a side stream)
+  bool offload_inputs = false;
   std::function<void(torch::nn::Module&)> before, after;  // around each forward and each recompute of a block
   // Selective: the forward also keeps the outputs of the block's kept_linear / kept_attention calls
   // (model/kept_ops.h); the recompute takes them from there instead of running the GEMMs and attention again, and
