@@ -13,8 +13,8 @@
 // offload_inputs (CUDA): HostOffload copies each block's residual input (and, with --attn-keep, its kept attention
 // outputs) to pinned host memory on a side stream, and in backward brings back those of the block before (in forward
 // order) on that stream while this block's backward runs: neither copy waits in the compute stream's queue (on it
-// they cost ~60 ms a 1.3B causal step). Stream-generic
-// c10 calls (c10::Event, c10::StreamGuard), so this file needs no CUDA header and builds on a CPU-only LibTorch.
+// they cost ~60 ms a 1.3B causal step). Stream-generic c10 calls (c10::Event, c10::StreamGuard), so this file needs no
+// CUDA header and builds on a CPU-only LibTorch.
 #include "train/loop/activation_checkpoint.h"
 
 #include <c10/core/Event.h>
