@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# kill -9 stress of both trainers (issue 18, docs/resume.md): RUNS runs of each trainer at the tiny preset on CPU, each
+# shellcheck disable=SC2091,SC2034  # $(cmd_of ...) runs the command it prints; the kill loop counts, its k is unused
+# kill -9 stress of both trainers (docs/resume.md): RUNS runs of each trainer at the tiny preset on CPU, each
 # killed with SIGKILL at a random moment (up to KILLS times, each re-run killed again at a random moment), then re-run
 # with the same command to the end. Every finished run is compared with one uninterrupted run: the final export / LoRA
 # file and the final state slot's weights and optimizer moments must match exactly (`vdt ckpt diff`: no key differs in
