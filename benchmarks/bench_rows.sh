@@ -50,7 +50,8 @@ for i, what in enumerate(["sm_mhz", "power_w", "temp_c"]):
 PY
 }
 
-[ $dry = 1 ] || say "# $(date -u +%F) commit $(commit_id) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null | head -1) NPROC ${NPROC:-1}"
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null | head -1)
+[ $dry = 1 ] || say "# $(date -u +%F) commit $(commit_id) ${gpu:-no GPU} NPROC ${NPROC:-1}"
 rc=0
 for line in "${selected[@]}"; do
   read -r name flags <<< "$line"
