@@ -17,7 +17,8 @@ cmd=${line#"$name: "}
 fresh_dir "$WORK/$name"
 echo "$cmd" > "$OUT/$name.trace.log"
 # shellcheck disable=SC2086  # the command is a word list
-VDT_TRACE=$trace VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=${MEMORY:-0} timeout "${ROW_S:-400}" $cmd >> "$OUT/$name.trace.log" 2>&1
+VDT_TRACE=$trace VDT_TRACE_STEP=4 VDT_TRACE_MEMORY=${MEMORY:-0} timeout "${ROW_S:-400}" $cmd \
+  >> "$OUT/$name.trace.log" 2>&1
 [ "${NPROC:-1}" -gt 1 ] && trace="$OUT/$name.trace.rank0.json"  # each rank writes its own file
 [ -f "$trace" ] || { tail -20 "$OUT/$name.trace.log"; exit 1; }
 grep -E "^  step|^result" "$OUT/$name.trace.log"
