@@ -25,7 +25,8 @@ if [ "$what" = sft ]; then
     # shellcheck disable=SC2086  # $extra is a word list
     timeout "${RUN_S:-500}" "$VDT" train sft --random-init --data_root "$root" --output "$WORK/gate_$mode" \
       --res 832x480 --max_steps "${STEPS:-1000}" --grad_accum "${ACCUM:-1}" --precision bf16 \
-      --checkpointing selective --lr 1e-4 --warmup_steps 20 --val_every 0 --save_every 100000 --no-save_state --num_workers 2 --device cuda --seed 0 \
+      --checkpointing selective --lr 1e-4 --warmup_steps 20 --val_every 0 --save_every 100000 --no-save_state \
+      --num_workers 2 --device cuda --seed 0 \
       $extra > "$OUT/gate_$mode.log" 2>&1 &
   done
   wait
