@@ -2,7 +2,7 @@
 # `vdt parity` on CUDA for the reference fixtures (tests/fixtures: Wan wan_tiny_a, MiniMax-H3 h3_tiny_a) in each
 # DTYPE (default bfloat16), one PASS/FAIL line each in $OUT/summary.txt; --kernels also runs `vdt bench kernels`
 # (the fused CUDA kernels against their reference ops at the real widths). Exit 1 on any FAIL.
-# Usage: benchmarks/gpu_parity.sh [--kernels] [DTYPE...]     e.g. benchmarks/gpu_parity.sh bfloat16 float32
+# Usage: benchmarks/gpu_parity.sh [--kernels] [DTYPE...]  (e.g. bfloat16 float32)   Env: DEVICE (cuda), VDT, OUT
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=benchmarks/common.sh
