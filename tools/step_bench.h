@@ -29,7 +29,7 @@ struct StepBenchConfig {
   int64_t lora_rank = 32;                  // causal
   std::string fused_kernels = "on";        // on | off (model/kernels)
   std::string fp8 = "off";                 // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
-  double peak_tflops = 790;                // dense bf16 rate used for MFU (SPEC §9)
+  double peak_tflops = 989.4;              // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
   std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
                                            // (several nodes: give one on storage every rank sees)
   void validate() const;
