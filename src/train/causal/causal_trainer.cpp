@@ -1,5 +1,5 @@
-// The causal loop, in torchtitan's shape: build_* set-up, then train() — restore, and for each step { train_step; log;
-// maybe validate; maybe save } up to an explicit last step. The LoRA's gradient all-reduce, clipping and the update go
+// The causal trainer, in torchtitan's shape: build_* set-up, then the one training loop (train/loop/train_loop.h)
+// over this trainer's step, log, validation and files. The LoRA's gradient all-reduce, clipping and the update go
 // through the update path (distributed/grad_sync.h); the base through the base-model seam (model/denoiser.h); files
 // in train/checkpoint/lora_checkpoint.
 #include "train/causal/causal_trainer.h"
@@ -41,7 +41,7 @@
 #include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
-#include "train/loop/trace.h"
+#include "train/loop/train_loop.h"
 
 namespace vdt {
 namespace {
@@ -354,7 +354,7 @@ struct StepStats {
   std::string clip;
 };
 
-StepStats train_step(CausalRun& r, int64_t it) {
+StepStats causal_step(CausalRun& r, int64_t it) {
   StepStats st;
   RunContext& ctx = *r.ctx;
   // 1) this rank's window: global sample g of a stream that depends on (seed, epoch, sample) only
@@ -491,6 +491,38 @@ void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed, d
   r.tb->flush();
 }
 
+// The causal trainer as the loop sees it: its step, its log, its validation, its files (the LoRA and its state).
+class CausalLoop final : public LoopTrainer {
+ public:
+  CausalLoop(CausalRun& r, CausalSummary& sum) : r_(r), sum_(sum) {}
+  StepResult train_step(int64_t step) override {
+    st_ = causal_step(r_, step - 1);
+    return {st_.loss, st_.grad_norm, st_.stop};
+  }
+  void log_step(int64_t step, const StepResult&, double step_time, double elapsed) override {
+    vdt::log_step(r_, step, st_, elapsed, step_time);
+  }
+  void validate(int64_t step) override { log_validation(r_, step); }
+  void save(int64_t step, SaveWhy) override { sum_.last_lora = vdt::save(r_, step); }  // every reason: LoRA + state
+  void stopped(int64_t step) override {
+    if (r_.ctx->rank == 0)
+      std::printf("[stop] %s: stopped after step %lld of %lld; the LoRA and state are saved. Re-run the same command "
+                  "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(step),
+                  static_cast<long long>(r_.total_steps));
+  }
+  [[noreturn]] void fail_non_finite(int64_t step, double loss) override {
+    r_.ctx->fail_non_finite(step, loss,
+                            "The last LoRA " + (sum_.last_lora.empty() ? "(none yet)" : sum_.last_lora) +
+                                " and its state are intact.",
+                            "lower --lr, or check the data with `vdt data check`");
+  }
+
+ private:
+  CausalRun& r_;
+  CausalSummary& sum_;
+  StepStats st_;
+};
+
 CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
   std::fflush(stdout);
   sum.s_per_step = sum.steps > r.start_step ? seconds / static_cast<double>(sum.steps - r.start_step) : 0;
@@ -546,47 +578,11 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   sum.shard_ranks = shard_ranks(r);
   sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
-  if (r.start_step < r.total_steps && r.ctx->stop_requested_anywhere()) {
-    if (r.ctx->rank == 0)
-      std::printf("[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same "
-                  "command to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(r.start_step + 1));
-    sum.stopped = true;
-    return finish(r, sum, 0);
-  }
-  StepTrace trace(r.ctx->rank, r.ctx->world);  // VDT_TRACE / VDT_TRACE_STEP: one step's profiler trace (benchmarks)
-  if (cfg.val_every > 0 && r.start_step == 0) log_validation(r, 0);
-  const auto t_start = std::chrono::steady_clock::now();
-  r.ctx->reset_peak_memory();  // the peak of training, not of the build
-  // ------------------------------------------ TRAINING SECTION ------------------------------------------
-  for (int64_t step = r.start_step + 1; step <= r.total_steps; ++step) {
-    const bool last_step = step == r.total_steps;
-    const auto t0 = std::chrono::steady_clock::now();
-    trace.before_step(step);
-    const StepStats st = train_step(r, step - 1);
-    trace.after_step(step);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (!std::isfinite(st.loss))  // reduced over ranks: every rank stops here, the update was skipped
-      r.ctx->fail_non_finite(step, st.loss, "The last LoRA " + (sum.last_lora.empty() ? "(none yet)" : sum.last_lora) +
-                                                " and its state are intact.",
-                             "lower --lr, or check the data with `vdt data check`");
-    sum.first_loss = step == r.start_step + 1 ? st.loss : sum.first_loss, sum.last_loss = st.loss, sum.steps = step;
-    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm);
-    sum.step_times.push_back(std::chrono::duration<double>(t1 - t0).count());
-    log_step(r, step, st, std::chrono::duration<double>(t1 - t_start).count(), sum.step_times.back());
-    if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) log_validation(r, step);
-    const bool stop = st.stop && !last_step;
-    if (step % cfg.save_every == 0 || last_step || stop) sum.last_lora = save(r, step);
-    if (stop) {
-      if (r.ctx->rank == 0)
-        std::printf("[stop] %s: stopped after step %lld of %lld; the LoRA and state are saved. Re-run the same command "
-                    "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(step),
-                    static_cast<long long>(r.total_steps));
-      sum.stopped = true;
-      break;
-    }
-  }
-  // ------------------------------------------------- END -------------------------------------------------
-  return finish(r, sum, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+  CausalLoop loop(r, sum);
+  static_cast<LoopResult&>(sum) =
+      run_training_loop(*r.ctx, {.start_step = r.start_step, .last_step = r.total_steps, .val_every = cfg.val_every,
+                                 .validate_first = true, .save_every = cfg.save_every}, loop);
+  return finish(r, sum, sum.seconds);
 }
 
 }  // namespace vdt

@@ -13,20 +13,21 @@
 #include "model/denoiser.h"
 #include "train/causal/causal_config.h"
 #include "train/checkpoint/lora_checkpoint.h"
+#include "train/loop/train_loop.h"
 
 namespace vdt {
 
-struct CausalSummary {
-  int64_t start_step = 0, steps = 0, total_steps = 0;  // steps: the step reached
-  bool stopped = false;                                // by SIGTERM / SIGINT (LoRA and state saved)
-  double first_loss = 0, last_loss = 0, s_per_step = 0, peak_mem_gb = 0;
+// The loop's result (steps reached, stopped by SIGTERM / SIGINT with the LoRA and state saved, every step's loss,
+// gradient norm and time) and the run's.
+struct CausalSummary : LoopResult {
+  int64_t start_step = 0, total_steps = 0;
+  double s_per_step = 0, peak_mem_gb = 0;
   std::string last_lora, resume_how;
   NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
   uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
   int64_t params = 0;  // the frozen base's and the LoRA's parameter count
   int shard_ranks = 1;      // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
   int64_t shard_bytes = 0;  // of the frozen blocks, held by this rank (0: not sharded)
-  std::vector<double> losses, grad_norms, step_times;  // every step of this process, in order (golden curves, bench)
 };
 
 // The frozen base the trainer trains on, without a LoRA: the preset with --weights (a file or a directory of shards),

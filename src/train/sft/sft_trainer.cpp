@@ -1,5 +1,5 @@
-// The SFT loop, in torchtitan's shape: build_* set-up, then train() — restore, and for each step { train_step; log;
-// maybe validate; maybe save } up to an explicit last step — and train_step() with numbered phases. Gradient
+// The SFT trainer, in torchtitan's shape: build_* set-up, then the one training loop (train/loop/train_loop.h) over
+// this trainer's step, log, validation and files — and sft_step() with numbered phases. Gradient
 // synchronisation, clipping and the update go through the update path (distributed/grad_sync.h) whatever the
 // parallelism; the model through the base-model seam (model/denoiser.h).
 #include "train/sft/sft_trainer.h"
@@ -39,7 +39,7 @@
 #include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
-#include "train/loop/trace.h"
+#include "train/loop/train_loop.h"
 
 namespace vdt {
 namespace {
@@ -248,7 +248,7 @@ std::optional<SftBatch> next_batch(SftRun& r, bool can_stop, double* data_time) 
   return batch;
 }
 
-StepStats train_step(SftRun& r, int64_t step) {
+StepStats sft_step(SftRun& r, int64_t step) {
   StepStats st;
   RunContext& ctx = *r.ctx;
   // 1) learning rates for this step (warmup applies to both groups)
@@ -443,36 +443,48 @@ SftSummary nothing_to_train(SftRun& r, SftSummary& sum) {
   return sum;
 }
 
-[[noreturn]] void fail_non_finite(const SftRun& r, int64_t step, double loss, const SftSummary& sum) {
-  r.ctx->fail_non_finite(step, loss,
-                         "The last export" + (sum.last_export.empty() ? std::string(" (none yet)") : " " + sum.last_export) +
-                             (r.state_slot.empty() ? "" : " and the state " + r.state_slot) + " are intact.",
-                         "lower --lr, check the data with `vdt data check`, or try --precision mixed");
-}
+// The SFT trainer as the loop sees it: its step, its log, its validation, its files (export, state).
+class SftLoop final : public LoopTrainer {
+ public:
+  SftLoop(SftRun& r, SftSummary& sum) : r_(r), sum_(sum) {}
+  StepResult train_step(int64_t step) override {
+    st_ = sft_step(r_, step - 1);
+    return {st_.loss, st_.grad_norm, st_.stop};
+  }
+  void log_step(int64_t step, const StepResult&, double step_time, double) override {
+    vdt::log_step(r_, step, st_, step_time);
+  }
+  void validate(int64_t step) override { do_validation(r_, step); }
+  // An export at the cadence and at the last step (--final_export); the state with an export and on a stop.
+  void save(int64_t step, SaveWhy why) override {
+    exported_ = why.cadence || (why.last && r_.cfg.final_export);
+    if (exported_) sum_.last_export = do_export(r_, step);
+    if (r_.cfg.save_state && (exported_ || why.stop)) sum_.state_dir = do_save_state(r_, step);
+  }
+  // Without a state, the weights are exported on a stop.
+  void stopped(int64_t step) override {
+    if (!r_.cfg.save_state && !exported_) sum_.last_export = do_export(r_, step);
+    if (r_.ctx->rank == 0)
+      std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
+                  static_cast<long long>(step), static_cast<long long>(r_.cfg.max_steps),
+                  r_.cfg.save_state ? ("Continue with the same command plus --resume " + r_.cfg.output +
+                                       " (or --resume auto)").c_str()
+                                    : "No state was saved (--no-save_state); the weights are in the export above.");
+  }
+  [[noreturn]] void fail_non_finite(int64_t step, double loss) override {
+    r_.ctx->fail_non_finite(
+        step, loss,
+        "The last export" + (sum_.last_export.empty() ? std::string(" (none yet)") : " " + sum_.last_export) +
+            (r_.state_slot.empty() ? "" : " and the state " + r_.state_slot) + " are intact.",
+        "lower --lr, check the data with `vdt data check`, or try --precision mixed");
+  }
 
-// A stop signal after `step` (the state is saved by then when --save_state): without a state, export the weights.
-SftSummary stopped(SftRun& r, int64_t step, bool exported, SftSummary& sum) {
-  if (!r.cfg.save_state && !exported) sum.last_export = do_export(r, step);
-  if (r.ctx->rank == 0)
-    std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
-                static_cast<long long>(step), static_cast<long long>(r.cfg.max_steps),
-                r.cfg.save_state ? ("Continue with the same command plus --resume " + r.cfg.output +
-                                    " (or --resume auto)").c_str()
-                                 : "No state was saved (--no-save_state); the weights are in the export above.");
-  std::fflush(stdout);
-  sum.stopped = true;
-  return sum;
-}
-
-// A signal during start-up: nothing was trained and nothing saved; the run directory is as the last run left it.
-SftSummary stopped_at_start_up(int rank, int64_t start_step, SftSummary& sum) {
-  if (rank == 0)
-    std::printf("[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same command "
-                "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(start_step + 1));
-  std::fflush(stdout);
-  sum.stopped = true;
-  return sum;
-}
+ private:
+  SftRun& r_;
+  SftSummary& sum_;
+  StepStats st_;
+  bool exported_ = false;  // at the step just saved
+};
 
 SftSummary finish(SftRun& r, SftSummary& sum) {
   sum.peak_mem_gb = r.ctx->peak_memory_gb();
@@ -523,31 +535,12 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
-  if (r.ctx->stop_requested_anywhere()) return stopped_at_start_up(r.ctx->rank, r.start_step, sum);
-  StepTrace trace(r.ctx->rank, r.ctx->world);  // VDT_TRACE / VDT_TRACE_STEP: one step's profiler trace (benchmarks)
   start_epoch(r, r.skip_micro);
-  r.ctx->reset_peak_memory();  // the peak of training, not of the build
-  // ------------------------------------------ TRAINING SECTION ------------------------------------------
-  for (int64_t step = r.start_step + 1;; ++step) {
-    const bool last_step = step == cfg.max_steps;
-    const auto t0 = std::chrono::steady_clock::now();
-    trace.before_step(step);
-    const StepStats st = train_step(r, step - 1);
-    trace.after_step(step);
-    const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!std::isfinite(st.loss)) fail_non_finite(r, step, st.loss, sum);  // reduced over ranks: every rank stops here
-    sum.first_loss = step == r.start_step + 1 ? st.loss : sum.first_loss, sum.last_loss = st.loss, sum.steps = step;
-    sum.losses.push_back(st.loss), sum.grad_norms.push_back(st.grad_norm), sum.step_times.push_back(step_time);
-    log_step(r, step, st, step_time);
-    if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) do_validation(r, step);
-    const bool save = (cfg.save_every > 0 && step % cfg.save_every == 0) || (last_step && cfg.final_export);
-    if (save) sum.last_export = do_export(r, step);
-    const bool stop = st.stop && !last_step;
-    if (cfg.save_state && (save || stop)) sum.state_dir = do_save_state(r, step);
-    if (stop) return stopped(r, step, save, sum);
-    if (last_step) break;
-  }
-  // ------------------------------------------------- END -------------------------------------------------
+  SftLoop loop(r, sum);
+  static_cast<LoopResult&>(sum) =
+      run_training_loop(*r.ctx, {.start_step = r.start_step, .last_step = cfg.max_steps, .val_every = cfg.val_every,
+                                 .save_every = cfg.save_every}, loop);
+  if (sum.stopped) return sum;
   return finish(r, sum);
 }
 

@@ -8,19 +8,19 @@
 #include <vector>
 
 #include "distributed/communicator.h"
+#include "train/loop/train_loop.h"
 #include "train/sft/sft_config.h"
 
 namespace vdt {
 
-struct SftSummary {
-  int64_t start_step = 0, steps = 0;  // steps: the step reached
-  bool stopped = false;               // by SIGTERM / SIGINT (state saved when --save_state)
-  double first_loss = 0, last_loss = 0;
+// The loop's result (steps reached, stopped by SIGTERM / SIGINT with the state saved when --save_state, every step's
+// loss, gradient norm and time) and the run's.
+struct SftSummary : LoopResult {
+  int64_t start_step = 0;
   double s_per_step = 0, data_s_per_step = 0, peak_mem_gb = 0;
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
   uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
   int64_t params = 0;  // the model's parameter count (the adapter included)
-  std::vector<double> losses, grad_norms, step_times;  // every step of this process, in order (golden curves, bench)
 };
 
 // One process (CPU or one GPU).
