@@ -33,6 +33,7 @@
 #include "model/weights_io.h"
 #include "train/checkpoint/lora_checkpoint.h"
 #include "train/eval/preview.h"
+#include "train/eval/stream_preview.h"
 #include "train/eval/sampling.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/fp8_blocks.h"
@@ -337,6 +338,16 @@ void draw_preview(CausalRun& r, int64_t step) {
   r.tb->flush();
 }
 
+// --val-sample-every: val window 0 streamed with the KV cache on every rank (as draw_preview), logged by rank 0.
+void draw_stream_preview(CausalRun& r, int64_t step) {
+  const auto p = stream_preview(*r.model, *r.ds, r.cfg.data_root, r.cfg.chunk_frames, r.cfg.preview_steps,
+                                r.cfg.seed, r.cfg.clean_first_frame);
+  if (r.ctx->rank != 0) return;
+  r.tb->add_scalar("val/stream_chunk_s", p.seconds_per_chunk, step);
+  if (p.grid.defined()) r.tb->add_image(p.tag, encode_png(p.grid), step);
+  r.tb->flush();
+}
+
 void log_validation(CausalRun& r, int64_t step) {
   const double v = validate(r);
   draw_preview(r, step);
@@ -574,6 +585,8 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
     sum.step_times.push_back(std::chrono::duration<double>(t1 - t0).count());
     log_step(r, step, st, std::chrono::duration<double>(t1 - t_start).count(), sum.step_times.back());
     if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) log_validation(r, step);
+    if (cfg.val_sample_every > 0 && step % cfg.val_sample_every == 0 && !r.ds->val().empty())
+      draw_stream_preview(r, step);
     const bool stop = st.stop && !last_step;
     if (step % cfg.save_every == 0 || last_step || stop) sum.last_lora = save(r, step);
     if (stop) {
