@@ -3,11 +3,14 @@
 // it runs sharded as training does; rank 0 prints.
 // `vdt bench kernels`: the fused CUDA kernels against their references at real shapes (tools/kernel_bench.h); exit
 // code 1 when any check fails.
+// `vdt bench sample`: streaming generation with the KV cache timed per chunk (tools/sample_bench.h): latency, video
+// frames per second, cache memory.
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "model/kernels/fused_ops.h"
 #include "tools/kernel_bench.h"
+#include "tools/sample_bench.h"
 #include "tools/step_bench.h"
 #include "train/loop/activation_checkpoint.h"
 
@@ -94,6 +97,54 @@ void add_bench(CLI::App& app, int& exit_code) {
     for (const auto& k : r) failed += k.pass() ? 0 : 1;
     std::printf("result checks=%zu failed=%d\n", r.size(), failed);
     exit_code = failed == 0 ? 0 : 1;
+  });
+
+  auto scfg = std::make_shared<SampleBenchConfig>();
+  auto* smp = bench->add_subcommand("sample", "Streaming generation with the KV cache (a random-weight base and LoRA): "
+                                              "per-chunk latency, video frames per second, cache memory");
+  smp->add_option(spellings("--model"), scfg->model, "model preset (wan2.2-ti2v-5b, minimax-h3, tiny, h3-tiny, ...)")
+      ->capture_default_str();
+  smp->add_option(spellings("--height"), scfg->height, "latent height (30: 480 pixels)")->capture_default_str();
+  smp->add_option(spellings("--width"), scfg->width, "latent width (52: 832 pixels)")->capture_default_str();
+  smp->add_option(spellings("--chunk-frames"), scfg->chunk_frames, "latent frames per chunk (0: the base's, Wan 3, "
+                  "H3 5)")->capture_default_str();
+  smp->add_option(spellings("--chunks"), scfg->chunks, "chunks to generate")->capture_default_str();
+  smp->add_option(spellings("--window"), scfg->window, "finished chunks kept after the sink (-1: all)")
+      ->capture_default_str();
+  smp->add_option(spellings("--sink-chunks"), scfg->sink_chunks, "first chunks kept as the sink (-1: the base's)")
+      ->capture_default_str();
+  smp->add_option(spellings("--span-chunks"), scfg->span_chunks, "chunks of the trained span")->capture_default_str();
+  smp->add_option(spellings("--steps"), scfg->steps, "Euler steps per chunk")->capture_default_str();
+  smp->add_option(spellings("--cfg"), scfg->cfg, "guidance scale (1: no guidance, one branch)")->capture_default_str();
+  smp->add_option(spellings("--text-len"), scfg->text_len, "text tokens (0: Wan 512, H3 256)")->capture_default_str();
+  smp->add_option(spellings("--picture1"), scfg->picture1, "H3: on | off (Picture 1 on the video's latent grid)")
+      ->capture_default_str();
+  smp->add_option(spellings("--audio"), scfg->audio, "H3: on | off (the audio stream beside the video)")
+      ->capture_default_str();
+  smp->add_option(spellings("--lora-rank"), scfg->lora_rank, "rank of the random LoRA")->capture_default_str();
+  smp->add_option(spellings("--warmup-chunks"), scfg->warmup_chunks, "chunks left out of frames per second")
+      ->capture_default_str();
+  smp->add_option(spellings("--layers"), scfg->layers, "blocks (0: the preset's; fewer: tests)")->capture_default_str();
+  smp->add_option(spellings("--device"), scfg->device, "cuda, cuda:N or cpu")->capture_default_str();
+  smp->add_option(spellings("--precision"), scfg->precision, "bf16 or fp32")->capture_default_str();
+  smp->callback([scfg, &exit_code] {
+    const auto& c = *scfg;
+    std::printf("bench sample: model %s latent %lldx%lld chunks %lld window %lld steps %lld cfg %g device %s "
+                "precision %s\n", c.model.c_str(), static_cast<long long>(c.height), static_cast<long long>(c.width),
+                static_cast<long long>(c.chunks), static_cast<long long>(c.window), static_cast<long long>(c.steps),
+                c.cfg, c.device.c_str(), c.precision.c_str());
+    std::fflush(stdout);
+    const auto r = run_sample_bench(c);
+    for (size_t n = 0; n < r.chunk_s.size(); ++n)
+      std::printf("  chunk %2zu  %.4f s (steps %.4f s, commit %.4f s)  %lld frames%s\n", n,
+                  r.chunk_s[n] + r.commit_s[n], r.chunk_s[n], r.commit_s[n], static_cast<long long>(r.chunk_frames_px[n]),
+                  static_cast<int64_t>(n) < c.warmup_chunks ? "  (warm-up)" : "");
+    std::printf("result median_chunk_s=%.4f frames_per_s=%.2f cache_gib=%.3f peak_gib=%.2f prefix_s=%.4f "
+                "rows_per_chunk=%lld prefix_rows=%lld sink_chunks=%lld window=%lld family=%s\n", r.median_chunk_s,
+                r.frames_per_s, r.cache_gib, r.peak_gib, r.prefix_s, static_cast<long long>(r.rows_per_chunk),
+                static_cast<long long>(r.prefix_rows), static_cast<long long>(r.sink_chunks),
+                static_cast<long long>(r.window), r.family.c_str());
+    exit_code = 0;
   });
 }
 

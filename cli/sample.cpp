@@ -1,6 +1,8 @@
 // `vdt sample`: Euler + CFG samples of validation clips from an SFT export; writes latents and, when the data root
 // has the synthetic VAE (vae.safetensors), a PNG per clip: ground truth / with conditions / without conditions.
-// `vdt sample --causal --lora L`: a causal LoRA's validation windows chunk by chunk (ground truth / sample).
+// `vdt sample --causal --lora L`: a causal LoRA's validation windows chunk by chunk (ground truth / sample); with
+// `--stream`, generated with a KV cache (train/eval/stream_sampling.h), `--chunks N` past the span with `--window K`,
+// each chunk written as it is done.
 // `--prompt "..."` / `--prompts FILE` with `--text-encoder DIR` (SFT exports and Wan causal LoRAs): new prompts are
 // embedded by the Python package (`python -m vdt_py embed`: umT5, into a copy of the root's text table under --out)
 // and each val clip (window) is sampled once per prompt, the prompt in every cell, ids and frame 0 from the clip.
@@ -22,6 +24,7 @@
 #include "train/causal/causal_trainer.h"
 #include "train/checkpoint/export.h"
 #include "train/eval/sampling.h"
+#include "train/eval/stream_sampling.h"
 #include "train/loop/model_inputs.h"
 
 namespace vdt::cli {
@@ -34,6 +37,8 @@ struct Opts {
   double cfg = 5.0, shift = 5.0;
   uint64_t seed = 0;
   bool causal = false;
+  bool stream = false;                                 // --stream
+  int64_t chunks = 0, window = -1, sink_chunks = -1;   // --chunks, --window, --sink-chunks (with --stream)
   std::vector<std::string> prompt;     // --prompt, repeatable
   std::string prompts, text_encoder;   // --prompts FILE, --text-encoder DIR
 };
@@ -69,6 +74,64 @@ std::string embed_prompts(const Opts& o, const std::string& table, const std::ve
   VDT_CHECK(rc == 0, "vdt sample: embedding the prompts with --text-encoder ", o.text_encoder, " failed (exit ", rc,
             "); its messages are above");
   return out;
+}
+
+// `vdt sample --causal --stream`: each val window streamed with a KV cache; every chunk is written to
+// <clip>_f<start>.chunks/chunk_NNNNN.safetensors as soon as it is done (atomically: a reader sees whole files only),
+// then the stream to <clip>_f<start>.safetensors (`sample`, the window's `ground_truth`, H3's `audio.*`) and, on a
+// synthetic root, a PNG (rows: ground truth, stream).
+int stream_causal(const Opts& o, Denoiser& model, const CausalDataset& ds, int64_t chunk_frames, const EulerConfig& ec,
+                  bool clean_first, const std::map<std::string, std::string>& meta, bool has_vae) {
+  StreamOptions so;
+  so.chunks = o.chunks, so.window = o.window, so.sink_chunks = o.sink_chunks;
+  so.span_chunks = metadata_int(meta, "span_chunks", o.lora, 6);
+  for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
+    const auto w = ds.val().at(i);
+    const auto first = ds.load(w, ds.val_start(static_cast<int64_t>(i)));
+    const auto base = (std::filesystem::path(o.out) / (first.clip_id + "_f" + std::to_string(first.start))).string();
+    std::filesystem::create_directories(base + ".chunks");
+    const auto r = stream_causal_window(model, ds, i, chunk_frames, ec, o.seed, clean_first, so,
+                                        [&](const StreamChunk& c) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "chunk_%05lld.safetensors", static_cast<long long>(c.index));
+      NamedTensors t = {{"sample", c.video}};
+      for (const auto& [k, v] : c.side) t.emplace_back(k + ".sample", v);
+      save_safetensors(base + ".chunks/" + name, t,
+                       {{"lora", o.lora}, {"chunk", std::to_string(c.index)},
+                        {"first_latent_frame", std::to_string(c.index * chunk_frames)}});
+      std::printf("  chunk %lld: latent frames %lld..%lld in %.3f s -> %s.chunks/%s\n",
+                  static_cast<long long>(c.index), static_cast<long long>(c.index * chunk_frames),
+                  static_cast<long long>((c.index + 1) * chunk_frames - 1), c.seconds, base.c_str(), name);
+      std::fflush(stdout);
+    });
+    NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
+    for (const auto& [name, t] : r.side_sample) {
+      tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
+      tensors.emplace_back(name + ".sample", t);
+    }
+    save_safetensors(base + ".safetensors", tensors,
+                     {{"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)},
+                      {"chunks", std::to_string(r.chunk_seconds.size())}, {"window", std::to_string(r.window)},
+                      {"sink_chunks", std::to_string(r.sink_chunks)}});
+    std::printf("stream %s from frame %lld: %zu chunks of %lld latent frames (window %lld, sink %lld), KV cache "
+                "%.1f MiB -> %s.safetensors\n", r.clip_id.c_str(), static_cast<long long>(r.start),
+                r.chunk_seconds.size(), static_cast<long long>(chunk_frames), static_cast<long long>(r.window),
+                static_cast<long long>(r.sink_chunks), static_cast<double>(r.cache_bytes) / (1 << 20), base.c_str());
+    if (has_vae) {
+      const auto vae = SynthVae::open(o.data_root);
+      auto gt = vae.decode(r.ground_truth), st = vae.decode(r.sample);  // [F, 3, h, w]
+      auto pad = [](torch::Tensor v, int64_t frames) {  // white frames after a shorter row
+        if (v.size(0) >= frames) return v;
+        auto shape = v.sizes().vec();
+        shape[0] = frames - v.size(0);
+        return torch::cat({v, torch::ones(shape, v.options())});
+      };
+      const int64_t frames = std::max(gt.size(0), st.size(0));
+      write_png(base + ".png", frame_grid({pad(gt, frames), pad(st, frames)}, 2, 4));
+      std::printf("  preview %s.png (rows: ground truth, stream)\n", base.c_str());
+    }
+  }
+  return 0;
 }
 
 // `vdt sample --causal`: the base rebuilt from the LoRA's metadata (or --weights), the LoRA attached and loaded, the
@@ -113,6 +176,7 @@ int sample_causal(const Opts& o, const torch::Device& device, const std::vector<
   EulerConfig ec;
   ec.steps = o.steps, ec.cfg_scale = o.cfg, ec.shift = o.shift;
   const bool clean_first = get("clean_first_frame", "0") == "1";
+  if (o.stream) return stream_causal(o, *model, ds, chunk_frames, ec, clean_first, meta, has_vae);
   // Without new prompts one pass with the windows' own text; with them one pass per prompt (files <clip>_f<start>_p<k>).
   const size_t passes = prompts.empty() ? 1 : prompts.size();
   for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
@@ -153,6 +217,14 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--ckpt"), o->ckpt, "step-N.safetensors from `vdt train sft` (without --causal)")
       ->check(CLI::ExistingFile);
   s->add_flag(spellings("--causal"), o->causal, "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
+  s->add_flag(spellings("--stream"), o->stream, "with --causal: generate with a KV cache (each finished chunk's "
+              "keys and values kept, not recomputed), each chunk written as it is done");
+  s->add_option(spellings("--chunks"), o->chunks, "with --stream: chunks to generate (0: the LoRA's span); past the "
+                "span needs --window")->capture_default_str();
+  s->add_option(spellings("--window"), o->window, "with --stream: finished chunks kept in the cache after the sink "
+                "(-1: all); sink + window + 1 must fit in the trained span")->capture_default_str();
+  s->add_option(spellings("--sink-chunks"), o->sink_chunks, "with --stream: first chunks kept as the attention sink "
+                "(-1: the base's default: Wan 1, H3 0, its text and Picture 1 being the sink)")->capture_default_str();
   s->add_option(spellings("--lora"), o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
       ->check(CLI::ExistingFile);
   s->add_option(spellings("--weights"), o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
@@ -175,6 +247,12 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->callback([o, &exit_code] {
     const torch::Device device = resolve_device(o->device);
     const auto prompts = new_prompts(*o);
+    VDT_CHECK(o->stream || (o->chunks == 0 && o->window == -1 && o->sink_chunks == -1), "--chunks, --window and "
+              "--sink-chunks belong to --stream (vdt sample --causal --stream ...)");
+    VDT_CHECK(!o->stream || o->causal, "--stream streams a causal LoRA: give --causal --lora FILE");
+    VDT_CHECK(!o->stream || prompts.empty(), "--prompt / --prompts are not taken by --stream yet: stream the val "
+              "windows' own text, or sample new prompts without --stream");
+    VDT_CHECK(o->chunks >= 0, "--chunks ", o->chunks, ": expected 0 (the LoRA's span) or more chunks");
     if (o->causal) {
       exit_code = sample_causal(*o, device, prompts);
       return;

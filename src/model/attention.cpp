@@ -61,7 +61,8 @@ bool SelfAttentionImpl::norms_in_attention() const {
   return q->children().empty() && k->children().empty();
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern) {
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern,
+                                         KvSlot kv) {
   const auto qkv = lora_or_linear_shared_input({&q, &k, &v}, x, fuse_lora_qkv);  // 3 x [B, L, D]
   // q/k RMSNorm over the full width, the weight, then RoPE per head as one node (kernels/wan_qk_norm_rope.h; the
   // reference ops, norm_q / norm_k then apply_rope, with the fused-kernel switch off): 2 x [B, L, D] -> [B, L, N, Dh].
@@ -71,6 +72,14 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
                        const torch::Tensor& w_k) {
     return kernels::wan_qk_norm_rope(q_in, k_in, w_q, w_k, norm_q->eps(), rope.cos, rope.sin, heads_);
   };
+  if (kv) {  // a stream's chunk: keys and values into the cache, attention over it (no graph is kept: sampling)
+    auto [qh, kh] = norm_rope(qkv[0], qkv[1], norm_q->weight, norm_k->weight);  // [B, L, N, Dh]
+    const auto raw = kv.cache->wants_raw_keys()  // the sink's keys before rotation, rotated again as the window moves
+                         ? kernels::wan_rms_norm(qkv[1], norm_k->weight, norm_k->eps()).unflatten(-1, {heads_, -1})
+                         : torch::Tensor();
+    const auto a = kv.cache->attend(kv.block, qh, kh, qkv[2].unflatten(-1, {heads_, -1}), kernel, raw);
+    return lora_or_linear(o, merge_heads(a));  // [B, N, L, Dh] -> [B, L, D]
+  }
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
   auto attend = [&](const torch::Tensor& qh, const torch::Tensor& kh, const torch::Tensor& vh) {  // [B, L, N, Dh]
     const auto qt = qh.transpose(1, 2), kt = kh.transpose(1, 2), vt = vh.transpose(1, 2);      // -> [B, N, L, Dh]
@@ -128,6 +137,38 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   };
   auto a = inside ? kept_attention({q_in, k_in, v_in, norm_q->weight, norm_k->weight}, attend)
                   : kept_attention({norm_q(q_in), norm_k(k_in), v_in}, attend);  // [B*F, N, L/F, Dh]
+  return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
+}
+
+std::pair<torch::Tensor, torch::Tensor> CrossAttentionImpl::text_kv(const torch::Tensor& ctx) {
+  // As forward's attention call: the k norm on the projection (inside or outside the kept call, the same kernel)
+  return {kernels::wan_rms_norm(lora_or_linear(k, ctx), norm_k->weight, norm_k->eps()), lora_or_linear(v, ctx)};
+}
+
+torch::Tensor CrossAttentionImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& kc,
+                                                 const torch::Tensor& vc, const torch::Tensor& ctx_ids) {
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
+  int64_t F = 1;
+  if (ctx_ids.defined()) {  // rows [R, Lt, D] picked per cell, as forward
+    TORCH_CHECK(kc.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
+                "and ctx_ids [B, F], got ", kc.sizes(), " and ", ctx_ids.sizes());
+    F = ctx_ids.size(1);
+  } else if (kc.dim() == 4) {
+    F = kc.size(1);
+  }
+  TORCH_CHECK(L % F == 0, "cross_attn: ", L, " tokens do not split into ", F, " cells");
+  auto qn = kernels::wan_rms_norm(lora_or_linear(q, x), norm_q->weight, norm_q->eps());  // [B, L, D]
+  auto kn = kc, vn = vc;
+  if (ctx_ids.defined()) {
+    const auto ids = ctx_ids.flatten();
+    kn = kernels::gather_rows(kn, ids);
+    vn = kernels::gather_rows(vn, ids);
+  }
+  const int64_t Lt = kn.size(-2);
+  qn = qn.reshape({B * F, L / F, D});  // [B, L, D] -> [B*F, L/F, D]
+  kn = kn.reshape({B * F, Lt, D});
+  vn = vn.reshape({B * F, Lt, D});
+  const auto a = attention(split_heads(qn, heads_), split_heads(kn, heads_), split_heads(vn, heads_), kernel);
   return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
 }
 

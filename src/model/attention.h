@@ -8,6 +8,7 @@
 
 #include "model/block_causal.h"
 #include "model/embeddings.h"
+#include "model/kv_cache.h"
 
 namespace vdt {
 
@@ -35,8 +36,10 @@ class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps);
   // pattern: bidirectional, block-causal over chunks of tokens (queries of chunk i see chunks 0..i), or teacher
-  // forcing over [clean | noisy] halves (block_causal.h).
-  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern = {});  // [B, L, D] -> [B, L, D]
+  // forcing over [clean | noisy] halves (block_causal.h). With a stream's cache (kv): the rows are the chunk being
+  // made and attend to the cache and themselves (model/kv_cache.h); the pattern is unused.
+  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern = {},
+                        KvSlot kv = {});  // [B, L, D] -> [B, L, D]
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;
@@ -60,6 +63,11 @@ class CrossAttentionImpl : public SelfAttentionImpl {
   // frame f, L/F of them in order, attend only to ctx[:, f]) -> [B, L, D]. Per-cell text may also come as distinct
   // rows ctx [R, Lt, D] with ctx_ids [B, F] (row of each cell): k and v are then projected once per row, not per cell.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ctx, const torch::Tensor& ctx_ids = {});
+  // A stream's text, once: the normed keys and the values of ctx (any of forward's ctx shapes).
+  std::pair<torch::Tensor, torch::Tensor> text_kv(const torch::Tensor& ctx);
+  // forward with text_kv's keys and values (the same numbers as forward on their ctx).
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& ctx_ids = {});
 };
 TORCH_MODULE(CrossAttention);
 

@@ -39,10 +39,13 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   auto mod = (modulation.to(in.e0.scalar_type()) + in.e0).chunk(6, 2);  // 6 x [B, G, 1, D], float32
   // 1) self-attention with adaLN (the norm hands x on to the residual add: one node takes both branches' gradients)
   auto [x, h1] = kernels::modulated_norm_branch(in.x, mod[0], mod[1], eps_);
-  x = gated_add(x, self_attn(h1, in.rope, in.pattern), mod[2]);
+  x = gated_add(x, self_attn(h1, in.rope, in.pattern, in.kv), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
   auto [x_res3, h3] = kernels::layer_norm_branch(x, norm3->weight, norm3->bias, norm3->options.eps());
-  x = x_res3 + cross_attn(h3, in.ctx, in.ctx_ids);
+  x = x_res3 + (in.kv && in.kv.cache->has_text()
+                    ? cross_attn->forward_cached(h3, in.kv.cache->text_k(in.kv.block), in.kv.cache->text_v(in.kv.block),
+                                                 in.ctx_ids)
+                    : cross_attn(h3, in.ctx, in.ctx_ids));
   // 3) FFN with adaLN
   //    (ffn.0 and ffn.2 called one by one, so a LoRA attached to either takes part)
   torch::nn::Linear ffn0(std::dynamic_pointer_cast<torch::nn::LinearImpl>(ffn->ptr(0)));

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,6 +66,9 @@ struct BlockCall {
 };
 using BlockRunner = std::function<torch::Tensor(const BlockCall&)>;
 
+class KvStream;  // model/kv_stream.h
+struct StreamSpec;
+
 class Denoiser : public torch::nn::Module {
  public:
   // -> [B, C_out, F, H, W]: the prediction of noise − x0.
@@ -104,6 +108,9 @@ class Denoiser : public torch::nn::Module {
   virtual std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames, int64_t chunk_frames) const {
     throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
   }
+  // Streaming generation with a KV cache (model/kv_stream.h): a stream of chunks over this model; families without
+  // one refuse (the default).
+  virtual std::unique_ptr<KvStream> open_stream(const StreamSpec& spec);
   // Model FLOPs of one training step (forward + backward = 3x forward) at `tokens` latent tokens and `text_len`.
   virtual double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const = 0;
 };

@@ -26,19 +26,20 @@ TimestepRows distinct_timestep_rows(const torch::Tensor& t) {
   return {rows, inverse.reshape(t2.sizes()).to(torch::kLong)};
 }
 
-RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device) {
+RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device,
+                     int64_t frame_offset) {
   VDT_CHECK(head_dim % 2 == 0, "rope: head dim ", head_dim, " must be even");
   const int64_t hw_dims = 2 * (head_dim / 6);
   const int64_t f_dims = head_dim - 2 * hw_dims;
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   // Per-axis angles [positions, dims/2]: pos * 10000^(-2j/dims)
-  auto axis = [&](int64_t n, int64_t dims) {
+  auto axis = [&](int64_t n, int64_t dims, int64_t first = 0) {
     auto j = torch::arange(dims / 2, f64);
     auto omega = torch::pow(10000.0, -2.0 * j / static_cast<double>(dims));
-    return torch::arange(n, f64).unsqueeze(1) * omega.unsqueeze(0);
+    return torch::arange(first, first + n, f64).unsqueeze(1) * omega.unsqueeze(0);
   };
   const auto [F, H, W] = grid;
-  auto af = axis(F, f_dims).view({F, 1, 1, -1}).expand({F, H, W, -1});
+  auto af = axis(F, f_dims, frame_offset).view({F, 1, 1, -1}).expand({F, H, W, -1});
   auto ah = axis(H, hw_dims).view({1, H, 1, -1}).expand({F, H, W, -1});
   auto aw = axis(W, hw_dims).view({1, 1, W, -1}).expand({F, H, W, -1});
   auto angle = torch::cat({af, ah, aw}, -1).reshape({F * H * W, head_dim / 2});  // [L, Dh/2]

@@ -24,11 +24,13 @@ TimestepRows distinct_timestep_rows(const torch::Tensor& t);
 
 // RoPE rotation table for a token grid: cos and sin, each [L, Dh/2] float32 (angles computed in float64), token order
 // (f, h, w) row-major. The frame axis takes the first Dh - 4*(Dh//6) real dims, height and width 2*(Dh//6) each
-// (Dh 128: 22/21/21 complex pairs).
+// (Dh 128: 22/21/21 complex pairs). frame_offset: the grid's frames start at that frame of a longer
+// stream (streaming generation: a chunk at its place in the stream).
 struct RopeTable {
   torch::Tensor cos, sin;  // [L, Dh/2]
 };
-RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device);
+RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device,
+                     int64_t frame_offset = 0);
 
 // rope_table memoised per (grid, device, repeated): the tables of the grids a model has seen stay on their device
 // instead of being rebuilt on the host every forward (at 8190 tokens ~5 ms of host work, during which a GPU idles).

@@ -150,6 +150,34 @@ double wan_train_flops(const ModelConfig& cfg_, int64_t L, int64_t Lt, int64_t B
   return 3 * fwd;
 }
 
+std::pair<torch::Tensor, torch::Tensor> WanDiTImpl::time_embedding_rows(const torch::Tensor& t,
+                                                                        const torch::Tensor& t_rows,
+                                                                        const torch::Tensor& t_index,
+                                                                        const torch::Device& device) {
+  // Time, in float32 whatever the weights' dtype (the official Wan keeps this path in fp32; it is tiny):
+  // t [B, G] -> e [B, G, D], e0 [B, G, 6, D]
+  auto lin32 = [](const torch::nn::Module& m, const torch::Tensor& x) {
+    const auto& l = *m.as<torch::nn::LinearImpl>();
+    return torch::linear(x, l.weight.to(torch::kFloat32), l.bias.to(torch::kFloat32));
+  };
+  auto time_mlp = [&](const torch::Tensor& tt) {  // [...] -> e [..., D], e0 [..., 6, D]
+    auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
+                                                           sinusoidal_embedding(tt, cfg_.freq_dim, torch::kFloat32))));
+    return std::make_pair(e, lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim}));
+  };
+  if (!t_rows.defined()) return time_mlp(t);  // the reference: one row per timestep group
+  // The MLP on the U distinct timesteps only, then each group picks its row: [U, D] -> [B, G, D] (the per-token
+  // broadcast happens inside modulated_norm / gated_add, which view x per group).
+  TORCH_CHECK(t_rows.dim() == 1 && t_index.defined() && t_index.sizes() == t.sizes(), "WanDiT: expected "
+              "t_rows [U] and t_index of t's shape ", t.sizes(), ", got ", t_rows.sizes(), " and ",
+              t_index.defined() ? t_index.sizes() : at::IntArrayRef{});
+  auto [eu, e0u] = time_mlp(t_rows.to(device));           // [U, D], [U, 6, D]
+  const auto idx = t_index.to(device).flatten();            // [B*G]
+  auto e = eu.index_select(0, idx).view({t.size(0), t.size(1), -1});                // -> [B, G, D]
+  auto e0 = e0u.index_select(0, idx).view({t.size(0), t.size(1), 6, cfg_.dim});     // -> [B, G, 6, D]
+  return {e, e0};
+}
+
 torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
   TORCH_CHECK(in.x.dim() == 5 && in.x.size(1) == cfg_.in_dim, "WanDiT: expected x [B, ", cfg_.in_dim,
               ", F, H, W], got ", in.x.sizes());
@@ -179,32 +207,8 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
     aux->sem_rms = torch::zeros({}, torch::kFloat32);
   }
 
-  // Time, in float32 whatever the weights' dtype (the official Wan keeps this path in fp32; it is tiny):
-  // t [B] or [B, G] -> e [B, G, D], e0 [B, G, 6, D]
   auto t = in.t.dim() == 1 ? in.t.unsqueeze(1) : in.t;
-  auto lin32 = [](const torch::nn::Module& m, const torch::Tensor& x) {
-    const auto& l = *m.as<torch::nn::LinearImpl>();
-    return torch::linear(x, l.weight.to(torch::kFloat32), l.bias.to(torch::kFloat32));
-  };
-  auto time_mlp = [&](const torch::Tensor& tt) {  // [...] -> e [..., D], e0 [..., 6, D]
-    auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
-                                                           sinusoidal_embedding(tt, cfg_.freq_dim, torch::kFloat32))));
-    return std::make_pair(e, lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim}));
-  };
-  torch::Tensor e, e0;
-  if (distinct_time_rows_ && in.t_rows.defined()) {
-    // The MLP on the U distinct timesteps only, then each group picks its row: [U, D] -> [B, G, D] (the per-token
-    // broadcast happens inside modulated_norm / gated_add, which view x per group).
-    TORCH_CHECK(in.t_rows.dim() == 1 && in.t_index.defined() && in.t_index.sizes() == t.sizes(), "WanDiT: expected "
-                "t_rows [U] and t_index of t's shape ", t.sizes(), ", got ", in.t_rows.sizes(), " and ",
-                in.t_index.defined() ? in.t_index.sizes() : at::IntArrayRef{});
-    auto [eu, e0u] = time_mlp(in.t_rows.to(x.device()));        // [U, D], [U, 6, D]
-    const auto idx = in.t_index.to(x.device()).flatten();          // [B*G]
-    e = eu.index_select(0, idx).view({t.size(0), t.size(1), -1});  // -> [B, G, D]
-    e0 = e0u.index_select(0, idx).view({t.size(0), t.size(1), 6, cfg_.dim});  // -> [B, G, 6, D]
-  } else {
-    std::tie(e, e0) = time_mlp(t);  // the reference: one row per timestep group
-  }
+  auto [e, e0] = time_embedding_rows(t, distinct_time_rows_ ? in.t_rows : torch::Tensor(), in.t_index, x.device());
 
   // Text: [B, Lt, text_dim] -> [B, Lt, D]; per cell: rows [R, Lt, text_dim] -> [R, Lt, D] -> [B, F', Lt, D]
   torch::Tensor ctx_ids;

@@ -61,6 +61,15 @@ class WanDiTImpl : public Denoiser {
   void set_fused_lora_qkv(bool on);
   void set_causal_kernel(CausalKernel k) override;
   const ModelConfig& config() const { return cfg_; }
+  // The time MLP in float32: t [B, G] (0..1000) -> e [B, G, D], e0 [B, G, 6, D]; on t's distinct values t_rows [U]
+  // with t_index [B, G] when given (undefined: one row per group, the reference).
+  std::pair<torch::Tensor, torch::Tensor> time_embedding_rows(const torch::Tensor& t, const torch::Tensor& t_rows,
+                                                              const torch::Tensor& t_index,
+                                                              const torch::Device& device);
+  // Patch tokens [B, L, pt*ph*pw*C] of token grid (F', H', W') -> [B, C, F, H, W].
+  torch::Tensor unpatchify(const torch::Tensor& out, std::array<int64_t, 3> grid) const;
+  // A stream of chunks with a KV cache (model/kv_stream.h, model/wan_stream.cpp).
+  std::unique_ptr<KvStream> open_stream(const StreamSpec& spec) override;
 
   std::vector<torch::nn::Module*> block_modules() override;
   std::vector<std::string> lora_targets() const override { return {"q", "k", "v", "o", "ffn.0", "ffn.2"}; }
@@ -82,7 +91,6 @@ class WanDiTImpl : public Denoiser {
   SemCond gc_sem_cond{nullptr};
 
  private:
-  torch::Tensor unpatchify(const torch::Tensor& out, std::array<int64_t, 3> grid) const;
   ModelConfig cfg_;
   BlockRunner block_runner_;
   bool distinct_time_rows_ = true;

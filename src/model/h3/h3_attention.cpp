@@ -126,7 +126,7 @@ H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, d
 }
 
 torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,
-                                       const H3AttentionLayout& layout) {
+                                       const H3AttentionLayout& layout, KvSlot kv) {
   const int64_t S = x.size(0);
   // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
@@ -136,6 +136,12 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
   } else {
     auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
     q = q_norm(parts[0]), k = k_norm(parts[1]), v = parts[2];
+  }
+  if (kv) {  // a stream: keys and values into the cache, attention over it (sampling, no graph kept)
+    // the sink's keys before rotation [1, S, N, Dh], rotated again as the window moves
+    const auto raw = kv.cache->wants_raw_keys() ? k_norm(qkv.select(2, 1)).unsqueeze(0) : torch::Tensor();
+    const auto a = kv.cache->attend(kv.block, q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), kernel, raw);
+    return lora_or_linear(out_proj, a[0].transpose(0, 1).reshape({S, heads_ * head_dim_}));  // [N, S, Dh] -> [S, D]
   }
   auto out = kept_attention({q, k, v}, [&](const std::vector<torch::Tensor>& t) {  // [S, N, Dh]
     return layout_attention(t[0], t[1], t[2], layout, kernel);

@@ -64,8 +64,10 @@ torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, 
 class H3AttentionImpl : public torch::nn::Module {
  public:
   H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double qk_eps);
-  // x [S, D], rope table or nullptr (token refiner), which rows see which -> [S, D]
-  torch::Tensor forward(const torch::Tensor& x, const H3RopeTable* rope, const H3AttentionLayout& layout);
+  // x [S, D], rope table or nullptr (token refiner), which rows see which -> [S, D]. With a stream's cache (kv): the
+  // rows attend to the cache and themselves (model/kv_cache.h); the layout is unused.
+  torch::Tensor forward(const torch::Tensor& x, const H3RopeTable* rope, const H3AttentionLayout& layout,
+                        KvSlot kv = {});
   torch::nn::Linear qkv_proj{nullptr}, out_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   AttentionKernel kernel = AttentionKernel::sdpa;

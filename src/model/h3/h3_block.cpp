@@ -68,7 +68,7 @@ torch::Tensor H3BlockImpl::forward(const H3BlockInputs& in) {
               "x [S, D] and ada_rows [S], got ", in.x.sizes(), " and ", in.ada_rows.sizes());
   auto mod = adaln_proj(in.t_emb);  // 6 x [3M, D]
   const auto& rows = in.ada_rows;
-  auto h = attn(h3_modulate(norm1(in.x), mod[0], mod[1], rows), &in.rope, in.attend);
+  auto h = attn(h3_modulate(norm1(in.x), mod[0], mod[1], rows), &in.rope, in.attend, in.kv);
   auto x = h3_gate(in.x, mod[2], h, rows);
   h = mlp(h3_modulate(norm2(x), mod[3], mod[4], rows));
   return h3_gate(x, mod[5], h, rows);

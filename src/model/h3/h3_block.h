@@ -48,6 +48,7 @@ struct H3BlockInputs {
   torch::Tensor ada_rows;   // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
   H3RopeTable rope;         // [S, 6R]
   H3AttentionLayout attend;  // which rows see which (packed segments, or block-causal chunks)
+  KvSlot kv;  // a stream's cache (model/kv_cache.h): x holds the new rows, which attend to the cache and themselves
 };
 
 class H3BlockImpl : public torch::nn::Module {

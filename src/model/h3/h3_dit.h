@@ -139,6 +139,8 @@ class H3DiTImpl : public Denoiser {
   std::vector<std::string> side_streams() const override { return {"audio"}; }
   std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames,
                                           int64_t chunk_frames) const override;
+  // A stream of chunks with a KV cache (model/kv_stream.h, h3_stream.cpp).
+  std::unique_ptr<KvStream> open_stream(const StreamSpec& spec) override;
   // Bidirectional count over S = tokens + text_len rows (h3_train_flops).
   double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const override;
 

@@ -41,6 +41,8 @@ void CausalConfig::validate() const {
   VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights, " contradict each other; give one");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
   VDT_CHECK(preview_steps >= 0, "--preview-steps ", preview_steps, ": expected >= 0 (0 = no preview)");
+  VDT_CHECK(val_sample_every >= 0 && (val_sample_every == 0 || preview_steps > 0), "--val-sample-every ",
+            val_sample_every, ": expected >= 0 (0 = never), with --preview-steps >= 1 (its Euler steps)");
   shard_mode();
   VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '", fused_kernels,
             "'");
@@ -133,6 +135,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
                           "(vae.safetensors, synthetic roots): val window 0 sampled chunk by chunk, ground truth above "
                           "sample, into previews/ and TensorBoard; 0 = no preview", &C::preview_steps},
+      {"--val-sample-every", "every N steps: val window 0 streamed with the KV cache (--preview-steps Euler steps), "
+                             "the seconds per chunk and, on a root with a preview VAE, the frames in TensorBoard "
+                             "(stream/...); 0 = never", &C::val_sample_every},
   };
   return f;
 }

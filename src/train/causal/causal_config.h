@@ -47,6 +47,8 @@ struct CausalConfig {
                           // and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
                               // val window 0 drawn at each validation (previews/, TensorBoard images); 0 = none
+  int64_t val_sample_every = 0;  // every N steps: val window 0 streamed with the KV cache (--preview-steps Euler
+                                 // steps), its grid in TensorBoard on a root with a preview VAE; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
   // The natural chunk of a base family: one VAE clip for H3 (5 latents, h3_spec §4.1), 3 latent frames for Wan.

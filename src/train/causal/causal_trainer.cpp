@@ -33,6 +33,7 @@
 #include "model/weights_io.h"
 #include "train/checkpoint/lora_checkpoint.h"
 #include "train/eval/preview.h"
+#include "train/eval/stream_preview.h"
 #include "train/eval/sampling.h"
 #include "train/loop/activation_checkpoint.h"
 #include "train/loop/fp8_blocks.h"
@@ -337,6 +338,16 @@ void draw_preview(CausalRun& r, int64_t step) {
   r.tb->flush();
 }
 
+// --val-sample-every: val window 0 streamed with the KV cache on every rank (as draw_preview), logged by rank 0.
+void draw_stream_preview(CausalRun& r, int64_t step) {
+  const auto p = stream_preview(*r.model, *r.ds, r.cfg.data_root, r.cfg.chunk_frames, r.cfg.preview_steps,
+                                r.cfg.seed, r.cfg.clean_first_frame);
+  if (r.ctx->rank != 0) return;
+  r.tb->add_scalar("val/stream_chunk_s", p.seconds_per_chunk, step);
+  if (p.grid.defined()) r.tb->add_image(p.tag, encode_png(p.grid), step);
+  r.tb->flush();
+}
+
 void log_validation(CausalRun& r, int64_t step) {
   const double v = validate(r);
   draw_preview(r, step);
@@ -499,8 +510,11 @@ class CausalLoop final : public LoopTrainer {
     st_ = causal_step(r_, step - 1);
     return {st_.loss, st_.grad_norm, st_.stop};
   }
+  // The step's log line, and every --val-sample-every steps a streamed preview of the first validation clip.
   void log_step(int64_t step, const StepResult&, double step_time, double elapsed) override {
     vdt::log_step(r_, step, st_, elapsed, step_time);
+    if (r_.cfg.val_sample_every > 0 && step % r_.cfg.val_sample_every == 0 && !r_.ds->val().empty())
+      draw_stream_preview(r_, step);
   }
   void validate(int64_t step) override { log_validation(r_, step); }
   void save(int64_t step, SaveWhy) override { sum_.last_lora = vdt::save(r_, step); }  // every reason: LoRA + state

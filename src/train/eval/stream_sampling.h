@@ -1,0 +1,52 @@
+// Streaming a causal model from a validation window (`vdt sample --causal --stream`, `vdt bench sample`, the causal
+// trainer's `--val-sample-every`): the window's text, conditioning (H3: Picture 1) and first frame, generated chunk
+// by chunk with a KV cache (model/kv_stream.h) by the streaming Euler loop (diffusion/stream_sampler.h), for as many
+// chunks as asked. Within the window's span the noise is sample_causal_window's, so with the window at least the
+// whole stream the result equals the recompute sampler's; chunks past the span draw their own noise and repeat the
+// window's last text row.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/causal_dataset.h"
+#include "diffusion/euler.h"
+#include "model/attention.h"
+#include "model/denoiser.h"
+
+namespace vdt {
+
+struct StreamOptions {
+  int64_t chunks = 0;        // 0: the window's span
+  int64_t window = -1;       // finished chunks kept after the sink (-1: all)
+  int64_t sink_chunks = -1;  // -1: the base's default (model/kv_stream.h)
+  int64_t span_chunks = 6;   // the trained span in chunks (the LoRA's span_chunks)
+  AttentionKernel kernel = AttentionKernel::sdpa;
+};
+
+struct StreamChunk {
+  int64_t index = 0;
+  torch::Tensor video;                         // [C, cf, H, W] float32 on the host
+  std::map<std::string, torch::Tensor> side;   // H3: "audio" [2, Da, steps of the chunk]
+  double seconds = 0;                          // wall time to make it (its Euler steps; the commit not included)
+};
+
+struct StreamResult {
+  std::string clip_id;
+  int64_t start = 0;
+  torch::Tensor ground_truth;  // [C, span, H, W] float32 (the window)
+  torch::Tensor sample;        // [C, chunks * cf, H, W] float32
+  std::map<std::string, torch::Tensor> side_ground_truth, side_sample;
+  std::vector<double> chunk_seconds, commit_seconds;  // per chunk (the last chunk's commit is not run: 0)
+  int64_t cache_bytes = 0;  // every guidance branch's cache
+  int64_t sink_chunks = 0, window = 0;  // as resolved by the base
+};
+
+// Val window `index` streamed. on_chunk(chunk) is called as each chunk is done, before the next one starts.
+StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
+                                  const EulerConfig& cfg, uint64_t seed, bool clean_first_frame,
+                                  const StreamOptions& opts,
+                                  const std::function<void(const StreamChunk&)>& on_chunk = {});
+
+}  // namespace vdt

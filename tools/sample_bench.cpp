@@ -1,0 +1,174 @@
+// The streaming benchmark: the model and inputs are built here (no data root), the loop is the sampler's own
+// (diffusion/stream_sampler.h over model/kv_stream.h), timed per chunk with a device sync after each phase.
+#include "tools/sample_bench.h"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/device_flag.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "diffusion/forcing.h"
+#include "diffusion/stream_sampler.h"
+#include "model/denoiser_registry.h"
+#include "model/h3/h3_dit.h"
+#include "model/kv_stream.h"
+#include "model/lora.h"
+#include "train/loop/model_inputs.h"
+#include "train/loop/run_context.h"
+
+namespace vdt {
+
+void SampleBenchConfig::validate() const {
+  denoiser_family(model);
+  VDT_CHECK(height >= 2 && width >= 2 && height % 2 == 0 && width % 2 == 0, "--height ", height, " --width ", width,
+            ": the latent grid must be even and at least 2 x 2");
+  VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected 0 (the base's) or more");
+  VDT_CHECK(chunks >= 1, "--chunks ", chunks, ": a stream makes at least one chunk (--chunks 1 or more)");
+  VDT_CHECK(steps >= 1, "--steps ", steps, ": expected at least one Euler step");
+  VDT_CHECK(warmup_chunks >= 0 && warmup_chunks < chunks, "--warmup-chunks ", warmup_chunks, ": expected 0 to ",
+            chunks - 1, " (at least one chunk is timed)");
+  VDT_CHECK(lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1");
+  VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision ", precision, ": expected bf16 or fp32");
+  VDT_CHECK(picture1 == "on" || picture1 == "off", "--picture1 ", picture1, ": expected on or off");
+  VDT_CHECK(audio == "on" || audio == "off", "--audio ", audio, ": expected on or off");
+}
+
+namespace {
+
+void sample_bench_sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+double sample_bench_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
+  cfg.validate();
+  torch::NoGradGuard ng;
+  const auto device = resolve_device(cfg.device);
+  const auto dtype = cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  SampleBenchResult r;
+  r.family = denoiser_family(cfg.model);
+  const bool h3 = r.family == "h3";
+  auto model = make_denoiser(cfg.model, torch::TensorOptions().device(device).dtype(dtype), cfg.layers);
+  model->init_random_base(cfg.seed);
+  LoraConfig lc;
+  lc.rank = cfg.lora_rank, lc.alpha = static_cast<double>(cfg.lora_rank), lc.targets = model->lora_targets();
+  attach_lora(*model, lc, cfg.seed);
+  {  // B != 0, so the LoRA's GEMMs run as a trained one's would (their time does not depend on the values)
+    auto gen = at::globalContext().defaultGenerator(device).clone();
+    gen.set_current_seed(cfg.seed + 1);
+    for (auto& p : model->named_parameters())
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 1e-3, gen);
+  }
+  model->eval();
+
+  const int64_t cf = cfg.chunk_frames > 0 ? cfg.chunk_frames : (h3 ? 5 : 3);
+  const int64_t Lt = cfg.text_len > 0 ? cfg.text_len : (h3 ? 256 : 512);
+  const int64_t C = model->latent_channels(), H = cfg.height, W = cfg.width;
+  auto gen = make_generator(torch::kCPU, cfg.seed + 2);
+  auto randn = [&](at::IntArrayRef shape) { return torch::randn(shape, gen, torch::kFloat32).to(device); };
+  const bool guided = cfg.cfg != 1.0;
+  const auto context = randn({guided ? 2 : 1, Lt, model->text_dim()}).to(dtype);  // row 0 the prompt, 1 the null
+
+  StreamSpec spec;
+  spec.chunk_frames = cf, spec.height = H, spec.width = W, spec.chunks = cfg.chunks, spec.window = cfg.window;
+  spec.sink_chunks = cfg.sink_chunks, spec.span_chunks = cfg.span_chunks;
+  spec.context = context;
+  const bool audio = h3 && cfg.audio == "on";
+  if (h3 && cfg.picture1 == "on") {
+    spec.extra["picture1"] = randn({1, C, 1, H, W}).to(dtype);
+    spec.extra["picture1.noise"] = randn({1, C, 1, H, W}).to(dtype);
+  }
+  if (audio) spec.side_streams = {"audio"};
+  const int64_t audio_dim = h3 ? dynamic_cast<H3DiTImpl&>(*model).config().audio_channels : 0;
+
+  sample_bench_sync(device);
+  auto t0 = std::chrono::steady_clock::now();
+  auto open = [&](int64_t row) {
+    StreamSpec s = spec;
+    s.prefix_ids = torch::tensor({row}, torch::kLong);
+    return model->open_stream(s);
+  };
+  auto pos = open(0);
+  auto neg = guided ? open(1) : nullptr;
+  sample_bench_sync(device);
+  r.prefix_s = sample_bench_since(t0);
+  r.sink_chunks = pos->spec().sink_chunks, r.window = pos->spec().kept_window();
+
+  auto inputs = [&](int64_t row, const SampleState& x, const torch::Tensor& t) {
+    auto in = model_inputs(*model, x.video, t, context, torch::full({1, cf}, row, torch::kLong), {},
+                           AttentionPattern::block_causal(cf));
+    for (const auto& [name, a] : x.side) {
+      in.extra[name] = a.to(dtype);
+      in.extra[name + ".t"] = stream_timesteps(t, {0, a.size(-1)}, cf).to(device);
+    }
+    return in;
+  };
+  auto branch = [&](KvStream* s, int64_t row) -> StreamBranch {
+    if (!s) return {};
+    return {[&, s, row](const SampleState& x, const torch::Tensor& t) {
+              DenoiserAux aux;
+              SampleState v{s->forward(inputs(row, x, t), &aux).to(torch::kFloat32), {}};
+              for (const auto& [name, a] : x.side) v.side[name] = aux.streams.at(name).to(torch::kFloat32);
+              return v;
+            },
+            [&, s, row](const SampleState& clean) {
+              const auto tc = std::chrono::steady_clock::now();
+              s->commit(inputs(row, clean, torch::zeros({1, cf}, torch::kFloat32)));
+              sample_bench_sync(device);
+              r.commit_s.back() += sample_bench_since(tc);
+              t0 = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
+            }};
+  };
+  auto noise = [&](int64_t n) {
+    SampleState s{randn({1, C, cf, H, W}), {}};
+    if (audio) {
+      const auto [j0, j1] = pos->side_steps("audio", n);
+      s.side["audio"] = randn({1, 2, audio_dim, j1 - j0});
+    }
+    return s;
+  };
+  EulerConfig ec;
+  ec.steps = cfg.steps, ec.cfg_scale = cfg.cfg, ec.shift = cfg.shift;
+  StreamConfig sc;
+  sc.chunks = cfg.chunks;
+  t0 = std::chrono::steady_clock::now();
+  stream_sample(branch(pos.get(), 0), branch(neg.get(), 1), noise, torch::Tensor(), sc, ec,
+                [&](int64_t n, const SampleState& chunk) {
+                  sample_bench_sync(device);
+                  r.chunk_s.push_back(sample_bench_since(t0));
+                  r.commit_s.push_back(0);
+                  r.chunk_frames_px.push_back(pos->first_pixel_frame((n + 1) * cf) - pos->first_pixel_frame(n * cf));
+                  (void)chunk;
+                  t0 = std::chrono::steady_clock::now();
+                });
+  // A chunk's latency: its Euler steps and its commit.
+  std::vector<double> timed;
+  double seconds = 0;
+  int64_t frames = 0;
+  for (size_t n = static_cast<size_t>(cfg.warmup_chunks); n < r.chunk_s.size(); ++n) {
+    // The last chunk runs no commit; a stream that goes on would: it counts the one before's.
+    const double commit = n + 1 < r.chunk_s.size() ? r.commit_s[n] : (n > 0 ? r.commit_s[n - 1] : 0.0);
+    timed.push_back(r.chunk_s[n] + commit);
+    seconds += timed.back();
+    frames += r.chunk_frames_px[n];
+  }
+  std::sort(timed.begin(), timed.end());
+  r.median_chunk_s = timed[timed.size() / 2];
+  r.frames_per_s = seconds > 0 ? static_cast<double>(frames) / seconds : 0;
+  r.cache_gib = static_cast<double>(pos->cache_bytes() + (neg ? neg->cache_bytes() : 0)) / (1ull << 30);
+  r.peak_gib = peak_memory_gb(device);
+  r.rows_per_chunk = cf * (H / 2) * (W / 2) + (audio ? 2 * (pos->side_steps("audio", 1).second -
+                                                           pos->side_steps("audio", 1).first) : 0);
+  r.prefix_rows = h3 ? Lt + (spec.extra.count("picture1") ? (H / 2) * (W / 2) : 0) : 0;
+  return r;
+}
+
+}  // namespace vdt

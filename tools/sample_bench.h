@@ -1,0 +1,45 @@
+// `vdt bench sample`: streaming generation timed (docs/causal.md "Generating with a trained LoRA"): a random-weight
+// base of the preset with a random LoRA attached, random text (H3: a Picture 1 on the video's latent grid and the
+// audio stream), streamed chunk by chunk with the KV cache by the streaming Euler loop. Reports each chunk's latency
+// (its Euler steps and its commit), the generated video frames per second (the VAE's pixel frames of the timed chunks
+// over their time), the KV cache's memory and the peak memory. Runs on a GPU (bf16) or, with a tiny preset, on the CPU.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace vdt {
+
+struct SampleBenchConfig {
+  std::string model = "wan2.2-ti2v-5b";
+  int64_t height = 30, width = 52;  // latent grid (480 x 832 pixels for the Wan2.2 and H3 VAEs)
+  int64_t chunk_frames = 0;         // 0: the base's (Wan 3, H3 5: one VAE clip)
+  int64_t chunks = 8, window = 3, sink_chunks = -1, span_chunks = 6;
+  int64_t steps = 4;
+  double cfg = 1.0;                 // 1: no guidance (one branch); else two branches
+  double shift = 5.0;
+  int64_t text_len = 0;             // 0: the base's (Wan 512, H3 256)
+  std::string picture1 = "on";      // H3: on | off
+  std::string audio = "on";         // H3: on | off
+  int64_t lora_rank = 32;
+  int64_t warmup_chunks = 1;        // chunks left out of the frames per second
+  int64_t layers = 0;               // > 0: fewer blocks than the preset (tests)
+  std::string device = "cuda";
+  std::string precision = "bf16";   // bf16 | fp32
+  uint64_t seed = 0;
+  void validate() const;
+};
+
+struct SampleBenchResult {
+  std::vector<double> chunk_s, commit_s;  // per chunk: Euler steps, commit (the last chunk's: 0, not run)
+  std::vector<int64_t> chunk_frames_px;   // pixel frames of each chunk
+  double prefix_s = 0;                    // opening the streams (the prefix encoded once)
+  double median_chunk_s = 0;              // median over the timed chunks of Euler + commit
+  double frames_per_s = 0;                // pixel frames of the timed chunks / their time
+  double cache_gib = 0, peak_gib = 0;
+  int64_t rows_per_chunk = 0, prefix_rows = 0, sink_chunks = 0, window = 0;
+  std::string family;
+};
+
+SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg);
+
+}  // namespace vdt
