@@ -19,6 +19,7 @@
 #include "core/png.h"
 #include "train/eval/preview.h"
 #include "data/synth_vae.h"
+#include "diffusion/flow_match.h"
 #include "model/denoiser_registry.h"
 #include "model/lora.h"
 #include "train/causal/causal_trainer.h"
@@ -34,7 +35,7 @@ namespace {
 struct Opts {
   std::string ckpt, data_root, out, split = "val", device = "cpu", res, lora, weights;
   int64_t n = 2, steps = 30;
-  double cfg = 5.0, shift = 5.0;
+  double cfg = 5.0, shift = 0;  // shift 0: the base's (flow_schedule)
   uint64_t seed = 0;
   bool causal = false;
   bool stream = false;                                 // --stream
@@ -174,7 +175,8 @@ int sample_causal(const Opts& o, const torch::Device& device, const std::vector<
   fit_side_streams(*model, ds, dc.span_frames, chunk_frames);
   const bool has_vae = std::filesystem::exists(std::filesystem::path(o.data_root) / "vae.safetensors");
   EulerConfig ec;
-  ec.steps = o.steps, ec.cfg_scale = o.cfg, ec.shift = o.shift;
+  ec.steps = o.steps, ec.cfg_scale = o.cfg;
+  ec.shift = o.shift > 0 ? o.shift : flow_schedule(model->family()).sample_shift;
   const bool clean_first = get("clean_first_frame", "0") == "1";
   if (o.stream) return stream_causal(o, *model, ds, chunk_frames, ec, clean_first, meta, has_vae);
   // Without new prompts one pass with the windows' own text; with them one pass per prompt (files <clip>_f<start>_p<k>).
@@ -234,7 +236,8 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--n"), o->n, "number of clips (>= 1)")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--cfg"), o->cfg, "guidance scale")->capture_default_str();
-  s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid")->capture_default_str();
+  s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid; 0 = the base's (Wan 5, "
+                "MiniMax-H3 12, its video schedule)")->capture_default_str();
   s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
@@ -271,7 +274,8 @@ void add_sample(CLI::App& app, int& exit_code) {
     SftDataset ds(dc);
     const bool has_vae = std::filesystem::exists(std::filesystem::path(o->data_root) / "vae.safetensors");
     EulerConfig ec;
-    ec.steps = o->steps, ec.cfg_scale = o->cfg, ec.shift = o->shift;
+    ec.steps = o->steps, ec.cfg_scale = o->cfg;
+    ec.shift = o->shift > 0 ? o->shift : flow_schedule(model->family()).sample_shift;
     // Without new prompts one pass with the clips' own text; with them one pass per prompt (files <clip>_p<k>).
     const size_t passes = prompts.empty() ? 1 : prompts.size();
     for (size_t i = 0; i < ds.size(); ++i) {

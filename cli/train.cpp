@@ -87,8 +87,9 @@ void add_train(CLI::App& app, int& exit_code) {
 
 void add_train_causal(CLI::App& train, int& exit_code) {
   auto c = std::make_shared<CausalConfig>();
-  auto* s = train.add_subcommand("causal", "Causal LoRA on a frozen Wan base with diffusion forcing on block-causal "
-                                           "6-chunk spans (the flags of rtcwm/train/train.py)");
+  auto* s = train.add_subcommand("causal", "Causal LoRA on a frozen base (Wan2.x or MiniMax-H3, from the data root and "
+                                           "the weights) with diffusion forcing on block-causal 6-chunk spans (the "
+                                           "flags of rtcwm/train/train.py)");
   bind_fields(s, c, CausalConfig::fields());
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process

@@ -404,6 +404,8 @@ SynthReport synth_root(const SynthConfig& cfg) {
                   {"null_prompt", ""}};
   if (h3) {
     dataset["model_family"] = "h3", dataset["audio_channels"] = cfg.audio_channels;
+    // picture1_2048 is Picture 1 at twice its latent size: its short edge in pixels
+    dataset["picture1_short_edge"] = 2 * 16 * std::min(cfg.latent_h, cfg.latent_w);
   } else {
     dataset["sem_scale"] = cfg.sem_scale, dataset["vocab"] = "parts", dataset["collapse_parts"] = synth::collapse_parts();
   }

@@ -47,13 +47,13 @@ def h3_clips(tmp_path):
 def prepare(vdt, videos, out, models, *extra, check=True):
     return vdt("data", "prepare", "--model", "h3", "--videos", videos, "--out", out, "--vae", models["vae"],
                "--audio-vae", models["audio_vae"], "--text-encoder", models["text_encoder"], "--res", RES,
-               "--frames", FRAMES, "--text-len", 64, "--text-layer", 2, "--picture1-long-edge", 128,
+               "--frames", FRAMES, "--text-len", 64, "--text-layer", 2, "--picture1-short-edge", 128,
                "--val-runs", "runB", "--no-progress", *extra, check=check)
 
 
 def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips, tmp_path):
     from vdt_py.h3_models import H3AudioVae, H3VideoVae, Qwen3VLText
-    from vdt_py.prepare_h3 import long_edge, native_grid, table_key
+    from vdt_py.prepare_h3 import native_grid, short_edge, table_key
     from vdt_py.video_io import fit, read_frames
 
     out = tmp_path / "root"
@@ -66,6 +66,7 @@ def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips,
     assert info["model_family"] == "h3" and info["cells"] == 1 and info["latent_channels"] == 24
     assert info["latent_frames"] == 7 and info["latent_hw"] == [4, 4] and info["audio_channels"] == 32
     assert info["text_dim"] == 48 and info["text_len"] == 64
+    assert info["picture1_short_edge"] == 128                                 # what `vdt data check` holds it to
     rows = [json.loads(l) for l in (out / "index" / "clips.jsonl").read_text().splitlines()]
     assert {r_["clip_id"]: r_["split"] for r_ in rows} == {"runA_c0": "train", "runA_c1": "train", "runB_c2": "val"}
 
@@ -77,9 +78,9 @@ def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips,
     assert t["latents"].shape == (24, 7, 4, 4) and t["latents"].dtype == torch.bfloat16
     torch.testing.assert_close(t["latents"].float(), want.to(torch.bfloat16).float())
     assert not torch.allclose(vae.mean, torch.zeros_like(vae.mean))            # the normalisation is not a no-op
-    # Picture 1: the first frame (no sidecar) at native size, and at the long edge
+    # Picture 1: the first frame (no sidecar) at native size, and at the short edge
     torch.testing.assert_close(t["picture1"].float(), vae.encode(frames[:1]).to(torch.bfloat16).float())
-    assert t["picture1_2048"].shape == (24, 1, 8, 8)                          # 128 px long edge / 16
+    assert t["picture1_2048"].shape == (24, 1, 8, 8)                          # 128 px short edge / 16
     # c2 brings its own Picture 1: 120x80 -> native 96x64 (multiples of 32) -> latent 4x6
     t2 = load_file(str(out / "latents" / "runB_c2.safetensors"))
     from PIL import Image
@@ -87,7 +88,8 @@ def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips,
     pic = torch.from_numpy(np.asarray(Image.open(h3_clips / "runB" / "c2.picture1.png").convert("RGB")).copy())
     assert t2["picture1"].shape == (24, 1, 4, 6)
     torch.testing.assert_close(t2["picture1"].float(), vae.encode(native_grid(pic, "x")[None]).to(torch.bfloat16).float())
-    assert t2["picture1_2048"].shape[2:] == tuple(s // 16 for s in long_edge(native_grid(pic, "x"), 128).shape[:2])
+    assert t2["picture1_2048"].shape[2:] == tuple(s // 16 for s in short_edge(native_grid(pic, "x"), 128).shape[:2])
+    assert t2["picture1_2048"].shape == (24, 1, 8, 12)  # the short edge (64 px) to 128: 128 x 192 px (the long edge would give 96 x 128)
 
     # text rows: Qwen3-VL after layer 2 on "<Picture 1>: " + vision block + caption; vision block tagged 0
     with safe_open(str(out / "text_table.safetensors"), "pt") as f:

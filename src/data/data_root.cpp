@@ -133,6 +133,7 @@ DatasetInfo parse_dataset_json(const std::string& path) {
   if (d.model_family == "h3") {  // no semantic maps; one prompt per clip; the audio stream's width
     VDT_CHECK(d.cells == 1, path, ": an h3 root has one prompt per clip: key 'cells' must be 1, found ", d.cells);
     d.audio_channels = get_int(j, path, "audio_channels", 1);
+    if (j.contains("picture1_short_edge")) d.picture1_short_edge = get_int(j, path, "picture1_short_edge", 32);
     d.sem_scale = j.contains("sem_scale") ? get_int(j, path, "sem_scale", 1) : 1;
     d.vocab = j.contains("vocab") ? get_str(j, path, "vocab") : "ids";
   } else {

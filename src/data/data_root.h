@@ -16,6 +16,7 @@ struct DatasetInfo {
   std::string format, res;  // res "WxH" in pixels, e.g. "832x480"
   std::string model_family = "wan";  // "wan", or "h3" (data/h3_root.h: Picture 1 latents, the silent audio stream)
   int64_t audio_channels = 0;        // h3: audio latent width Da (32)
+  int64_t picture1_short_edge = 0;   // h3: pixels on the short edge of the picture1_2048 latents (0: none recorded)
   int64_t latent_channels = 0, latent_frames = 0, latent_h = 0, latent_w = 0, cells = 0, sem_scale = 0;
   std::string vocab;                    // vocabulary of the stored ids: "parts" (K=20) or "ids" (K=10)
   std::vector<int64_t> collapse_parts;  // parts -> ids fold (20 entries in 0..9); required when vocab is "parts"

@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "core/safetensors.h"
 
@@ -15,6 +18,15 @@ std::string picture1_key(const std::string& choice) {
 
 std::string silence_path(const std::string& root) { return root + "/audio_silence.safetensors"; }
 
+std::pair<int64_t, int64_t> picture1_short_edge_size(int64_t h, int64_t w, int64_t short_edge) {
+  const double scale = static_cast<double>(short_edge) / static_cast<double>(kH3VaeSpatial * std::min(h, w));
+  auto side = [&](int64_t n) {  // pixels, then latent rows
+    const auto px = std::max<int64_t>(32, static_cast<int64_t>(std::nearbyint(kH3VaeSpatial * n * scale / 32)) * 32);
+    return px / kH3VaeSpatial;
+  };
+  return {side(h), side(w)};
+}
+
 std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const DatasetInfo& info,
                                                   const std::string& key) {
   const auto f = SafetensorsFile::open(path);
@@ -27,6 +39,17 @@ std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const
             path, ": tensor '", key, "' must be [", info.latent_channels, ", 1, H, W] with even H, W >= 2");
   VDT_CHECK(e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F32", path, ": tensor '", key, "' has dtype ",
             e.dtype, ", expected BF16 (F16 / F32 accepted)");
+  if (key == "picture1_2048") {  // its size follows from the native one and the root's short edge
+    VDT_CHECK(info.picture1_short_edge > 0, path, ": has a 'picture1_2048' latent but dataset.json records no "
+              "picture1_short_edge (a root of an older `vdt data prepare`, which resized the long edge to 2048)"
+              "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out, or train with --picture1 native");
+    const auto n = check_picture1_header(path, info, "picture1");
+    const auto want = picture1_short_edge_size(n.first, n.second, info.picture1_short_edge);
+    VDT_CHECK(e.shape[2] == want.first && e.shape[3] == want.second, path, ": 'picture1_2048' is ", e.shape[2], "x",
+              e.shape[3], " latent rows, but its native Picture 1 (", n.first, "x", n.second, ") at dataset.json's "
+              "picture1_short_edge ", info.picture1_short_edge, " gives ", want.first, "x", want.second,
+              "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out");
+  }
   return {e.shape[2], e.shape[3]};
 }
 

@@ -1,6 +1,7 @@
 // What an H3 data root (dataset.json "model_family": "h3", docs/data_format.md) adds to the Wan layout: per clip the
 // Picture 1 latent beside the video stream (latents/<clip>.safetensors "picture1" [C, 1, Hp, Wp] at native
-// resolution, "picture1_2048" at 2048 on the long edge when present) and one shared silent audio latent
+// resolution, "picture1_2048" at 2048 pixels on the short edge when present, as DiffSynth's ref_image_short_edge)
+// and one shared silent audio latent
 // (audio_silence.safetensors "silence": a [Da] row or a [2, Da, A0] stream), fitted to a window's audio steps.
 // Not here: the video stream itself (clip_io.h), chunking or noise.
 #pragma once
@@ -17,8 +18,15 @@ std::string picture1_key(const std::string& choice);
 // <root>/audio_silence.safetensors
 std::string silence_path(const std::string& root);
 
-// Header-only check of a clip's Picture 1: key present, C == latent_channels, one frame, even H, W. Returns
-// {Hp, Wp}.
+// The H3 video VAE's spatial factor: a latent of H x W rows is 16 H x 16 W pixels.
+inline constexpr int64_t kH3VaeSpatial = 16;
+// The latent {Hp, Wp} of a Picture 1 of native latent size h x w resized so its short edge is `short_edge` pixels,
+// each side the nearest multiple of 32 pixels (at least 32; ties to even, as Python's round in DiffSynth's
+// _nearest_multiple).
+std::pair<int64_t, int64_t> picture1_short_edge_size(int64_t h, int64_t w, int64_t short_edge);
+
+// Header-only check of a clip's Picture 1: key present, C == latent_channels, one frame, even H, W; for
+// "picture1_2048" also the size dataset.json's picture1_short_edge gives from the native one. Returns {Hp, Wp}.
 std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const DatasetInfo& info,
                                                   const std::string& key);
 // The Picture 1 latent [C, 1, Hp, Wp] bf16, checked (finite).

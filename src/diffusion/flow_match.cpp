@@ -1,5 +1,6 @@
 // Flow-matching grids and the SFT objective. Grids are built with float32 torch ops in the reference's order so
-// they match DiffSynth bit for bit (checked against fixtures/flow_match_wan.safetensors).
+// they match DiffSynth bit for bit (checked against tests/fixtures/flow_match_wan.safetensors and
+// flow_match_h3.safetensors).
 #include "diffusion/flow_match.h"
 
 #include <torch/torch.h>
@@ -13,6 +14,14 @@ FlowGrid shifted(torch::Tensor u, double shift) {
   return {sigmas, sigmas * 1000};
 }
 }  // namespace
+
+const FlowSchedule& flow_schedule(const std::string& family) {
+  static const FlowSchedule wan{"Wan", 5.0, 5.0, true};
+  static const FlowSchedule h3{"MiniMax-H3", 2.22, 12.0, false};
+  if (family == "wan") return wan;
+  if (family == "h3") return h3;
+  VDT_FAIL("no flow-matching schedule for the model family '", family, "' (known: wan, h3)");
+}
 
 FlowGrid training_grid(int64_t n, double shift) {
   return shifted(torch::linspace(1.0, 0.0, n + 1, torch::kFloat32).slice(0, 0, n), shift);

@@ -1,11 +1,27 @@
-// Wan flow matching (reference/wan_spec.md §4, DiffSynth FlowMatchScheduler "Wan"): the 1000-point training grid
-// with shift 5 and its bell-shaped weights (mean 1), inference grids with shift and denoising strength,
-// add_noise, the velocity target, and the SFT objective (one grid index per micro batch, frame 0 clean).
+// Flow matching as DiffSynth's FlowMatchScheduler computes it: each base family's schedule (Wan: the "Wan" template,
+// shift 5; MiniMax-H3: "MiniMax-H3", shift 2.22), the 1000-point training grid and its bell-shaped weights (mean 1),
+// inference grids with shift and denoising strength, add_noise, the velocity target, and the SFT objective (one grid
+// index per micro batch, frame 0 clean).
 // Not here: where the index or noise come from (the trainer's random streams) or the sampler loop (euler).
 #pragma once
 #include <torch/types.h>
 
+#include <string>
+
 namespace vdt {
+
+// The flow-matching schedule a base family trains and samples on: DiffSynth's scheduler template for that base
+// (docs/h3.md). The training grid's shift (and so its bell weights) and the default sampling shift belong to the
+// base; the causal trainer's --level-shift (the shift of diffusion forcing's per-chunk levels) is another thing.
+struct FlowSchedule {
+  const char* reference;      // DiffSynth's FlowMatchScheduler template: "Wan", "MiniMax-H3"
+  double train_shift;         // set_timesteps(1000, training=True): Wan 5, MiniMax-H3 2.22
+  double sample_shift;        // the default inference shift: Wan 5; MiniMax-H3 12 (its video schedule)
+  bool round_model_timestep;  // Wan: the model's input timestep is rounded to the compute dtype (the Python SFT
+                              // trainer's timestep.to(x0.dtype)); MiniMax-H3: kept float32 (DiffSynth's H3 loss)
+};
+// The schedule of a family ("wan", "h3"); anything else throws naming it.
+const FlowSchedule& flow_schedule(const std::string& family);
 
 struct FlowGrid {
   torch::Tensor sigmas;     // [N] float32, decreasing

@@ -12,6 +12,13 @@ void ForcingConfig::validate() const {
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
 }
 
+namespace {
+// Timesteps [n] float32 as the model receives them: rounded to `dtype` first when `round`, else as they are.
+torch::Tensor model_timesteps(const torch::Tensor& t, torch::ScalarType dtype, bool round) {
+  return round ? t.to(dtype).to(torch::kFloat32) : t.to(torch::kFloat32);
+}
+}  // namespace
+
 double df_sigma(double u, double shift) { return shift * u / (1.0 + (shift - 1.0) * u); }
 
 DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
@@ -35,11 +42,12 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
   auto sig5 = sig.view({1, 1, F, 1, 1});                                  // broadcast over [B, C, F, H, W]
   ex.x_t = add_noise(x0.to(torch::kFloat32), noise.to(torch::kFloat32), sig5).to(x0.scalar_type());
   ex.target = velocity_target(x0.to(torch::kFloat32), noise.to(torch::kFloat32)).to(x0.scalar_type());
-  // The model sees each timestep rounded to the compute dtype (x0's), as the SFT objective; sigma, the mixing and the
-  // weights above come from the exact level (SPEC §1).
+  // A Wan base sees each timestep rounded to the compute dtype (x0's), as the SFT objective; an H3 base sees it in
+  // float32, as DiffSynth's H3 loss (flow_schedule). Sigma, the mixing and the weights above come from the exact level.
   // (on the host, as the SFT example's: model_inputs finds the distinct rows there without a device sync)
-  ex.t = (torch::tensor(sigma_f) * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, F})
-             .contiguous();  // [B, F]
+  ex.round_timestep = cfg.round_timestep;
+  ex.t = model_timesteps(torch::tensor(sigma_f) * 1000.0, x0.scalar_type(), cfg.round_timestep).unsqueeze(0)
+             .expand({B, F}).contiguous();  // [B, F]
   return ex;
 }
 
@@ -82,7 +90,8 @@ DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, con
   const auto x0f = x0.to(torch::kFloat32), nf = noise.to(torch::kFloat32);
   s.x_t = add_noise(x0f, nf, sig).to(x0.scalar_type());
   s.target = velocity_target(x0f, nf).to(x0.scalar_type());
-  s.t = (sig * 1000.0).to(x0.scalar_type()).to(torch::kFloat32).unsqueeze(0).expand({B, A}).contiguous();  // [B, A]
+  s.t = model_timesteps(sig * 1000.0, x0.scalar_type(), ex.round_timestep).unsqueeze(0).expand({B, A})
+            .contiguous();  // [B, A]
   if (ex.teacher_forcing) {
     s.x_t = torch::cat({x0.to(s.x_t.scalar_type()), s.x_t}, -1);  // [B, ..., 2A]
     s.t = torch::cat({torch::zeros_like(s.t), s.t}, 1);           // [B, 2A]

@@ -17,6 +17,7 @@ struct ForcingConfig {
   int64_t chunks = 6, chunk_frames = 3;
   double level_shift = 3.0;
   bool clean_first_frame = false;
+  bool round_timestep = true;  // the base's rule (flow_schedule): model timesteps rounded to x0's dtype, or float32
   void validate() const;  // names the flag at fault
 };
 
@@ -25,12 +26,13 @@ double df_sigma(double u, double shift);
 
 struct DfExample {
   torch::Tensor x_t;            // [B, C, F, H, W], F = chunks * chunk_frames; teacher forcing: [B, C, 2F, H, W]
-  torch::Tensor t;              // [B, F] per-frame model timesteps (float32 tensor holding values rounded to x0's
-                                // dtype, the compute dtype), on the host; teacher forcing: [B, 2F]
+  torch::Tensor t;              // [B, F] per-frame model timesteps (float32; rounded to x0's dtype, the compute
+                                // dtype, when the base's rule says so), on the host; teacher forcing: [B, 2F]
   torch::Tensor target;         // [B, C, F, H, W] velocity target
   std::vector<double> sigmas;   // per chunk
   std::vector<double> weights;  // per chunk: bell weight of the chunk's t
   bool teacher_forcing = false; // x_t = [clean span | noisy span]; the prediction's second half is scored
+  bool round_timestep = true;   // ForcingConfig's: a side stream's timesteps follow the same rule
 };
 
 // x0 and noise [B, C, F, H, W]; u: one uniform draw per chunk.

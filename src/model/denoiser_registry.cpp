@@ -4,6 +4,8 @@
 #include "model/config.h"
 #include "model/h3/h3_dit.h"
 #include "model/h3/h3_lora.h"
+#include "model/h3/h3_weights.h"
+#include "model/weights_io.h"
 #include "model/wan_dit.h"
 
 namespace vdt {
@@ -22,6 +24,20 @@ std::string denoiser_family(const std::string& preset) {
   std::string known;
   for (const auto& p : denoiser_presets()) known += (known.empty() ? "" : ", ") + p;
   VDT_FAIL("unknown model preset '", preset, "' (known: ", known, ")");
+}
+
+std::vector<std::string> family_presets(const std::string& family) {
+  std::vector<std::string> out;
+  for (const auto& p : denoiser_presets())
+    if (denoiser_family(p) == family) out.push_back(p);
+  return out;
+}
+
+std::pair<std::string, std::string> detect_base(const SafetensorsSet& files) {
+  for (const auto& k : files.keys())  // H3's video input projection, with or without the "model." prefix
+    if (k == "video_patch_proj.weight" || k == "model.video_patch_proj.weight")
+      return {"h3", detect_h3_config(files).preset};
+  return {"wan", detect_config(files).preset};
 }
 
 double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch) {

@@ -6,8 +6,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "model/denoiser.h"
 #include "model/lora.h"
 
@@ -17,6 +19,12 @@ namespace vdt {
 std::vector<std::string> denoiser_presets();
 // The family of a preset ("wan", ...); throws listing the known presets.
 std::string denoiser_family(const std::string& preset);
+// The presets of one family ("wan", "h3"), in the registry's order.
+std::vector<std::string> family_presets(const std::string& family);
+// What base weights are, from their tensor names and shapes alone (no tensor is read): {family, preset}, the preset
+// "custom" when the shapes match none. Keys that are neither a Wan DiT nor a MiniMax-H3 DiT throw (naming the file).
+std::pair<std::string, std::string> detect_base(const SafetensorsSet& files);
+
 // Model FLOPs of one training step of `preset` (Denoiser::train_flops) without building it.
 double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch = 1);
 // A denoiser of `preset` built on `options` (device, dtype): Wan with torch's default initialisation, H3 with zeros

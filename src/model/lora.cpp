@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -54,6 +55,31 @@ std::string lora_module_of(const std::string& key, char* which) {
   return "";
 }
 
+namespace {
+// The alpha of kohya's per-module `<module>.alpha` tensors (0: the file has none). One vdt LoRA has one scale, so
+// every module's must be the same and belong to a module of the file; errors name the key.
+double alpha_tensors(const SafetensorsFile& f, const LoraWeights& w, const std::string& path) {
+  double alpha = 0;
+  std::string first;
+  for (const auto& key : f.keys()) {
+    if (key.size() < 7 || key.compare(key.size() - 6, 6, ".alpha") != 0) continue;
+    std::string m = key.substr(0, key.size() - 6);
+    for (const char* prefix : {"base_model.model.", "diffusion_model.", "dit."})
+      if (m.rfind(prefix, 0) == 0) m = m.substr(std::string(prefix).size());
+    VDT_CHECK(w.modules.count(m), path, ": '", key, "' is the alpha of no LoRA module in the file");
+    const auto t = f.get(key);
+    VDT_CHECK(t.numel() == 1, path, ": '", key, "' has shape ", t.sizes(), ", an alpha is one number");
+    const double a = t.to(torch::kFloat64).item<double>();
+    VDT_CHECK(a > 0, path, ": '", key, "' is ", a, ", an alpha must be > 0");
+    if (first.empty()) alpha = a, first = key;
+    VDT_CHECK(std::abs(a - alpha) <= 1e-6 * alpha, path, ": '", key, "' is ", a, " but '", first, "' is ", alpha,
+              "; vdt applies one alpha per LoRA file\n---> HINT: merge the LoRA elsewhere, or rescale its B factors "
+              "to one alpha");
+  }
+  return alpha;
+}
+}  // namespace
+
 LoraWeights read_lora(const std::string& path, double default_alpha) {
   auto f = SafetensorsFile::open(path);
   LoraWeights out;
@@ -77,6 +103,11 @@ LoraWeights read_lora(const std::string& path, double default_alpha) {
   const auto& meta = f->metadata();
   for (const char* k : {"alpha", "lora_alpha"})
     if (meta.count(k)) out.alpha = metadata_double(meta, k, path, 0);
+  if (const double a = alpha_tensors(*f, out, path); a > 0) {
+    VDT_CHECK(out.alpha == 0 || std::abs(out.alpha - a) <= 1e-6 * a, path, ": metadata alpha ", out.alpha,
+              " but the <module>.alpha tensors say ", a, "\n---> HINT: the two must agree; rewrite the file's metadata");
+    out.alpha = a;
+  }
   if (out.alpha == 0) out.alpha = default_alpha > 0 ? default_alpha : static_cast<double>(out.rank);
   if (meta.count("rank"))
     VDT_CHECK(metadata_int(meta, "rank", path, 0) == out.rank, path, ": metadata rank ", meta.at("rank"),
@@ -100,6 +131,12 @@ LoraShape read_lora_shape(const std::string& path) {
   const auto& meta = f->metadata();
   for (const char* k : {"alpha", "lora_alpha"})
     if (meta.count(k)) out.alpha = std::stod(meta.at(k));
+  if (out.alpha == 0)  // no metadata: kohya's per-module alpha (the first one; read_lora checks that they agree)
+    for (const auto& key : f->keys())
+      if (key.size() > 6 && key.compare(key.size() - 6, 6, ".alpha") == 0 && f->entry(key).shape.size() <= 1) {
+        out.alpha = f->get(key).to(torch::kFloat64).item<double>();
+        break;
+      }
   if (out.alpha == 0) out.alpha = static_cast<double>(out.rank);
   return out;
 }

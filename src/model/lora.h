@@ -1,6 +1,7 @@
-// LoRA weights (SPEC §1): for a target Linear `<module>` with weight W [out, in], A [r, in] and B [out, r] add
-// (alpha / r) * B A to W. Files: `<module>.lora_A.weight`, `<module>.lora_B.weight` with `rank`, `alpha` and `base`
-// in the metadata; PEFT's names (`base_model.model.<module>.lora_A.default.weight`, or without the prefix) load too.
+// LoRA weights: for a target Linear `<module>` with weight W [out, in], A [r, in] and B [out, r] add
+// (alpha / r) * B A to W. Files: `<module>.lora_A.weight`, `<module>.lora_B.weight`, kohya's `<module>.alpha`, with
+// `rank`, `alpha` and `base` in the metadata; PEFT's names (`base_model.model.<module>.lora_A.default.weight`, or
+// without the prefix) load too.
 // Here: attaching LoRA factors to the target Linears of a built model from outside (they become the Linear's children
 // `lora_A`, `lora_B`, so their parameter names are the file's key names), the forward that uses them, reading either
 // naming, folding a LoRA into base weights (`vdt ckpt merge-lora`) and the unmerged forward it must equal.
@@ -41,8 +42,9 @@ struct LoraWeights {
   std::string base;
 };
 
-// Reads a LoRA file (ours or PEFT's naming). Rank comes from the tensors; alpha from the metadata (`alpha` or
-// `lora_alpha`), else `default_alpha` (PEFT files often carry none; 0 means: alpha = rank). A module with only A
+// Reads a LoRA file (ours or PEFT's naming). Rank comes from the tensors; alpha from kohya's per-module `<module>.alpha`
+// tensors (vdt writes them; one value for every module) or the metadata (`alpha` or `lora_alpha`; both given, they
+// must agree), else `default_alpha` (PEFT files often carry none; 0 means: alpha = rank). A module with only A
 // or only B, or with shapes that do not chain, is an error naming the file and the key.
 LoraWeights read_lora(const std::string& path, double default_alpha = 0);
 

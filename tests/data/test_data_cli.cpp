@@ -1,7 +1,14 @@
 // `vdt data check` and `vdt data inspect` end to end through the binary.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/data_root.h"
+#include "data/h3_root.h"
 #include "data_test_util.h"
+#include "test_util.h"
+#include "tools/synth.h"
 
 namespace vdt {
 namespace {
@@ -52,6 +59,34 @@ TEST(DataCli, CheckAppliesTheTrainersPromptsPerLatentFrameRule) {
   EXPECT_NE(r.output.find(t.file("dataset.json") + ": cells = 1 prompts per clip but latent_frames = 3"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 problem(s)"), std::string::npos) << r.output;
+}
+
+// An H3 root's picture1_2048 is Picture 1 at dataset.json's picture1_short_edge on its short edge (DiffSynth's
+// ref_image_short_edge, both sides to the nearest multiple of 32 pixels): `vdt data check` holds every clip to it.
+TEST(DataCli, CheckHoldsPicture2048ToTheRootsShortEdge) {
+  EXPECT_EQ(picture1_short_edge_size(30, 52, 2048), (std::pair<int64_t, int64_t>{128, 222}));  // 480x832 -> 2048x3552 px: 7104 rows
+  EXPECT_EQ(picture1_short_edge_size(52, 30, 2048), (std::pair<int64_t, int64_t>{222, 128}));
+  EXPECT_EQ(picture1_short_edge_size(4, 6, 128), (std::pair<int64_t, int64_t>{8, 12}));
+  test::TempDir d;
+  SynthConfig sc;
+  sc.out = d.file("h3"), sc.model = "h3", sc.latent_channels = 24, sc.text_dim = 48, sc.latent_frames = 12;
+  sc.latent_h = 4, sc.latent_w = 6, sc.train_runs = 2, sc.train_clips_per_run = 1, sc.val_runs = 1, sc.n_drop = 0;
+  synth_root(sc);
+  EXPECT_TRUE(check_root(sc.out).empty());
+  const std::string ds = sc.out + "/dataset.json";
+  auto j = nlohmann::json::parse(std::ifstream(ds));
+  EXPECT_EQ(j["picture1_short_edge"], 128);
+  j["picture1_short_edge"] = 256;  // what the stored latents are not
+  std::ofstream(ds) << j.dump();
+  auto problems = check_root(sc.out);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].find("'picture1_2048' is 8x12"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("picture1_short_edge 256 gives 16x24"), std::string::npos) << problems[0];
+  j.erase("picture1_short_edge");  // a root of the long-edge prepare
+  std::ofstream(ds) << j.dump();
+  problems = check_root(sc.out);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].find("records no picture1_short_edge"), std::string::npos) << problems[0];
 }
 
 }  // namespace

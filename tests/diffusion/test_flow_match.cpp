@@ -25,6 +25,39 @@ TEST(FlowMatch, GridsAndWeightsMatchReferenceFixture) {
   EXPECT_LT(max_abs(g30.sigmas, f->get("infer30_strength0.7_shift3.sigmas")), 1e-7);
 }
 
+// MiniMax-H3 trains on its own grid (DiffSynth's set_timesteps_minimax_h3, shift 2.22) with the bell weights over
+// that grid: w ~ 1.692 at t ~ 500.5 where the Wan grid's weight at the same t is 2.076.
+TEST(FlowMatch, EachFamilyHasItsOwnGridAndH3MatchesItsReferenceFixture) {
+  auto f = SafetensorsFile::open(test::fixture("flow_match_h3.safetensors"));
+  const auto& h3 = flow_schedule("h3");
+  EXPECT_EQ(h3.train_shift, 2.22);
+  EXPECT_EQ(std::string(h3.reference), f->metadata().at("template"));
+  const auto grid = training_grid(1000, h3.train_shift);
+  EXPECT_LT(max_abs(grid.timesteps, f->get("train.timesteps")), 1e-4);
+  EXPECT_LT(max_abs(grid.sigmas, f->get("train.sigmas")), 1e-7);
+  const auto w = training_weights(grid);
+  EXPECT_LT(max_abs(w, f->get("train.weights")), 1e-5);
+  const int64_t mid = nearest_index(grid, 500.0);
+  EXPECT_NEAR(grid.timesteps[mid].item<double>(), 500.5, 0.1);
+  EXPECT_NEAR(w[mid].item<double>(), 1.692, 1e-3);
+  EXPECT_NEAR(w[nearest_index(grid, 200.0)].item<double>(), 0.982, 1e-3);
+  const auto video = inference_grid(50, h3.sample_shift);
+  EXPECT_LT(max_abs(video.timesteps, f->get("infer50_video_shift12.timesteps")), 1e-4);
+  EXPECT_LT(max_abs(video.sigmas, f->get("infer50_video_shift12.sigmas")), 1e-7);
+  const auto audio = inference_grid(50, 3.0);
+  EXPECT_LT(max_abs(audio.sigmas, f->get("infer50_audio_shift3.sigmas")), 1e-7);
+  // Wan keeps shift 5 (its own fixture: GridsAndWeightsMatchReferenceFixture), so the same t weighs more there.
+  const auto& wan = flow_schedule("wan");
+  EXPECT_EQ(wan.train_shift, 5.0);
+  EXPECT_EQ(wan.sample_shift, 5.0);
+  const auto wan_grid = training_grid(1000, wan.train_shift);
+  EXPECT_NEAR(training_weights(wan_grid)[nearest_index(wan_grid, 500.0)].item<double>(), 2.076, 1e-2);
+  // The timestep rule is per family: Wan rounds the model's input to the compute dtype, H3 keeps float32.
+  EXPECT_TRUE(wan.round_model_timestep);
+  EXPECT_FALSE(h3.round_model_timestep);
+  test::expect_error([] { flow_schedule("flux"); }, {"flux", "wan, h3"});
+}
+
 // SPEC §1 and the seed (GcTrainModule.forward): sigma, the noise mixing and the weight come from the exact float32 grid
 // value; only the model's input timestep is rounded to the compute dtype.
 TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyTheModelTimestep) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/rng.h"
+#include "core/safetensors.h"
 #include "diffusion/forcing.h"
 #include "test_util.h"
 
@@ -80,6 +81,56 @@ TEST(Forcing, ModelTimestepsAreRoundedToTheComputeDtypeAndSigmasAreNot) {
   const auto s = make_df_stream(a0, torch::randn({1, 2, 6}).to(torch::kBFloat16), bf, {0, 3, 6});
   EXPECT_EQ(s.t[0][0].item<double>(), bf.t[0][0].item<double>());
   EXPECT_EQ(s.t[0][5].item<double>(), bf.t[0][2].item<double>());
+}
+
+// MiniMax-H3 keeps the model timestep in float32 (DiffSynth's H3 loss): no bf16 rounding before 1 - t/1000, where
+// bf16(998.3) would be 1000. Wan rounds (the rule above).
+TEST(Forcing, AnH3BaseSeesItsTimestepsInFloat32) {
+  ForcingConfig cfg;
+  cfg.chunks = 2, cfg.chunk_frames = 2;
+  cfg.round_timestep = flow_schedule("h3").round_model_timestep;
+  const auto grid = training_grid(1000, flow_schedule("h3").train_shift);
+  const auto w = training_weights(grid);
+  torch::manual_seed(0);
+  const auto x0 = torch::randn({1, 4, 4, 2, 2}).to(torch::kBFloat16), noise = torch::randn_like(x0);
+  // sigma 0.9983 at level shift 3: u = sigma / (3 - 2 sigma)
+  const double sigma = 0.9983, u0 = sigma / (3 - 2 * sigma);
+  const auto ex = make_df_example(x0, noise, {u0, 0.37}, cfg, grid, w);
+  const float exact = static_cast<float>(df_sigma(u0, 3.0)) * 1000.0f;
+  EXPECT_NEAR(exact, 998.3, 1e-3);
+  EXPECT_EQ(ex.t[0][0].item<float>(), exact);
+  EXPECT_NE(ex.t[0][0].item<double>(), round_timestep(exact, torch::kBFloat16));  // bf16: 1000
+  const auto s = make_df_stream(torch::randn({1, 2, 6}).to(torch::kBFloat16),
+                                torch::randn({1, 2, 6}).to(torch::kBFloat16), ex, {0, 3, 6});
+  EXPECT_EQ(s.t[0][0].item<float>(), exact);
+  cfg.round_timestep = flow_schedule("wan").round_model_timestep;
+  EXPECT_EQ(make_df_example(x0, noise, {u0, 0.37}, cfg, grid, w).t[0][0].item<double>(), 1000.0);
+}
+
+// An H3 loss at a known t is DiffSynth's training_weight(t) x MSE: every chunk at the grid point t ~ 500.5 of
+// set_timesteps_minimax_h3 weighs the fixture's train.weights there (1.692), video and audio alike.
+TEST(Forcing, AnH3LossAtAKnownTimestepIsDiffSynthsWeightTimesTheMse) {
+  auto f = SafetensorsFile::open(test::fixture("flow_match_h3.safetensors"));
+  const auto ref_t = f->get("train.timesteps"), ref_sigma = f->get("train.sigmas"), ref_w = f->get("train.weights");
+  const int64_t id = (ref_t - 500.0).abs().argmin().item<int64_t>();
+  const double sigma = ref_sigma[id].item<double>(), weight = ref_w[id].item<double>();
+  ASSERT_NEAR(weight, 1.692, 1e-3);
+  ForcingConfig cfg;
+  cfg.chunks = 3, cfg.chunk_frames = 1, cfg.level_shift = 3.0, cfg.round_timestep = false;
+  const auto grid = training_grid(1000, flow_schedule("h3").train_shift);
+  const auto w = training_weights(grid);
+  const double u = sigma / (cfg.level_shift - (cfg.level_shift - 1) * sigma);  // the level that lands on sigma
+  torch::manual_seed(3);
+  const auto x0 = torch::randn({1, 24, 3, 2, 2}), noise = torch::randn_like(x0);
+  const auto ex = make_df_example(x0, noise, {u, u, u}, cfg, grid, w);
+  for (double cw : ex.weights) EXPECT_FLOAT_EQ(cw, weight);
+  const auto pred = torch::randn_like(x0);
+  const double mse = (pred - (noise - x0)).pow(2).mean().item<double>();
+  EXPECT_NEAR(df_loss(pred, ex, cfg).item<double>(), weight * mse, 1e-5 * weight * mse);
+  const auto a0 = torch::randn({1, 2, 32, 6}), an = torch::randn_like(a0), apred = torch::randn_like(a0);
+  const auto st = make_df_stream(a0, an, ex, {0, 2, 4, 6});
+  const double amse = (apred - (an - a0)).pow(2).mean().item<double>();
+  EXPECT_NEAR(df_stream_loss(apred, st, ex).item<double>(), weight * amse, 1e-5 * weight * amse);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Golden loss curves: the first 20 losses and gradient norms of the tiny preset, fp32 on the CPU, for `train sft`
+// Golden loss curves: the first 20 losses and gradient norms of the tiny presets, fp32 on the CPU, for `train sft`
 // (gc_sem_cond adapter, per-cell text, the three dropouts, gradient accumulation, block checkpointing) and `train
-// causal` (df and tf), compared to tests/assets/golden_curves.json at 1e-5 relative. They guard every refactoring: a
+// causal` (df and tf on Wan's tiny; df on h3-tiny with Picture 1 and the silent audio stream), compared to tests/assets/golden_curves.json at 1e-5 relative. They guard every refactoring: a
 // change that moves them on purpose regenerates the file in its own commit and says why:
 //   VDT_UPDATE_GOLDEN=1 build/vdt_tests --gtest_filter='GoldenCurves.*'
 #include <torch/torch.h>
@@ -57,6 +57,10 @@ class GoldenCurves : public ::testing::Test {
     causal.out = dir_->file("causal_data"), causal.latent_frames = 14, causal.train_runs = 3;
     causal.train_clips_per_run = 3, causal.n_drop = 1;
     synth_root(causal);
+    SynthConfig h3;  // one 30-latent window per clip: 6 one-clip chunks
+    h3.out = dir_->file("h3_data"), h3.model = "h3", h3.latent_channels = 24, h3.text_dim = 48, h3.latent_frames = 32;
+    h3.latent_h = 4, h3.latent_w = 4, h3.train_runs = 3, h3.train_clips_per_run = 2, h3.val_runs = 1;
+    synth_root(h3);
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -87,6 +91,14 @@ TEST_F(GoldenCurves, SftAdapterPerCellTextDropouts) {
 TEST_F(GoldenCurves, CausalDiffusionForcing) {
   const auto sum = train_causal(causal_config("df"));
   check_golden("causal_df", curve(sum.losses, sum.grad_norms));
+}
+
+// MiniMax-H3's loss on its own training grid (shift 2.22) with float32 model timesteps (docs/h3.md).
+TEST_F(GoldenCurves, CausalH3DiffusionForcing) {
+  auto c = causal_config("h3_df");
+  c.data_root = dir_->file("h3_data"), c.objective = "df", c.model = "h3-tiny", c.chunk_frames = 0, c.val_clips = 1;
+  const auto sum = train_causal(c);
+  check_golden("causal_h3_df", curve(sum.losses, sum.grad_norms));
 }
 
 TEST_F(GoldenCurves, CausalTeacherForcing) {

@@ -11,6 +11,7 @@
 #include "core/file_checksum.h"
 #include "core/safetensors.h"
 #include "data/data_test_util.h"
+#include "diffusion/flow_match.h"
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/sft/sft_trainer.h"
@@ -62,6 +63,42 @@ TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
 
 // Every top-level key of the seed's export_metadata, each a string as its {k: str(v)}; done.json and config.json with
 // the seed's keys; a relative --output recorded absolute.
+// train_log.csv as the Python trainer writes it: loss, mse, timestep and the drops are the step's last micro batch
+// (loss = mse x the weight of that micro batch's t; a drop of one sample is 0 or 1, never a mean of two micro
+// batches); the means over the micro batches are loss_mean / mse_mean. --no-val_uncond logs mse only, and validation
+// runs at step % val_every == 0 only (not again at the last step).
+TEST_F(SeedFidelity, TrainLogHoldsTheLastMicroBatchAndNoValUncondLogsOnlyMse) {
+  auto c = config("last_micro", 7);
+  c.grad_accum = 2, c.text_dropout = 0.5, c.cond_dropout = 0.5, c.val_every = 3, c.val_uncond = false;
+  const auto sum = train_sft(c);
+  const auto rows = test::read_csv(c.output + "/train_log.csv");
+  ASSERT_EQ(rows.size(), 7u);
+  const auto grid = training_grid(1000, flow_schedule("wan").train_shift);
+  const auto w = training_weights(grid);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const double t = std::stod(r.at("timestep")), weight = w[nearest_index(grid, t)].item<double>();
+    EXPECT_NEAR(std::stod(r.at("loss")), std::stod(r.at("mse")) * weight, 1e-4 * std::stod(r.at("loss"))) << i;
+    for (const char* k : {"text_drop", "cond_drop"}) {
+      const double d = std::stod(r.at(k));
+      EXPECT_TRUE(d == 0.0 || d == 1.0) << k << " " << d << " at row " << i;
+    }
+    EXPECT_NEAR(std::stod(r.at("loss_mean")), sum.losses[i], 1e-5 * sum.losses[i]) << i;
+  }
+  const auto val = test::read_csv(c.output + "/val_log.csv");
+  ASSERT_EQ(val.size(), 4u);  // steps 3 and 6, two timesteps each; none at the last step 7
+  for (const auto& v : val) {
+    EXPECT_TRUE(v.at("step") == "3" || v.at("step") == "6") << v.at("step");
+    EXPECT_FALSE(v.at("mse").empty());
+    for (const char* k : {"mse_uncond", "mse_nulltext", "gap_uncond", "gap_nulltext"}) EXPECT_EQ(v.at(k), "") << k;
+  }
+  const auto tb = test::read_tensorboard(c.output + "/tensorboard");
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  EXPECT_TRUE(tb.scalars.count("val/mse_mean"));
+  for (const char* tag : {"val/gap_uncond_mean", "val/mse_uncond_t201", "val/gap_nulltext_t501"})
+    EXPECT_FALSE(tb.scalars.count(tag)) << tag;
+}
+
 TEST_F(SeedFidelity, ExportsDoneAndConfigCarryTheSeedsKeys) {
   auto c = config("keys", 2);
   c.val_every = 0;

@@ -99,7 +99,7 @@ TEST_F(SftRunTest, WritesEveryOutputAndAVerifiedExport) {
     has_events |= e.path().filename().string().find("tfevents") != std::string::npos && fs::file_size(e.path()) > 100;
   EXPECT_TRUE(has_events);
   const auto train = read_csv(cfg_.output + "/train_log.csv");
-  EXPECT_EQ(train[0].size(), 17u);
+  EXPECT_EQ(train[0].size(), 19u);  // the Python trainer's 17 columns, then loss_mean and mse_mean
   std::ifstream cf(cfg_.output + "/config.json");
   const auto config = nlohmann::json::parse(cf);
   EXPECT_EQ(config["dataset"]["val_clip_ids"].size(), 3u);

@@ -9,7 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
+#include "model/denoiser_registry.h"
 #include "model/h3/h3_config.h"
+#include "model/h3/h3_dit.h"
+#include "model/h3/h3_weights.h"
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/causal_test_util.h"
@@ -166,7 +169,7 @@ TEST_F(CausalH3Test, WrongRootsAreRefusedUpFront) {
   synth_root(wan);
   auto c = config("wrong", 2);
   c.data_root = wan.out;
-  test::expect_error([&] { train_causal(c); }, {"a wan root (model_family)", "h3", "--model h3-tiny"});
+  test::expect_error([&] { train_causal(c); }, {"--model h3-tiny is a h3 base", "model_family wan"});
   // A root without 2048 Picture 1 latents: --picture1 2048 names a clip's file before any step.
   const std::string copy = d.file("no2048");
   fs::copy(dir_->file("h3"), copy, fs::copy_options::recursive);
@@ -180,6 +183,43 @@ TEST_F(CausalH3Test, WrongRootsAreRefusedUpFront) {
   c = config("no2048", 2);
   c.data_root = copy, c.picture1 = "2048";
   test::expect_error([&] { train_causal(c); }, {copy + "/latents/", "picture1_2048", "--picture1 native"});
+}
+
+// The Python trainer's command line: `--data-root H3ROOT --weights H3 --out RUN` without --model trains the H3 base
+// the root names (model_family) at the preset of the weights' shapes; a --model or weights that contradict the root or
+// each other stop the run naming both; a random base with no --model asks for one.
+TEST_F(CausalH3Test, TheBaseComesFromTheRootAndTheWeights) {
+  const std::string weights = dir_->file("h3_tiny_base.safetensors");
+  {
+    auto m = make_denoiser("h3-tiny", torch::TensorOptions().dtype(torch::kFloat32));
+    m->init_random_base(3);
+    save_safetensors(weights, export_h3_weights(*std::dynamic_pointer_cast<H3DiTImpl>(m)));
+  }
+  auto c = config("from_root", 1);
+  c.model = "", c.random_init = false, c.weights = weights;
+  const auto sum = train_causal(c);
+  EXPECT_EQ(sum.steps, 1);
+  const auto args = nlohmann::json::parse(std::ifstream(c.out + "/args.json"));
+  EXPECT_EQ(args["model"], "h3-tiny");
+  EXPECT_EQ(SafetensorsFile::open(lora_step_path(c.out, 1))->metadata().at("model"), "h3-tiny");
+  // --model of the other family: the root says h3
+  c = config("conflict_model", 1);
+  c.model = "tiny", c.random_init = false, c.weights = weights;
+  test::expect_error([&] { train_causal(c); }, {"--model tiny is a wan base", "model_family h3"});
+  // H3 weights on a Wan root
+  test::TempDir d;
+  SynthConfig wan;
+  wan.out = d.file("wan"), wan.latent_channels = 24, wan.text_dim = 48, wan.latent_frames = 32;
+  wan.train_runs = 2, wan.val_runs = 1, wan.n_drop = 0;
+  synth_root(wan);
+  c = config("conflict_weights", 1);
+  c.data_root = wan.out, c.model = "", c.random_init = false, c.weights = weights;
+  test::expect_error([&] { train_causal(c); }, {"--weights " + weights + " is a h3 base (h3-tiny)",
+                                               "model_family wan"});
+  // A random base has no shapes: --model is needed, and the error lists the root's presets
+  c = config("random_no_model", 1);
+  c.model = "";
+  test::expect_error([&] { train_causal(c); }, {"--model is needed", "minimax-h3, h3-tiny"});
 }
 
 }  // namespace

@@ -101,5 +101,78 @@ TEST_F(CausalLoraShape, ABaseIsRequired) {
   test::expect_error([&] { train_causal(c); }, {"--weights is required", "--random-init"});
 }
 
+// A vdt LoRA file means the same to a loader that reads no metadata: DiffSynth's GeneralLoRALoader finds kohya's
+// `<module>.alpha` beside each pair, multiplies A by alpha / rank and merges W += B A. That merge of a run's file
+// (rank 4, alpha 8: a lost alpha halves the LoRA) gives the forward of vdt's own load of it.
+TEST_F(CausalLoraShape, AFileMergedTheWayDiffSynthMergesItGivesTheSameForward) {
+  auto c = config("diffsynth_merge", 2);
+  c.init_lora = dir_->file("init.safetensors");
+  train_causal(c);
+  const std::string file = lora_step_path(c.out, 2);
+  auto f = SafetensorsFile::open(file);
+  std::map<std::string, torch::Tensor> raw;  // the file as a state dict, read without its metadata
+  for (const auto& k : f->keys()) raw[k] = f->get(k).to(torch::kFloat32);
+  int64_t alphas = 0;
+  for (const auto& [k, t] : raw)
+    if (k.size() > 6 && k.substr(k.size() - 6) == ".alpha") {
+      ++alphas;
+      EXPECT_EQ(t.item<float>(), 8.0f) << k;
+    }
+  EXPECT_EQ(alphas * 3, static_cast<int64_t>(raw.size()));  // one alpha per (A, B) pair
+  // vdt: the base with the file loaded onto attached factors.
+  const auto vdt_model = build_causal_base("tiny", "", c.seed, torch::kCPU, torch::kFloat32);
+  LoraConfig lc;
+  lc.rank = 4, lc.alpha = 1, lc.targets = vdt_model->lora_targets();  // the file's alpha replaces this one
+  attach_lora(*vdt_model, lc, 0);
+  load_lora(*vdt_model, read_lora(file), file);
+  // DiffSynth's merge: for each <module>.lora_B.weight, A * (<module>.alpha / rank), then W += B A at scale 1.
+  const auto merged = build_causal_base("tiny", "", c.seed, torch::kCPU, torch::kFloat32);
+  {
+    torch::NoGradGuard ng;
+    auto params = merged->named_parameters();
+    int64_t fused = 0;
+    for (const auto& [k, b] : raw) {
+      const std::string suffix = ".lora_B.weight";
+      if (k.size() <= suffix.size() || k.substr(k.size() - suffix.size()) != suffix) continue;
+      const std::string m = k.substr(0, k.size() - suffix.size());
+      auto a = raw.at(m + ".lora_A.weight");
+      if (raw.count(m + ".alpha")) a = a * (raw.at(m + ".alpha") / a.size(0));
+      params[m + ".weight"].add_(torch::mm(b, a));
+      ++fused;
+    }
+    EXPECT_EQ(fused, alphas);
+  }
+  torch::manual_seed(5);
+  const auto x = torch::randn({1, vdt_model->latent_channels(), 2, 4, 4});
+  const auto ctx = torch::randn({1, 6, vdt_model->text_dim()});
+  const auto t = torch::full({1}, 600.0);
+  torch::NoGradGuard ng;
+  const auto want = vdt_model->forward({x, t, ctx});
+  const auto got = merged->forward({x, t, ctx});
+  const auto base = build_causal_base("tiny", "", c.seed, torch::kCPU, torch::kFloat32)->forward({x, t, ctx});
+  EXPECT_GT((want - base).abs().max().item<double>(), 1e-4);  // the LoRA moves the output
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * (want - base).abs().max().item<double>() + 1e-6);
+}
+
+// The per-module alphas must agree with each other and with the metadata; read_lora says which key is off.
+TEST_F(CausalLoraShape, AlphaTensorsThatDisagreeAreAnErrorNamingTheKey) {
+  NamedTensors t = {{"blocks.0.self_attn.q.lora_A.weight", torch::randn({4, 8})},
+                    {"blocks.0.self_attn.q.lora_B.weight", torch::randn({8, 4})},
+                    {"blocks.0.self_attn.q.alpha", torch::tensor(8.0f)},
+                    {"blocks.0.self_attn.k.lora_A.weight", torch::randn({4, 8})},
+                    {"blocks.0.self_attn.k.lora_B.weight", torch::randn({8, 4})},
+                    {"blocks.0.self_attn.k.alpha", torch::tensor(8.0f)}};
+  save_safetensors(dir_->file("kohya.safetensors"), t);  // no metadata: the tensors decide
+  EXPECT_EQ(read_lora(dir_->file("kohya.safetensors")).alpha, 8.0);
+  EXPECT_EQ(read_lora_shape(dir_->file("kohya.safetensors")).alpha, 8.0);
+  save_safetensors(dir_->file("kohya_meta.safetensors"), t, {{"alpha", "4"}});
+  test::expect_error([&] { read_lora(dir_->file("kohya_meta.safetensors")); }, {"kohya_meta.safetensors", "alpha 4",
+                                                                                 "8"});
+  t[5].second = torch::tensor(2.0f);
+  save_safetensors(dir_->file("kohya_mixed.safetensors"), t);
+  test::expect_error([&] { read_lora(dir_->file("kohya_mixed.safetensors")); },
+                     {"kohya_mixed.safetensors", "blocks.0.self_attn.k.alpha", "one alpha"});
+}
+
 }  // namespace
 }  // namespace vdt

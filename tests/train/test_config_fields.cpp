@@ -34,6 +34,21 @@ TEST(ConfigFields, EachFieldOnceInFlagsAndJson) {
   EXPECT_DOUBLE_EQ(sft["lr"].get<double>(), 1e-5);
 }
 
+// Numbers in args.json and file metadata as Python's str() writes them: "10.0", not "1e+01".
+TEST(ConfigFields, FloatsAreWrittenAsPythonsStr) {
+  const std::vector<std::pair<double, std::string>> cases = {
+      {10.0, "10.0"}, {100.0, "100.0"}, {3.0, "3.0"}, {-3.0, "-3.0"}, {0.0, "0.0"}, {2.22, "2.22"},
+      {2e-5, "2e-05"}, {1e-4, "0.0001"}, {1.5e-7, "1.5e-07"}, {123.456, "123.456"}, {0.1, "0.1"},
+      {1e15, "1000000000000000.0"}, {1e16, "1e+16"}, {1.2345678901234568e+17, "1.2345678901234568e+17"},
+      {1e22, "1e+22"}, {1e-300, "1e-300"}, {0.30000000000000004, "0.30000000000000004"}, {2048.0, "2048.0"}};
+  for (const auto& [v, want] : cases) EXPECT_EQ(py_float(v), want) << v;
+  CausalConfig c;
+  c.epochs = 10, c.lora_alpha = 100;
+  const auto j = nlohmann::json::parse(c.to_json());
+  EXPECT_EQ(j["epochs"], "10.0");
+  EXPECT_EQ(j["lora_alpha"], "100.0");
+}
+
 TEST(ConfigFields, StartupLineNamesWhatDiffersFromTheDefaults) {
   SftConfig c;
   EXPECT_EQ(changed_fields(c, SftConfig::fields()), "(all defaults)");

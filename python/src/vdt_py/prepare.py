@@ -57,8 +57,9 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     mdl.add_argument("--text-layer", "--text_layer", dest="text_layer", type=int, default=50,
                      help="--model h3: the Qwen3-VL decoder layer whose (un-normalised) output is the text rows "
                           "(default 50, MiniMax-H3's)")
-    mdl.add_argument("--picture1-long-edge", "--picture1_long_edge", dest="picture1_long_edge", type=int, default=2048,
-                     help="--model h3: long edge of the picture1_2048 latent (default 2048; 0: none)")
+    mdl.add_argument("--picture1-short-edge", "--picture1_short_edge", dest="picture1_short_edge", type=int,
+                     default=2048, help="--model h3: short edge of the picture1_2048 latent in pixels, as DiffSynth's "
+                     "ref_image_short_edge (default 2048; 0: none)")
     mdl.add_argument("--tokenizer", help="tokenizer dir (default: beside the text encoder, or ../tokenizer)")
     geo = ap.add_argument_group("geometry")
     geo.add_argument("--res", default="832x480", help="WIDTHxHEIGHT to encode at (default 832x480; the trainer's --res)")

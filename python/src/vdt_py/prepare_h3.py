@@ -7,8 +7,9 @@ The same input as the Wan path (``--videos DIR`` with sub-folders as runs, or ``
 
 * ``latents`` [24, F, H/16, W/16]: the H3 video VAE's normalised latents of the first ``--frames`` (17n+5) frames;
 * ``picture1`` [24, 1, Hp/16, Wp/16]: Picture 1 at its native size (centre-cropped down to multiples of 32);
-* ``picture1_2048`` [24, 1, ...]: Picture 1 resized to ``--picture1-long-edge`` (2048) on its long edge, both sides
-  rounded to multiples of 32 (``--picture1-long-edge 0`` leaves it out);
+* ``picture1_2048`` [24, 1, ...]: Picture 1 resized to ``--picture1-short-edge`` (2048) on its short edge, both sides
+  rounded to the nearest multiple of 32 as DiffSynth's H3 reference image (``ref_image_short_edge``); dataset.json
+  records the edge as ``picture1_short_edge`` (``--picture1-short-edge 0`` leaves it out);
 
 then the text table (``"<Picture 1>: "`` + Picture 1's vision tokens + the caption through Qwen3-VL, the hidden state
 after ``--text-layer``, tags 0 on the vision block, 1 elsewhere; one row per clip, since the vision tokens are the
@@ -71,11 +72,16 @@ def native_grid(img: torch.Tensor, where: str) -> torch.Tensor:
     return img[y:y + h, x:x + w].contiguous()
 
 
-def long_edge(img: torch.Tensor, edge: int) -> torch.Tensor:
-    """Resize [H, W, 3] so the long edge is `edge` (both sides rounded to multiples of 32), bicubic."""
-    h, w = img.shape[:2]
-    s = edge / max(h, w)
-    nh, nw = max(32, round(h * s / 32) * 32), max(32, round(w * s / 32) * 32)
+def short_edge_size(h: int, w: int, edge: int) -> tuple[int, int]:
+    """(H, W) of an H x W image scaled so its short edge is `edge`, each side the nearest multiple of 32 (at least 32),
+    as DiffSynth's H3 pipeline sizes its reference image (_nearest_multiple; Python's round)."""
+    s = edge * 1.0 / min(h, w)
+    return max(32, int(round(h * s / 32)) * 32), max(32, int(round(w * s / 32)) * 32)
+
+
+def short_edge(img: torch.Tensor, edge: int) -> torch.Tensor:
+    """Resize [H, W, 3] so the short edge is `edge` (both sides rounded to multiples of 32: short_edge_size), bicubic."""
+    nh, nw = short_edge_size(img.shape[0], img.shape[1], edge)
     x = img.permute(2, 0, 1)[None].float()
     y = torch.nn.functional.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False)
     return y[0].clamp(0, 255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
@@ -117,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
     captions = {c["clip_id"]: cell_prompts(c, 1)[0] for c in clips}   # every caption checked before any encode
     runs = sorted({c["run"] for c in clips})
     val_runs = split_runs(runs, args.val_fraction, args.val_runs, args.seed)
-    edge = args.picture1_long_edge
+    edge = args.picture1_short_edge
     if edge < 0 or (edge and edge % 32):
-        raise VdtError(f"--picture1-long-edge {edge}: expected a multiple of 32 (2048 as MiniMax-H3), or 0 for none")
+        raise VdtError(f"--picture1-short-edge {edge}: expected a multiple of 32 (2048 as MiniMax-H3), or 0 for none")
 
     out = args.out
     for d in ("index", "latents"):
@@ -127,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
     info = {"format": "vdt-latents/1", "model_family": "h3", "res": f"{width}x{height}", "latent_channels": vae.z_dim,
             "latent_frames": latent_frames, "latent_hw": [lh, lw], "cells": 1, "audio_channels": None,
             "text_dim": None, "text_len": args.text_len, "null_prompt": args.null_prompt}
+    if edge:
+        info["picture1_short_edge"] = edge                           # what `vdt data check` holds picture1_2048 to
     settings = {k: v for k, v in info.items() if k not in ("text_dim", "audio_channels")} | {
-        "stride": args.stride, "resize": args.resize, "picture1_long_edge": edge, "text_layer": args.text_layer}
+        "stride": args.stride, "resize": args.resize, "picture1_short_edge": edge, "text_layer": args.text_layer}
     settings_path = os.path.join(out, "prepare.json")
     if os.path.isfile(settings_path):
         old = json.load(open(settings_path, encoding="utf-8"))
@@ -143,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     def first_frames(c):
         return fit(read_frames(c["source"], frames, args.stride), width, height, args.resize)  # [T, H, W, 3]
 
-    # 1) video latents and Picture 1 (native, long edge), clip by clip; clips whose file exists are done (resume)
+    # 1) video latents and Picture 1 (native, short edge), clip by clip; clips whose file exists are done (resume)
     lat_path = lambda c: os.path.join(out, "latents", c["clip_id"] + ".safetensors")
     todo = [c for c in clips if not os.path.isfile(lat_path(c))]
     print(f"[prepare h3] {len(clips)} clips in {len(runs)} runs ({len(val_runs)} for val); {len(clips) - len(todo)} "
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         pic = native_grid(load_picture1(c, fr[0]), picture1_source(c) or c["source"])
         tensors = {"latents": z, "picture1": vae.encode(pic[None])}        # picture1 [24, 1, Hp, Wp]
         if edge:
-            tensors["picture1_2048"] = vae.encode(long_edge(pic, edge)[None])
+            tensors["picture1_2048"] = vae.encode(short_edge(pic, edge)[None])
         for k, t in tensors.items():
             if not torch.isfinite(t).all():
                 raise VdtError(f"{c['source']}: the VAE produced non-finite values for '{k}'")

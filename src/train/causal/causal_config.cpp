@@ -22,8 +22,9 @@ void CausalConfig::validate() const {
   VDT_CHECK(warmup >= 0, "--warmup ", warmup, ": expected >= 0");
   VDT_CHECK(save_every >= 1, "--save-every ", save_every, ": expected >= 1");
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
-  VDT_CHECK(picture1 == "native" || denoiser_family(model) == "h3", "--picture1 2048 applies to a MiniMax-H3 base (its "
-            "Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
+  VDT_CHECK(picture1 == "native" || model.empty() || denoiser_family(model) == "h3", "--picture1 2048 applies to a "
+            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
+  if (!model.empty()) denoiser_family(model);  // an unknown preset is an error listing the known ones
   attn_kernel();
   act_offload_on();
   checkpointing_mode();
@@ -117,7 +118,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {kAttnKeepFlag, kAttnKeepHelp, &C::attn_keep},
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
-      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny", &C::model},
+      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "
+                  "family (model_family) and the preset of --weights' shapes (needed with --random-init)", &C::model},
       {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); required unless --random-init", &C::weights},
       {"--random-init", "a random frozen base (no --weights): tests, benchmarks", &C::random_init},
       {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},

@@ -31,7 +31,8 @@ struct CausalConfig {
   double attn_keep = 0;  // share of the prefix attention's rows whose results a block's forward keeps for its recompute
   double level_shift = 3.0;
   // ours
-  std::string data_root, text_table, model = "wan2.2-ti2v-5b", weights, device = "auto", precision = "bf16";
+  // model empty: the data root's family and the preset of the weights' shapes (the trainer resolves it)
+  std::string data_root, text_table, model, weights, device = "auto", precision = "bf16";
   bool random_init = false;  // a random frozen base; required (and exclusive with --weights) when no base is given
   int64_t chunk_frames = 0;  // 0: the base's natural chunk (set by the trainer)
   // 0: the LoRA this run starts from decides (--init-lora, --resume X, the newest lora_step in --out), else

@@ -22,6 +22,7 @@
 #include "core/stop_signal.h"
 #include "core/tb_writer.h"
 #include "data/causal_dataset.h"
+#include "data/data_root.h"
 #include "data/sampler.h"
 #include "data/synth_vae.h"
 #include "diffusion/forcing.h"
@@ -64,6 +65,7 @@ struct CausalRun {
   int64_t base_params = 0;  // frozen, before sharding
   int64_t total_steps = 0, start_step = 0, samples_base = 0;  // samples_base: global sample index at start_step
   std::string state_slot, resume_how;
+  std::string lora_start;  // args.json and the start-up table: fresh, the --init-lora file, or continued
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
   std::unique_ptr<TbWriter> tb;             // rank 0: <out>/tensorboard
@@ -73,6 +75,41 @@ struct CausalRun {
 // The ranks one copy of the frozen base is sharded over (1: not sharded).
 int shard_ranks(const CausalRun& r) {
   return !r.shards ? 1 : r.node_comm ? r.node_comm->world() : r.ctx->world;
+}
+
+// The base this run trains: its family from the data root (dataset.json's model_family), its preset from the shapes
+// of --weights. --model is needed only where those leave it open (a random base; weights of no preset); a --model
+// or weights that contradict the root or each other are an error naming both.
+void resolve_base(CausalRun& r) {
+  const std::string dataset_json = (fs::path(r.cfg.data_root) / "dataset.json").string();
+  const std::string root_family = parse_dataset_json(dataset_json).model_family;
+  std::string presets;
+  for (const auto& p : family_presets(root_family)) presets += (presets.empty() ? "" : ", ") + p;
+  std::string detected;  // the weights' preset ("custom": of no preset)
+  if (!r.cfg.weights.empty()) {
+    const auto [family, preset] = detect_base(SafetensorsSet::open(weight_files(r.cfg.weights, "--weights")));
+    VDT_CHECK(family == root_family, "--weights ", r.cfg.weights, " is a ", family, " base (", preset, "), but ",
+              dataset_json, " says model_family ", root_family, "\n---> HINT: give the weights of a ", root_family,
+              " base, or a data root prepared for ", family, " (`vdt data prepare --model ", family, "`)");
+    detected = preset;
+  }
+  if (r.cfg.model.empty()) {
+    VDT_CHECK(!detected.empty() && detected != "custom", "--model is needed: ",
+              r.cfg.weights.empty() ? std::string("a random base (--random-init) has no shapes to read its preset from")
+                                    : "--weights " + r.cfg.weights + " match no preset of the " + root_family + " family",
+              "\n---> HINT: pass --model with one of the ", root_family, " presets of ", dataset_json, ": ", presets);
+    r.cfg.model = detected;
+  } else {
+    const std::string family = denoiser_family(r.cfg.model);
+    VDT_CHECK(family == root_family, "--model ", r.cfg.model, " is a ", family, " base, but ", dataset_json,
+              " says model_family ", root_family, "\n---> HINT: leave --model out (the root and --weights decide), "
+              "or use one of ", presets);
+    VDT_CHECK(detected.empty() || detected == "custom" || detected == r.cfg.model, "--model ", r.cfg.model,
+              " disagrees with --weights ", r.cfg.weights, ", whose shapes are the ", detected, " preset\n---> HINT: "
+              "leave --model out (the weights decide), or give ", detected);
+  }
+  VDT_CHECK(r.cfg.picture1 == "native" || denoiser_family(r.cfg.model) == "h3", "--picture1 2048 applies to a "
+            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", r.cfg.model, ") take --picture1 native");
 }
 
 void build_data(CausalRun& r) {
@@ -164,8 +201,11 @@ void build_model(CausalRun& r) {
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
   r.model->train();
-  r.forcing = {kSpanChunks, r.cfg.chunk_frames, r.cfg.level_shift, r.cfg.clean_first_frame};
-  r.grid = training_grid();
+  // The loss weights come from the base's own training grid (Wan: shift 5; MiniMax-H3: 2.22), as DiffSynth trains it.
+  const auto& schedule = flow_schedule(r.model->family());
+  r.forcing = {kSpanChunks, r.cfg.chunk_frames, r.cfg.level_shift, r.cfg.clean_first_frame,
+               schedule.round_model_timestep};
+  r.grid = training_grid(1000, schedule.train_shift);
   r.grid_weights = training_weights(r.grid);
 }
 
@@ -177,6 +217,10 @@ void build_update(CausalRun& r) {
   r.sync = make_grad_sync(r.lora, o, r.ctx->comm);
   r.sync->attach(r.lora);
 }
+
+// Said on its own start-up line and in args.json: the Python trainer continues the released CWM LoRA when --init-lora is
+// not given; vdt ships no release, so without --init-lora it starts a new one.
+constexpr const char* kFreshLora = "fresh: a new LoRA (B = 0), no --init-lora";
 
 // Exactly from a state: the float32 factors, the AdamW moments and the sample position.
 void resume_exactly(CausalRun& r, const CausalState& st) {
@@ -207,6 +251,7 @@ void resume_exactly(CausalRun& r, const CausalState& st) {
 // unless --ignore-corrupt-state. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from
 // another run's state.
 void build_resume(CausalRun& r) {
+  r.lora_start = "continued: the LoRA of the run being resumed";
   const auto [step, path] = newest_lora_step(r.cfg.out);
   const std::string& resume = r.cfg.resume;
   const bool from_state = resume != "auto" && !is_lora_file(resume);
@@ -248,8 +293,10 @@ void build_resume(CausalRun& r) {
     if (!init.empty()) {
       load_lora(*r.model, lora_for_model(*r.model, read_lora(init), init), init);
       r.resume_how = "fresh run from the LoRA " + init;
+      r.lora_start = init;
     } else {
       r.resume_how = "fresh run, new LoRA (B = 0)";
+      r.lora_start = kFreshLora;
     }
     return;
   }
@@ -330,6 +377,7 @@ void draw_preview(CausalRun& r, int64_t step) {
   if (!r.preview_vae) return;
   EulerConfig ec;
   ec.steps = r.cfg.preview_steps;
+  ec.shift = flow_schedule(r.model->family()).sample_shift;
   const auto s = sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
   const auto grid = frame_grid({r.preview_vae->decode(s.ground_truth), r.preview_vae->decode(s.sample)}, 2, 4);
@@ -415,7 +463,9 @@ void write_run_files(const CausalRun& r) {
     val.push_back({r.ds->clips()[static_cast<size_t>(r.ds->val()[i].clip)].clip_id,
                    r.ds->val_start(static_cast<int64_t>(i))});
   write_file_atomic((fs::path(r.cfg.out) / "val_samples.json").string(), val.dump());
-  write_file_atomic((fs::path(r.cfg.out) / "args.json").string(), r.cfg.to_json());
+  auto args = nlohmann::ordered_json::parse(r.cfg.to_json());
+  args["lora_start"] = r.lora_start;  // beside the flags: where this run's LoRA came from (fresh, loudly)
+  write_file_atomic((fs::path(r.cfg.out) / "args.json").string(), args.dump(1));
 }
 
 void print_config(const CausalRun& r) {
@@ -455,6 +505,11 @@ void print_config(const CausalRun& r) {
                 static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
                 static_cast<long long>((rows + 63) / 64 * 64));
   }
+  if (r.lora_start == kFreshLora)
+    std::printf("  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
+                "pass that file with --init-lora FILE to train on from it\n");
+  else
+    std::printf("  LoRA from %s\n", r.lora_start.c_str());
   if (r.cfg.random_init)
     std::printf("  weights RANDOM INIT (--random-init): a random frozen base from seed %llu\n",
                 static_cast<unsigned long long>(r.cfg.seed));
@@ -581,6 +636,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
   check_fp8_device(cfg.fp8_mode(), r.ctx->device, "--fp8");
   if (r.ctx->rank == 0) r.lock = hold_run_dir(cfg.out, "--out");
+  resolve_base(r);
   build_data(r);
   build_model(r);
   build_update(r);
@@ -588,6 +644,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   open_logs(r);
   CausalSummary sum;
   sum.start_step = sum.steps = r.start_step, sum.total_steps = r.total_steps, sum.resume_how = r.resume_how;
+  sum.lora_start = r.lora_start;
   sum.params = r.base_params;  // counted before sharding
   sum.shard_ranks = shard_ranks(r);
   sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;

@@ -1,4 +1,4 @@
-// `vdt train causal` (SPEC §5, seed rtcwm): LoRA on a frozen Wan base, trained with diffusion forcing (`df`) or
+// `vdt train causal` (the Python trainer rtcwm/train/train.py): LoRA on a frozen base (Wan or MiniMax-H3), trained with diffusion forcing (`df`) or
 // teacher forcing (`tf`) on 6-chunk spans under block-causal self-attention. One window per rank per step, from a
 // global sample stream that depends on (seed, epoch, sample) only; frozen base blocks sharded over the ranks and
 // gathered per block (distributed/block_shards.h); LoRA replicated, gradients all-reduced as backward produces them
@@ -23,6 +23,8 @@ struct CausalSummary : LoopResult {
   int64_t start_step = 0, total_steps = 0;
   double s_per_step = 0, peak_mem_gb = 0;
   std::string last_lora, resume_how;
+  std::string lora_start;  // where the LoRA came from: "fresh ..." (B = 0), the --init-lora file, or "continued ..."
+
   NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
   uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
   int64_t params = 0;  // the frozen base's and the LoRA's parameter count

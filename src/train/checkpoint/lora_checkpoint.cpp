@@ -41,7 +41,15 @@ std::pair<int64_t, std::string> newest_lora_step(const std::string& out) {
 
 void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora) {
   NamedTensors bf16;
-  for (const auto& [n, p] : lora) bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
+  for (const auto& [n, p] : lora) {
+    bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
+    // Kohya's per-module alpha beside each pair: loaders that read no metadata (DiffSynth's GeneralLoRALoader) then
+    // apply alpha / rank too, instead of scale 1.
+    const std::string suffix = ".lora_A.weight";
+    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
+                        torch::tensor(static_cast<float>(cfg.lora_alpha), torch::kFloat32));
+  }
   // An H3 base is the seed's "cwm"; "model" names the preset either way. H3 text handling: h3_spec §4.2 (a).
   const bool h3 = denoiser_family(cfg.model) == "h3";
   const std::string text = h3 ? "prefix: text cached with Picture 1 (h3_spec 4.2a)" : "cross-attention per frame";
@@ -52,7 +60,8 @@ void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t s
                     {"level_shift", py_float(cfg.level_shift)}, {"chunk_frames", std::to_string(cfg.chunk_frames)},
                     {"rank", std::to_string(cfg.lora_rank)}, {"alpha", py_float(cfg.lora_alpha)},
                     {"seed", std::to_string(cfg.seed)}, {"val_clips", std::to_string(cfg.val_clips)},
-                    {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"}, {"picture1", cfg.picture1}});
+                    {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"}, {"picture1", cfg.picture1},
+                    {"alpha_tensors", "<module>.alpha per module (kohya): every loader applies alpha / rank"}});
 }
 
 std::string save_causal_state(const CausalConfig& cfg, const std::string& keep, const CausalPosition& pos,

@@ -31,7 +31,8 @@ struct CausalPosition {
 };
 
 // The seed's LoRA file: `path` in bf16 with the seed's metadata (base, step, objective, span_chunks, level_shift) plus
-// rank, alpha, chunk_frames, seed, val_clips, clean_first_frame. Rank 0 writes it.
+// rank, alpha, chunk_frames, seed, val_clips, clean_first_frame, and a float32 `<module>.alpha` beside each module's
+// factors (kohya's convention), so a loader that reads no metadata applies alpha / rank as vdt does. Rank 0 writes it.
 void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora);
 
 // The exact-resume state of a step through the checkpointer (train/checkpoint/checkpointer.h): the float32 factors

@@ -124,7 +124,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
 const std::vector<std::string>& RunLog::train_columns() {
   static const std::vector<std::string> c = {"step", "loss", "mse", "timestep", "lr", "cond_lr", "grad_norm", "sem_rms",
                                              "x_rms", "text_drop", "cond_drop", "mask_frac", "step_time", "data_time",
-                                             "mem_gb", "epoch", "clips"};
+                                             "mem_gb", "epoch", "clips", "loss_mean", "mse_mean"};
   return c;
 }
 
@@ -228,32 +228,45 @@ void RunLog::step(int64_t step, int64_t max_steps, const std::vector<std::pair<s
   std::fflush(stdout);
 }
 
-void RunLog::validation(int64_t step, const std::vector<ValRow>& rows) {
+void RunLog::validation(int64_t step, const std::vector<ValRow>& rows, bool variants) {
   double m = 0, mu = 0, mn = 0, gu = 0, gn = 0;
   std::string line;
   for (const auto& r : rows) {
-    val_csv_->write({{"step", std::to_string(step)}, {"timestep", fmt_num(r.timestep)}, {"mse", fmt_num(r.mse)},
-                     {"mse_uncond", fmt_num(r.mse_uncond)}, {"mse_nulltext", fmt_num(r.mse_nulltext)},
-                     {"gap_uncond", fmt_num(r.gap_uncond)}, {"gap_nulltext", fmt_num(r.gap_nulltext)},
-                     {"n", std::to_string(r.n)}});
+    // Without the uncond / nulltext variants (--no-val_uncond) only mse is written: the other columns stay empty, as
+    // the Python trainer's CsvLog leaves a missing key.
+    std::map<std::string, std::string> row = {{"step", std::to_string(step)}, {"timestep", fmt_num(r.timestep)},
+                                              {"mse", fmt_num(r.mse)}, {"n", std::to_string(r.n)}};
+    if (variants)
+      row.insert({{"mse_uncond", fmt_num(r.mse_uncond)}, {"mse_nulltext", fmt_num(r.mse_nulltext)},
+                  {"gap_uncond", fmt_num(r.gap_uncond)}, {"gap_nulltext", fmt_num(r.gap_nulltext)}});
+    val_csv_->write(row);
     const std::string t = std::to_string(static_cast<int64_t>(std::lround(r.timestep)));
-    for (auto [k, x] : {std::pair{"mse", r.mse}, {"mse_uncond", r.mse_uncond}, {"mse_nulltext", r.mse_nulltext},
-                        {"gap_uncond", r.gap_uncond}, {"gap_nulltext", r.gap_nulltext}})
-      tb_->add_scalar(std::string("val/") + k + "_t" + t, x, step);
+    tb_->add_scalar("val/mse_t" + t, r.mse, step);
+    if (variants)
+      for (auto [k, x] : {std::pair{"mse_uncond", r.mse_uncond}, {"mse_nulltext", r.mse_nulltext},
+                          {"gap_uncond", r.gap_uncond}, {"gap_nulltext", r.gap_nulltext}})
+        tb_->add_scalar(std::string("val/") + k + "_t" + t, x, step);
     m += r.mse, mu += r.mse_uncond, mn += r.mse_nulltext, gu += r.gap_uncond, gn += r.gap_nulltext;
     char buf[160];
-    std::snprintf(buf, sizeof buf, " t=%s: mse=%.4f uncond=%.4f null=%.4f (n=%lld)", t.c_str(), r.mse, r.mse_uncond,
-                  r.mse_nulltext, static_cast<long long>(r.n));
+    if (variants)
+      std::snprintf(buf, sizeof buf, " t=%s: mse=%.4f uncond=%.4f null=%.4f (n=%lld)", t.c_str(), r.mse, r.mse_uncond,
+                    r.mse_nulltext, static_cast<long long>(r.n));
+    else
+      std::snprintf(buf, sizeof buf, " t=%s: mse=%.4f (n=%lld)", t.c_str(), r.mse, static_cast<long long>(r.n));
     line += buf;
   }
   const double k = rows.empty() ? 1 : static_cast<double>(rows.size());
-  for (auto [name, x] : {std::pair{"mse", m}, {"mse_uncond", mu}, {"mse_nulltext", mn}, {"gap_uncond", gu},
-                         {"gap_nulltext", gn}})
-    tb_->add_scalar(std::string("val/") + name + "_mean", x / k, step);
+  tb_->add_scalar("val/mse_mean", m / k, step);
+  if (variants)
+    for (auto [name, x] : {std::pair{"mse_uncond", mu}, {"mse_nulltext", mn}, {"gap_uncond", gu}, {"gap_nulltext", gn}})
+      tb_->add_scalar(std::string("val/") + name + "_mean", x / k, step);
   val_csv_->flush();
   tb_->flush();
-  std::printf("[val] step %lld%s | mean gap_uncond=%.4f gap_nulltext=%.4f\n", static_cast<long long>(step),
-              line.c_str(), gu / k, gn / k);
+  if (variants)
+    std::printf("[val] step %lld%s | mean mse=%.4f gap_uncond=%.4f gap_nulltext=%.4f\n", static_cast<long long>(step),
+                line.c_str(), m / k, gu / k, gn / k);
+  else
+    std::printf("[val] step %lld%s | mean mse=%.4f\n", static_cast<long long>(step), line.c_str(), m / k);
   std::fflush(stdout);
 }
 

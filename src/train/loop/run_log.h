@@ -52,7 +52,8 @@ class RunLog {
   void step(int64_t step, int64_t max_steps, const std::vector<std::pair<std::string, double>>& values,
             const std::string& clips);
   void time_only(double step_time, double data_time);
-  void validation(int64_t step, const std::vector<ValRow>& rows);
+  // `variants`: the uncond / nulltext rows were run (--val_uncond); without them only mse is logged.
+  void validation(int64_t step, const std::vector<ValRow>& rows, bool variants);
   // A validation step's sample preview: TensorBoard image "preview/<clip_id>" at `step` (the PNG of
   // write_step_preview, already on disk).
   void preview(int64_t step, const std::string& clip_id, const Png& png);

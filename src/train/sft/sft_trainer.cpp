@@ -73,8 +73,11 @@ struct SftRun {
   std::string resumed_from, state_slot, resume_how;
 };
 
+// As the Python trainer logs a step: loss (over the ranks), mse, timestep, the drops and the RMS of the step's last
+// micro batch; loss_mean and mse_mean over all its micro batches (loss_mean over the ranks too: the summary's loss).
 struct StepStats {
   double loss = 0, mse = 0, timestep = 0, grad_norm = 0, sem_rms = 0, x_rms = 0;
+  double loss_mean = 0, mse_mean = 0;
   double text_drop = 0, cond_drop = 0, mask_frac = 0, data_time = 0;
   int64_t micro = 0;
   bool stop = false;  // a stop signal reached some rank
@@ -256,7 +259,7 @@ StepStats sft_step(SftRun& r, int64_t step) {
   r.sync->set_lr(0, r.cfg.lr * f);
   r.sync->set_lr(1, r.cfg.cond_lr * f);
   const auto f32 = torch::TensorOptions().device(ctx.device).dtype(torch::kFloat32);
-  torch::Tensor loss_sum = torch::zeros({}, f32), mse_sum = torch::zeros({}, f32), sem_rms, x_rms;
+  torch::Tensor loss_sum = torch::zeros({}, f32), mse_sum = torch::zeros({}, f32), last_loss, last_mse, sem_rms, x_rms;
   for (int64_t m = 0; m < r.cfg.grad_accum; ++m) {
     // 2) batch: the epoch's micro batches; its tail forms a short step
     auto batch = next_batch(r, /*can_stop=*/m > 0, &st.data_time);
@@ -278,26 +281,26 @@ StepStats sft_step(SftRun& r, int64_t step) {
     auto loss = mse * ex.weight;
     (loss / static_cast<double>(r.cfg.grad_accum)).backward();
     r.sync->after_backward();
-    loss_sum = loss_sum + loss.detach();
-    mse_sum = mse_sum + mse.detach().to(torch::kFloat32);
+    last_loss = loss.detach().to(torch::kFloat32), last_mse = mse.detach().to(torch::kFloat32);
+    loss_sum = loss_sum + last_loss;
+    mse_sum = mse_sum + last_mse;
     sem_rms = aux.sem_rms, x_rms = aux.x_rms;
     st.timestep = ex.timestep;
-    st.text_drop += batch->text_drop.mean().item<double>();  // host tensors: no device sync
-    st.cond_drop += batch->cond_drop.mean().item<double>();
-    st.mask_frac += batch->mask_frac.mean().item<double>();
+    st.text_drop = batch->text_drop.mean().item<double>();  // host tensors: no device sync
+    st.cond_drop = batch->cond_drop.mean().item<double>();
+    st.mask_frac = batch->mask_frac.mean().item<double>();
     ++st.micro;
   }
   // 5) the loss over all ranks (with the stop flags); clip, and skip the update on a non-finite loss or norm (on the
   //    device), update
-  const auto reduced = ctx.all_reduce_step({loss_sum / static_cast<double>(st.micro)});
+  const auto reduced = ctx.all_reduce_step({loss_sum / static_cast<double>(st.micro), last_loss});
   auto norm = r.sync->clip_grad_norm(r.cfg.grad_clip);
   r.sync->step((~torch::isfinite(norm) | ~torch::isfinite(reduced[0])).to(torch::kFloat32));
-  // 6) metrics, in the step's one host sync (the loss is the mean over every rank's micro batches; the rest are
-  //    this rank's)
-  const auto h = ctx.to_host(reduced, {norm, mse_sum / static_cast<double>(st.micro), sem_rms, x_rms});
-  st.loss = h.mean[0], st.stop = h.stop;
-  st.grad_norm = h.local[0], st.mse = h.local[1], st.sem_rms = h.local[2], st.x_rms = h.local[3];
-  st.text_drop /= st.micro, st.cond_drop /= st.micro, st.mask_frac /= st.micro;
+  // 6) metrics, in the step's one host sync (the losses are means over the ranks; the rest are this rank's)
+  const auto h = ctx.to_host(reduced, {norm, last_mse, mse_sum / static_cast<double>(st.micro), sem_rms, x_rms});
+  st.loss_mean = h.mean[0], st.loss = h.mean[1], st.stop = h.stop;
+  st.grad_norm = h.local[0], st.mse = h.local[1], st.mse_mean = h.local[2], st.sem_rms = h.local[3];
+  st.x_rms = h.local[4];
   return st;
 }
 
@@ -378,7 +381,7 @@ void do_validation(SftRun& r, int64_t step) {
       rows[i].gap_uncond = rows[i].mse_uncond - rows[i].mse, rows[i].gap_nulltext = rows[i].mse_nulltext - rows[i].mse;
     }
   }
-  if (r.ctx->rank == 0) r.log.validation(step, rows);
+  if (r.ctx->rank == 0) r.log.validation(step, rows, r.cfg.val_uncond);
   // The preview: val clip 0 sampled (Euler, --preview_steps, CFG as `vdt sample`) by rank 0 (every rank holds the
   // whole model), decoded with the root's VAE: rows ground truth, with conditions, without.
   if (r.ctx->rank == 0 && r.preview_vae) {
@@ -402,7 +405,7 @@ void log_step(SftRun& r, int64_t step, const StepStats& st, double step_time) {
               {"cond_lr", r.sync->lr(1)}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms}, {"x_rms", st.x_rms},
               {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop}, {"mask_frac", st.mask_frac},
               {"step_time", step_time}, {"data_time", st.data_time}, {"mem_gb", r.ctx->peak_memory_gb()},
-              {"epoch", static_cast<double>(r.epoch)}},
+              {"epoch", static_cast<double>(r.epoch)}, {"loss_mean", st.loss_mean}, {"mse_mean", st.mse_mean}},
              st.clips);
 }
 
@@ -449,7 +452,9 @@ class SftLoop final : public LoopTrainer {
   SftLoop(SftRun& r, SftSummary& sum) : r_(r), sum_(sum) {}
   StepResult train_step(int64_t step) override {
     st_ = sft_step(r_, step - 1);
-    return {st_.loss, st_.grad_norm, st_.stop};
+    // The loop (summary, golden curves, the non-finite stop) sees the step's mean over micro batches and ranks; the
+    // log's loss is the last micro batch, as the Python trainer logs it.
+    return {st_.loss_mean, st_.grad_norm, st_.stop};
   }
   void log_step(int64_t step, const StepResult&, double step_time, double) override {
     vdt::log_step(r_, step, st_, step_time);
@@ -539,7 +544,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   SftLoop loop(r, sum);
   static_cast<LoopResult&>(sum) =
       run_training_loop(*r.ctx, {.start_step = r.start_step, .last_step = cfg.max_steps, .val_every = cfg.val_every,
-                                 .save_every = cfg.save_every}, loop);
+                                 .validate_last = false, .save_every = cfg.save_every}, loop);
   if (sum.stopped) return sum;
   return finish(r, sum);
 }
