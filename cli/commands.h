@@ -85,5 +85,9 @@ void add_decode(CLI::App& app, int& exit_code);             // cli/python_tool.c
 // Runs `python -m vdt_py <command> <args...>` (vdt's Python package, docs/python.md) as a child; its exit code.
 int run_python_tool(const std::string& command, const std::vector<std::string>& args);
 void add_ckpt_export(CLI::App& ckpt, int& exit_code);       // cli/ckpt_export.cpp, called by add_ckpt
+void add_env(CLI::App& app, int& exit_code);                // cli/env.cpp
+// The directory holding python/src and scripts/py_env.sh (<prefix>/share/vdt installed, else the checkout this binary
+// was built from); "" when neither has them.
+std::string python_tool_root();
 
 }  // namespace vdt::cli

@@ -2,6 +2,8 @@
 // one try/catch that prints the error and exits non-zero.
 #include <signal.h>
 
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -10,6 +12,42 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
+
+namespace {
+
+// CLI11 says "root is required" or "A subcommand is required" without the command; this names the (sub)command, each
+// missing input with its help text, and a command line shape that works.
+std::string missing_inputs(const CLI::App& app) {
+  const CLI::App* cmd = &app;
+  std::string path = "vdt";
+  while (!cmd->get_subcommands().empty()) {
+    cmd = cmd->get_subcommands().front();
+    path += " " + cmd->get_name();
+  }
+  std::string out, usage = path;
+  if (cmd->get_require_subcommand_min() > 0) {
+    std::string names;
+    for (const CLI::App* s : cmd->get_subcommands([](const CLI::App*) { return true; }))
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    return path + ": a subcommand is required: " + names + "\n---> HINT: " + path + " --help says what each does";
+  }
+  for (const CLI::Option* o : cmd->get_options()) {
+    if (!o->get_required() || o->count() > 0) continue;
+    std::string name = o->get_name(), shape = name;
+    if (!o->nonpositional()) {
+      std::transform(name.begin(), name.end(), name.begin(), ::toupper);
+      shape = name;
+    } else {
+      shape = name + " " + o->get_type_name();
+    }
+    out += (out.empty() ? "" : "\n") + path + ": " + name + " is required: " + o->get_description();
+    usage += " " + shape;
+  }
+  if (out.empty()) return "";
+  return out + "\n---> HINT: " + usage + " (" + path + " --help lists every flag)";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Over a file-size limit (ulimit -f) a write fails with EFBIG instead of killing the process silently: the save
@@ -35,12 +73,18 @@ int main(int argc, char** argv) {
   vdt::cli::add_demo(app, exit_code);
   vdt::cli::add_ckpt(app, exit_code);
   vdt::cli::add_decode(app, exit_code);
+  vdt::cli::add_env(app, exit_code);
   try {
     // argparse's abbreviations: unambiguous flag prefixes are spelled out before CLI11 parses.
     auto args = vdt::cli::expand_flag_prefixes(app, std::vector<std::string>(argv + 1, argv + argc));
     std::vector<char*> argv2 = {argv[0]};
     for (auto& a : args) argv2.push_back(a.data());
     app.parse(static_cast<int>(argv2.size()), argv2.data());
+  } catch (const CLI::RequiredError& e) {
+    const auto msg = missing_inputs(app);
+    if (msg.empty()) return app.exit(e) == 0 ? 0 : 2;  // another rule (an option group, a count): CLI11's words
+    std::cerr << "vdt: error: " << msg << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message (or the help); every usage error exits 2, as docs/cli.md says.
     return app.exit(e) == 0 ? 0 : 2;

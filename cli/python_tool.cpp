@@ -108,6 +108,14 @@ void add_forwarding(CLI::App& parent, const std::string& name, const std::string
 
 }  // namespace
 
+std::string python_tool_root() {
+  try {
+    return tool_root().string();
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 int run_python_tool(const std::string& command, const std::vector<std::string>& args) {
   const fs::path root = tool_root();
   const std::string python = python_of(root);

@@ -78,6 +78,12 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
                          std::to_string(r.line) + ")");
   }
 
+  // A root whose clips are all validation clips leaves the trainers nothing to train on.
+  if (!rows.empty() && train_clip.empty())
+    problems.push_back(clips + ": no training clips: all " + std::to_string(rows.size()) + " clips are split \"val\"" +
+                       " (prepare it again with fewer validation clips: --val-fraction, or --val-runs naming fewer "
+                       "run folders)");
+
   if (info.model_family == "h3") attempt([&] { read_silence(silence_path(root), info, 1); });
   // Every clip's files (each clip once, even if listed in both splits).
   const int64_t num_parts = vocab_size(info.vocab);

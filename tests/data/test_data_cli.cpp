@@ -89,5 +89,18 @@ TEST(DataCli, CheckHoldsPicture2048ToTheRootsShortEdge) {
   EXPECT_NE(problems[0].find("records no picture1_short_edge"), std::string::npos) << problems[0];
 }
 
+// A root whose clips are all validation clips passes every per-file check, but the trainers would have nothing to
+// train on: `data check` says so and names the flags that choose the validation clips.
+TEST(DataCli, CheckRefusesARootWithoutTrainingClips) {
+  TinyRoot t;
+  for (auto& c : t.clips()) c.split = "val";
+  t.write_index();
+  const auto r = run_vdt("data check " + t.root());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(t.file("index/clips.jsonl") + ": no training clips: all 8 clips are split \"val\""),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--val-runs"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace vdt

@@ -126,7 +126,7 @@ TEST_F(CausalH3Test, InitLoraInSplitNamingTrainsOn) {
   const std::string init = dir_->file("split_init.safetensors");
   save_safetensors(init, file, {{"alpha", "4"}});
   auto c = config("split_init", 2);
-  c.init_lora = init, c.lora_rank = 0, c.lora_alpha = 0;  // the file decides
+  c.init_lora = init, c.lora_rank = -1, c.lora_alpha = -1;  // left out: the file decides
   const auto sum = train_causal(c);
   EXPECT_TRUE(std::isfinite(sum.last_loss));
   const auto meta = SafetensorsFile::open(lora_step_path(c.out, 2))->metadata();

@@ -83,7 +83,7 @@ TEST_F(CausalLoraShape, AFlagThatDisagreesWithTheFileIsAnErrorNamingBoth) {
   c.init_lora = dir_->file("init.safetensors");
   c.lora_alpha = 32;
   test::expect_error([&] { train_causal(c); }, {"--lora-alpha 32.0", "init.safetensors", "alpha 8.0"});
-  c.lora_alpha = 0, c.lora_rank = 16;
+  c.lora_alpha = -1, c.lora_rank = 16;
   test::expect_error([&] { train_causal(c); }, {"--lora-rank 16", "init.safetensors", "rank 4"});
   c.lora_rank = 4, c.lora_alpha = 8;  // agreeing flags are fine
   EXPECT_EQ(train_causal(c).steps, 2);
@@ -93,6 +93,21 @@ TEST_F(CausalLoraShape, AFlagThatDisagreesWithTheFileIsAnErrorNamingBoth) {
   const auto meta = SafetensorsFile::open(lora_step_path(fresh.out, 1))->metadata();
   EXPECT_EQ(meta.at("rank"), "32");
   EXPECT_EQ(meta.at("alpha"), "32.0");
+}
+
+// A rank-0 LoRA has nothing to train and alpha 0 scales its update to zero: both are refused before any work, naming
+// the flag and what to give instead (the binary too: `vdt train causal --lora-rank 0` exits 2 with the message).
+TEST_F(CausalLoraShape, RankZeroOrAlphaZeroIsRefused) {
+  auto c = config("rank0", 1);
+  c.lora_rank = 0;
+  test::expect_error([&] { train_causal(c); }, {"--lora-rank 0", "expected >= 1", "leave --lora-rank out"});
+  c.lora_rank = 4, c.lora_alpha = 0;
+  test::expect_error([&] { train_causal(c); }, {"--lora-alpha 0", "expected > 0"});
+  EXPECT_FALSE(std::filesystem::exists(c.out));
+  const auto r = test::run_vdt("train causal --model tiny --random-init --device cpu --data-root " +
+                               dir_->file("data") + " --out " + dir_->file("rank0_cli") + " --lora-rank 0");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--lora-rank 0: expected >= 1"), std::string::npos) << r.output;
 }
 
 TEST_F(CausalLoraShape, ABaseIsRequired) {

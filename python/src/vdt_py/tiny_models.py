@@ -146,11 +146,14 @@ def tiny_h3(out: str, text_dim: int = 48, seed: int = 0) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.family == "h3":
-        dirs = tiny_h3(args.out, args.text_dim or 48, args.seed)
+        text_dim = args.text_dim or 48
+        dirs = tiny_h3(args.out, text_dim, args.seed)
         print(f"[tiny-models] random AutoencoderKLMiniMaxH3 -> {dirs['vae']}; AutoencoderKLMiniMaxH3Audio -> "
-              f"{dirs['audio_vae']}; Qwen3VLModel + tokenizer + image processor -> {dirs['text_encoder']}")
+              f"{dirs['audio_vae']}; Qwen3VLModel (hidden {text_dim}) + tokenizer + image processor -> "
+              f"{dirs['text_encoder']}")
         return 0
-    dirs = make(args.out, args.z_dim, args.text_dim or 64, args.seed)
+    text_dim = args.text_dim or 64
+    dirs = make(args.out, args.z_dim, text_dim, args.seed)
     print(f"[tiny-models] random AutoencoderKLWan (z_dim {args.z_dim}) -> {dirs['vae']}; random UMT5EncoderModel "
-          f"(d_model {args.text_dim}) + tokenizer -> {dirs['text_encoder']}")
+          f"(d_model {text_dim}) + tokenizer -> {dirs['text_encoder']}")
     return 0

@@ -34,8 +34,13 @@ void CausalConfig::validate() const {
   parse_device_flag(device, "--device");
   precision_mode();
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
-  VDT_CHECK(lora_rank >= 0, "--lora-rank ", lora_rank, ": expected >= 1 (or 0: from the LoRA the run starts from)");
-  VDT_CHECK(lora_alpha >= 0, "--lora-alpha ", lora_alpha, ": expected > 0 (or 0: from the LoRA the run starts from)");
+  // Rank 0 or alpha 0 would make the LoRA's update zero: the run would train nothing.
+  VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1 (a rank-0 LoRA has no "
+            "weights to train)\n---> HINT: leave --lora-rank out (the LoRA the run starts from decides, else ",
+            kDefaultLoraRank, "), or give a rank such as ", kDefaultLoraRank);
+  VDT_CHECK(lora_alpha == -1 || lora_alpha > 0, "--lora-alpha ", lora_alpha, ": expected > 0 (alpha 0 scales the "
+            "LoRA's update to zero)\n---> HINT: leave --lora-alpha out (the LoRA the run starts from decides, else ",
+            kDefaultLoraRank, ")");
   VDT_CHECK(!weights.empty() || random_init, "--weights is required: the frozen base (a .safetensors file or a "
             "directory of shards); without it the LoRA would train on a random base\n---> HINT: pass --weights PATH, "
             "or --random-init to train on a random base on purpose (tests, benchmarks)");
@@ -125,10 +130,10 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
       {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
       {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
-      {"--lora-rank", "LoRA rank; 0 = the starting LoRA file's (--init-lora, a re-run's newest lora_step), else 32. "
-                      "Given, it must equal that file's", &C::lora_rank},
-      {"--lora-alpha", "LoRA alpha (scale = alpha / rank); 0 = the starting LoRA file's, else the rank. Given, it must "
-                       "equal that file's", &C::lora_alpha},
+      {"--lora-rank", "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
+                      "lora_step), else 32. Given, it must equal that file's", &C::lora_rank},
+      {"--lora-alpha", "LoRA alpha (> 0; scale = alpha / rank); left out (-1): the starting LoRA file's, else 32. "
+                       "Given, it must equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},

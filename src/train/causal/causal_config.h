@@ -35,10 +35,10 @@ struct CausalConfig {
   std::string data_root, text_table, model, weights, device = "auto", precision = "bf16";
   bool random_init = false;  // a random frozen base; required (and exclusive with --weights) when no base is given
   int64_t chunk_frames = 0;  // 0: the base's natural chunk (set by the trainer)
-  // 0: the LoRA this run starts from decides (--init-lora, --resume X, the newest lora_step in --out), else
-  // kDefaultLoraRank / alpha = rank. Given, they must agree with that file (an error names both values).
-  int64_t lora_rank = 0;
-  double lora_alpha = 0;
+  // -1 (left out): the LoRA this run starts from decides (--init-lora, --resume X, the newest lora_step in --out),
+  // else kDefaultLoraRank / alpha = rank. Given, they must be positive and agree with that file (an error names both).
+  int64_t lora_rank = -1;
+  double lora_alpha = -1;
   static constexpr int64_t kDefaultLoraRank = 32;
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off

@@ -153,14 +153,14 @@ void resolve_lora_shape(CausalRun& r) {
     }
   }
   if (source.empty()) {
-    if (r.cfg.lora_rank == 0) r.cfg.lora_rank = CausalConfig::kDefaultLoraRank;
-    if (r.cfg.lora_alpha == 0) r.cfg.lora_alpha = static_cast<double>(CausalConfig::kDefaultLoraRank);
+    if (r.cfg.lora_rank < 0) r.cfg.lora_rank = CausalConfig::kDefaultLoraRank;
+    if (r.cfg.lora_alpha < 0) r.cfg.lora_alpha = static_cast<double>(CausalConfig::kDefaultLoraRank);
     return;
   }
-  VDT_CHECK(r.cfg.lora_rank == 0 || r.cfg.lora_rank == file.rank, "--lora-rank ", r.cfg.lora_rank, " disagrees with ",
+  VDT_CHECK(r.cfg.lora_rank < 0 || r.cfg.lora_rank == file.rank, "--lora-rank ", r.cfg.lora_rank, " disagrees with ",
             source, ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out (the LoRA the run starts "
             "from decides), or give its rank");
-  VDT_CHECK(r.cfg.lora_alpha == 0 || r.cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(r.cfg.lora_alpha),
+  VDT_CHECK(r.cfg.lora_alpha < 0 || r.cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(r.cfg.lora_alpha),
             " disagrees with ", source, ", whose LoRA has alpha ", py_float(file.alpha), "\n---> HINT: leave "
             "--lora-alpha out (the LoRA the run starts from decides), or give its alpha");
   r.cfg.lora_rank = file.rank, r.cfg.lora_alpha = file.alpha;
