@@ -1,4 +1,4 @@
-// `vdt bench step`: times the trainers' own steps at the given geometry (SPEC §9, tools/step_bench.h). Fixed-format
+// `vdt bench step`: times the trainers' own steps at the given geometry (docs/BENCHMARKS.md, tools/step_bench.h). Fixed-format
 // output: one line per step, then a `result` line of key=value pairs (parsed by benchmarks/ scripts). Under torchrun
 // it runs sharded as training does; rank 0 prints.
 // `vdt bench kernels`: the fused CUDA kernels against their references at real shapes (tools/kernel_bench.h); exit

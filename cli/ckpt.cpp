@@ -1,4 +1,4 @@
-// `vdt ckpt inspect|check|diff|merge-lora` (SPEC §7): look into checkpoints and fold a LoRA into base weights.
+// `vdt ckpt inspect|check|diff|merge-lora` (docs/design.md §7): look into checkpoints and fold a LoRA into base weights.
 #include <cstdio>
 
 #include "cli/commands.h"

@@ -1,5 +1,5 @@
-// `vdt train sft`: the seed gc25d's flags with its names and defaults (SPEC §4), plus --model, --res, --precision,
-// --device. `vdt train causal`: the seed rtcwm's flags (SPEC §5), plus --model, --weights, --chunk-frames,
+// `vdt train sft`: the seed gc25d's flags with its names and defaults (docs/design.md §4), plus --model, --res, --precision,
+// --device. `vdt train causal`: the seed rtcwm's flags (docs/design.md §5), plus --model, --weights, --chunk-frames,
 // --lora-rank, --lora-alpha and the data, device and sharding flags.
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // `vdt bench step`: the trainers' own steps, timed. `vdt train sft` or `vdt train causal` runs warm-up + timed steps
 // on a synthetic data root at the chosen latent geometry (tools/synth.h) with random weights, so what is timed is
 // exactly what a user's step runs (its data loading overlaps in the loader). Reports the median of the timed steps,
-// peak device memory and MFU from the base's model FLOPs (SPEC §9). Several ranks (torchrun) run the trainer sharded,
+// peak device memory and MFU from the base's model FLOPs (docs/BENCHMARKS.md). Several ranks (torchrun) run the trainer sharded,
 // as training does. Not here: validation or the SFT export (off; the causal run's small LoRA file is written after
 // the timed steps).
 #pragma once

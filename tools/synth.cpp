@@ -212,7 +212,7 @@ const std::vector<std::string> kRootEntries = {"dataset.json", "index", "latents
                                                "text_table.safetensors", "vae.safetensors",
                                                "audio_silence.safetensors"};
 
-// H3: the clip's one prompt, led by Picture 1's label and vision tokens (h3_spec §1.11).
+// H3: the clip's one prompt, led by Picture 1's label and vision tokens (docs/h3_model.md §1.11).
 const char* kVisionToken = "<|image_pad|>";
 std::string h3_prompt(const std::string& first_cell) {
   std::string p = "<Picture 1>:";

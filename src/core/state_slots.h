@@ -1,4 +1,4 @@
-// Crash-safe training-state storage (SPEC §4 state, §8): two alternating slot directories <run>/state_A and
+// Crash-safe training-state storage (docs/design.md §4 state, §8): two alternating slot directories <run>/state_A and
 // <run>/state_B, and a link <run>/state to the newest complete one. A slot counts only when it is complete: its
 // files are written and fsync'ed, then checksummed into slot.json (written atomically), then re-read and verified,
 // and only then does the link move. A kill at any point leaves the other slot loadable; a write error (full disk)

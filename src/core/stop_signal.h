@@ -1,4 +1,4 @@
-// Graceful stop on SIGTERM / SIGINT (SPEC §8): while a StopOnSignal is alive, the first SIGTERM or SIGINT only sets
+// Graceful stop on SIGTERM / SIGINT (docs/design.md §8): while a StopOnSignal is alive, the first SIGTERM or SIGINT only sets
 // a flag the training loop polls between steps (it then saves its state and exits 0, so a scheduler re-queues the
 // job); a second one restores the default action and re-raises it, for a user who really wants out now.
 // Not here: what the loop does when asked to stop.

@@ -1,4 +1,4 @@
-// The causal workflow's samples (SPEC §5, seed rtcwm.train.dataset): windows of `span_frames` latent frames cut from
+// The causal workflow's samples (docs/design.md §5, seed rtcwm.train.dataset): windows of `span_frames` latent frames cut from
 // each clip's latent stream. A clip of F frames holds n = floor(F / span) window slots, each one sample; slot j of a
 // clip starts at j * span + an offset drawn per (seed, epoch, sample) from 0 .. F - n * span, so every window stays
 // inside the stream and every epoch sees other cuts — on any rank, at any world size, after any resume.

@@ -1,4 +1,4 @@
-// A data root (SPEC §3, docs/data_format.md): dataset.json + index/clips.jsonl + per-clip latents/, cond/, meta/ and
+// A data root (docs/design.md §3, docs/data_format.md): dataset.json + index/clips.jsonl + per-clip latents/, cond/, meta/ and
 // a text table. DataRoot reads and validates the two index files and names the per-clip paths; check_root walks every
 // file of a root and reports every problem, one line each. Not here: reading a clip's tensors (clip_io.h), dropout
 // draws and batching (sft_dataset.h), ordering (sampler.h).

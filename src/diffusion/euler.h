@@ -1,4 +1,4 @@
-// Euler sampling over the Wan inference grid (wan_spec §4.5) with two-branch classifier-free guidance and the TI2V
+// Euler sampling over the Wan inference grid (docs/design.md §2) with two-branch classifier-free guidance and the TI2V
 // first frame re-imposed after every step. The model is a callback, so this file knows no network.
 // The causal model samples chunk by chunk (causal_euler_sample).
 #pragma once
@@ -43,7 +43,7 @@ using SideBounds = std::map<std::string, std::vector<int64_t>>;
 SampleState euler_sample(const StateVelocityFn& positive, const StateVelocityFn& negative, const SampleState& noise,
                          const torch::Tensor& first_frame, const EulerConfig& cfg);
 
-// Chunk by chunk (SPEC §2, the causal workflow's previews): chunk k (frames [k cf, (k+1) cf)) is sampled by
+// Chunk by chunk (docs/design.md §2, the causal workflow's previews): chunk k (frames [k cf, (k+1) cf)) is sampled by
 // euler_sample while chunks 0..k-1, already sampled, ride along clean at timestep 0 as its block-causal prefix; the
 // callbacks see x [B, C, (k+1) cf, H, W] and t [B, (k+1) cf] and their output's last cf frames are used. The prefix
 // is recomputed at every step (no KV cache: previews, not serving). first_frame, when defined, is imposed on frame 0.

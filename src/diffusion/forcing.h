@@ -1,4 +1,4 @@
-// Diffusion forcing for the causal workflow (SPEC §5 `df`, seed rtcwm): a span of `chunks` chunks of `chunk_frames`
+// Diffusion forcing for the causal workflow (docs/design.md §5 `df`, seed rtcwm): a span of `chunks` chunks of `chunk_frames`
 // latent frames, each chunk with its own noise level u ~ U(0, 1) shifted by `level_shift`
 // (sigma = s u / (1 + (s - 1) u), t = 1000 sigma), per-frame timesteps from the chunk, and a loss that is each chunk's
 // MSE weighted by the bell weight of its t (the training grid's weight at the nearest grid point), averaged over
@@ -39,7 +39,7 @@ struct DfExample {
 DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
 
-// Teacher forcing (SPEC §2 `tf`, reference/peers.md §0.3): the clean span (timestep 0) followed by the diffusion-
+// Teacher forcing (docs/design.md §2 `tf`, reference/peers.md §0.3): the clean span (timestep 0) followed by the diffusion-
 // forcing noisy span, one sequence of 2F frames for the teacher-forcing mask; the same levels, targets and weights.
 DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);

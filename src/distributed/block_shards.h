@@ -1,4 +1,4 @@
-// Frozen weights sharded over the ranks and gathered per module for compute (SPEC §5/§6: the causal trainer's frozen
+// Frozen weights sharded over the ranks and gathered per module for compute (docs/design.md §5/§6: the causal trainer's frozen
 // base blocks, "FSDP-sharded over the GPUs of a node" in the seed). Per module and dtype, the parameters that need no
 // gradient are flattened into one buffer padded to a multiple of the world size; this rank keeps its slice only.
 // gather() all-gathers the buffer and points the parameters at views of it; release() points them at empty tensors

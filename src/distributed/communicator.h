@@ -1,4 +1,4 @@
-// The collectives the trainers need (SPEC §6), behind one interface with three implementations: a single rank
+// The collectives the trainers need (docs/design.md §6), behind one interface with three implementations: a single rank
 // (identity), in-process ranks on threads (CPU tests, local_group.h) and NCCL through c10d's ProcessGroupNCCL with a
 // TCPStore rendezvous from torchrun's or Slurm's environment (nccl_group.h). A world splits into groups of
 // consecutive ranks (the nodes: the causal trainer shards its frozen base within each node). Every collective is asynchronous: it

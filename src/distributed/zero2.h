@@ -1,4 +1,4 @@
-// ZeRO-2 (SPEC §6; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"),
+// ZeRO-2 (docs/design.md §6; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"),
 // one implementation of the update path (distributed/grad_sync.h): every rank holds the compute weights; gradients
 // are reduce-scattered in buckets while backward still runs (the gradient hooks of distributed/grad_hooks.h copy each
 // gradient into its bucket and free it; buckets are sent in a fixed order so every rank issues the same collectives);

@@ -1,5 +1,5 @@
 // Attention. q/k RMSNorm is applied over the full width before the head split (Wan's qk_norm), RoPE only in
-// self-attention, and cross-attention has no mask: all Lt text rows are attended, padding included (wan_spec §3.5).
+// self-attention, and cross-attention has no mask: all Lt text rows are attended, padding included (docs/design.md §1).
 #include "model/attention.h"
 
 #include <ATen/ops/rms_norm.h>

@@ -1,4 +1,4 @@
-// One Wan DiT block (reference/wan_spec.md §3.7) under its checkpoint names: adaLN self-attention, affine-norm
+// One Wan DiT block (docs/design.md §1) under its checkpoint names: adaLN self-attention, affine-norm
 // cross-attention (`norm3`), adaLN GELU-tanh FFN (`ffn.0`, `ffn.2`) and the learned `modulation` offset.
 // Modulation is per timestep group: x [B, L, D] is viewed as [B, G, L/G, D] so that G = 1 (one timestep),
 // G = F (per latent frame: TI2V first frame, diffusion-forcing chunks) and G = L (per token, the slow reference)

@@ -1,4 +1,4 @@
-// Presets follow reference/wan_spec.md §1.1 (TI2V-5B) and the Wan2.1 T2V-1.3B release; `tiny` is ours for tests
+// Presets follow docs/design.md §1 (TI2V-5B) and the Wan2.1 T2V-1.3B release; `tiny` is ours for tests
 // and the CPU demo. Detection reads the shapes that pin each field (patch embedding, FFN, text and time MLPs, head).
 #include "model/config.h"
 

@@ -95,7 +95,7 @@ class Denoiser : public torch::nn::Module {
   virtual int64_t width() const = 0;  // the residual width D
   virtual torch::Device device() const = 0;
   virtual torch::ScalarType compute_dtype() const = 0;  // of the residual stream (fp32 islands aside)
-  // The semantic-map adapter (SPEC §4, model/sem_cond.h) added from `sem_ids`; families without it refuse.
+  // The semantic-map adapter (docs/design.md §4, model/sem_cond.h) added from `sem_ids`; families without it refuse.
   virtual void install_sem_cond(const SemCondConfig& cfg) {
     throw std::runtime_error("the " + family() + " base has no semantic-map adapter (gc_sem_cond)");
   }

@@ -54,7 +54,7 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
     if (layers > 0) mc.num_layers = layers;
     return WanDiT(mc, options).ptr();
   }
-  if (family == "h3") {  // in `options`' dtype with the release's fp32 islands (h3_spec §1.10)
+  if (family == "h3") {  // in `options`' dtype with the release's fp32 islands (docs/h3_model.md §1.10)
     H3Config hc = h3_preset(preset);
     if (layers > 0) hc.num_layers = layers;
     H3BuildOptions bo;

@@ -1,4 +1,4 @@
-// Position and time encodings of the Wan DiT (reference/wan_spec.md §3.2, §3.6): the sinusoidal timestep embedding
+// Position and time encodings of the Wan DiT (docs/design.md §1): the sinusoidal timestep embedding
 // (cos half first, computed in float64) and the interleaved 3-axis RoPE tables and their application.
 // Not here: the learned time MLP (wan_dit) or attention itself (attention).
 #pragma once

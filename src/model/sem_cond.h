@@ -1,4 +1,4 @@
-// gc_sem_cond, the semantic-map adapter of the gc25d SFT (SPEC §1): per-pixel part ids [B, F, Hs, Ws] (uint8,
+// gc_sem_cond, the semantic-map adapter of the gc25d SFT (docs/design.md §1): per-pixel part ids [B, F, Hs, Ws] (uint8,
 // 255 = UNKNOWN) -> one-hot over the vocabulary (UNKNOWN = all zeros) -> Conv3d with kernel = stride = (1, 2s, 2s)
 // onto the DiT token grid -> SiLU -> Linear -> SiLU -> `proj_out` Linear to D, zero-initialised, so the model starts
 // exactly as the base model (sem_rms = 0 at step 1). Six tensors: patch.{weight,bias}, mlp.{weight,bias},

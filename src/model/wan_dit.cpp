@@ -144,7 +144,7 @@ double WanDiTImpl::train_flops(int64_t L, int64_t Lt, int64_t B) const { return 
 double wan_train_flops(const ModelConfig& cfg_, int64_t L, int64_t Lt, int64_t B) {
   const double D = cfg_.dim, FF = cfg_.ffn_dim;
   // Per video token per layer: self-attn q,k,v,o (8D^2) + scores and weighted sum (4LD) + cross q,o (4D^2)
-  // + cross scores (4 Lt D) + FFN (4 D FF). Per sample per layer: cross k,v on the text (4 Lt D^2). SPEC §9.
+  // + cross scores (4 Lt D) + FFN (4 D FF). Per sample per layer: cross k,v on the text (4 Lt D^2). docs/BENCHMARKS.md.
   const double per_token = 8 * D * D + 4.0 * L * D + 4 * D * D + 4.0 * Lt * D + 4 * D * FF;
   const double fwd = B * cfg_.num_layers * (L * per_token + 4.0 * Lt * D * D);
   return 3 * fwd;

@@ -1,4 +1,4 @@
-// The Wan DiT (reference/wan_spec.md §3) under its checkpoint key names: patch embedding, text and time MLPs,
+// The Wan DiT (docs/design.md §1) under its checkpoint key names: patch embedding, text and time MLPs,
 // time projection, N blocks, head with its 2-way modulation, unpatchify (channels fastest).
 // The first implementation of the base-model seam (model/denoiser.h). Attachment points, so the model stays free of
 // training concerns:
@@ -47,7 +47,7 @@ class WanDiTImpl : public Denoiser {
 
   // Token grid (F', H', W') for a latent of shape [B, C, F, H, W].
   std::array<int64_t, 3> token_grid(at::IntArrayRef latent_shape) const;
-  // Re-initialises every parameter as the reference does for training from scratch (wan_spec §3.10).
+  // Re-initialises every parameter as the reference does for training from scratch (docs/design.md §1).
   void init_weights(uint64_t seed) override;
   // init_weights plus a random head (Wan's zero head would pass no gradient to a LoRA on the blocks).
   void init_random_base(uint64_t seed) override;
@@ -99,7 +99,7 @@ class WanDiTImpl : public Denoiser {
 TORCH_MODULE(WanDiT);
 
 // Model FLOPs of one training step of a Wan DiT (forward + backward = 3x forward, recomputation not counted) at L
-// latent tokens and Lt text tokens, SPEC §9's count.
+// latent tokens and Lt text tokens, docs/BENCHMARKS.md's count.
 double wan_train_flops(const ModelConfig& cfg, int64_t tokens, int64_t text_len, int64_t batch = 1);
 
 }  // namespace vdt

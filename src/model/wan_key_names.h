@@ -1,6 +1,6 @@
 // Names of Wan DiT weights in the layouts users already have: ours (the released Wan / DiffSynth names, e.g.
 // "blocks.0.self_attn.q.weight"), diffusers' WanTransformer3DModel ("blocks.0.attn1.to_q.weight"), and the prefixes
-// ComfyUI ("model.diffusion_model.") and DiffSynth ("model.") add. The table is wan_spec Appendix B.
+// ComfyUI ("model.diffusion_model.") and DiffSynth ("model.") add. The table is in docs/design.md §1.
 // Here: translating one name either way. Not here: reading or writing files (weights_io, tools/ckpt_export).
 #pragma once
 #include <string>

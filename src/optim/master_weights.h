@@ -1,4 +1,4 @@
-// The parameters the optimizer updates, paired with the model's compute parameters (SPEC §4 precision):
+// The parameters the optimizer updates, paired with the model's compute parameters (docs/design.md §4 precision):
 //   mixed: compute weights in bf16, fp32 master copies owned here; micro-batch gradients are accumulated into
 //          fp32 master gradients, the optimizer updates the masters, and publish() writes them back in bf16;
 //   bf16 / fp32: the optimizer updates the model's own parameters (no copies).

@@ -58,7 +58,7 @@ TEST(FlowMatch, EachFamilyHasItsOwnGridAndH3MatchesItsReferenceFixture) {
   test::expect_error([] { flow_schedule("flux"); }, {"flux", "wan, h3"});
 }
 
-// SPEC §1 and the seed (GcTrainModule.forward): sigma, the noise mixing and the weight come from the exact float32 grid
+// docs/design.md §1 and the seed (GcTrainModule.forward): sigma, the noise mixing and the weight come from the exact float32 grid
 // value; only the model's input timestep is rounded to the compute dtype.
 TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyTheModelTimestep) {
   const auto grid = training_grid();

@@ -57,7 +57,7 @@ TEST(Forcing, ChunksGetTheirOwnLevelAndTheLossWeightsThem) {
   test::expect_error([&] { make_df_example(x0, noise, {0.1, 0.5, 0.9}, cfg, grid, w); }, {"3 chunks of 4 frames"});
 }
 
-// The causal objectives follow the SFT rule (SPEC §1): sigma, the mixing and the chunk weights from the exact level; the
+// The causal objectives follow the SFT rule (docs/design.md §1): sigma, the mixing and the chunk weights from the exact level; the
 // model's timesteps rounded to the compute dtype (x0's), side streams too.
 TEST(Forcing, ModelTimestepsAreRoundedToTheComputeDtypeAndSigmasAreNot) {
   ForcingConfig cfg;

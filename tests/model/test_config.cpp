@@ -23,7 +23,7 @@ TEST(Presets, AllValidateAndUnknownNamesAreListed) {
   test::expect_error([&] { bad.validate(); }, {"dim", "num_heads"});
 }
 
-// The 5B preset has 825 tensors and 4,999,787,712 parameters (wan_spec §1.4). Building all 30 layers would take
+// The 5B preset has 825 tensors and 4,999,787,712 parameters (docs/design.md §1). Building all 30 layers would take
 // 20 GB of host memory, so count the top level with one layer and one block separately.
 TEST(Presets, Ti2v5bHas825TensorsAnd4999787712Parameters) {
   auto cfg = preset_config("wan2.2-ti2v-5b");

@@ -21,7 +21,7 @@ TEST(Sinusoid, MatchesIndependentFormulaCosFirst) {
     }
 }
 
-// Reference angle for pair j of token (f, h, w) with head dim d, written from wan_spec §3.6 directly.
+// Reference angle for pair j of token (f, h, w) with head dim d, written from docs/design.md §1 directly.
 double ref_angle(int64_t d, int64_t f, int64_t h, int64_t w, int64_t j) {
   const int64_t hw = 2 * (d / 6), fd = d - 2 * hw;
   if (j < fd / 2) return f * std::pow(10000.0, -2.0 * j / fd);

@@ -1,5 +1,5 @@
 // `vdt bench step` runs the trainers' own steps (tools/step_bench.h): both trainers on the tiny preset on the CPU, and
-// the model FLOPs of SPEC §9.
+// the model FLOPs of docs/BENCHMARKS.md.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -13,7 +13,7 @@
 namespace vdt {
 namespace {
 
-// SPEC §9: 294 TFLOP per step at the TI2V-5B geometry (8190 tokens, 512 text tokens).
+// docs/BENCHMARKS.md: 294 TFLOP per step at the TI2V-5B geometry (8190 tokens, 512 text tokens).
 TEST(StepBench, ModelFlopsMatchSpec) {
   EXPECT_NEAR(wan_train_flops(preset_config("wan2.2-ti2v-5b"), 8190, 512) / 1e12, 294, 3);
 }

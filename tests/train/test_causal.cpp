@@ -1,4 +1,4 @@
-// `vdt train causal` (SPEC §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans of 6 chunks
+// `vdt train causal` (docs/design.md §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans of 6 chunks
 // x 1 frame): the loss falls, the seed's files, exact resume from the state slot (and the seed's fresh-moment
 // resume without it), a killed run re-run with the same command continues bit for bit, and with two in-process ranks
 // the LoRA stays identical on both and sharding the frozen base changes nothing.

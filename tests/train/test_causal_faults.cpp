@@ -1,4 +1,4 @@
-// The causal trainer's saves under kill -9 (SPEC §8, docs/causal.md): a real `vdt train causal` killed at every fault
+// The causal trainer's saves under kill -9 (docs/design.md §8, docs/causal.md): a real `vdt train causal` killed at every fault
 // point of every save (core/fault.h), then re-run with the same command, ends with the LoRA file and the log of an
 // uninterrupted run, bit for bit — the state slot and the LoRA file of a step are one unit, so a re-run continues
 // exactly from the newest sealed slot (writing its LoRA file when the kill came between the two), never from a LoRA

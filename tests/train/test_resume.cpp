@@ -1,4 +1,4 @@
-// Exact resume (SPEC §4, §8): a run stopped at step K and resumed matches the uninterrupted run in every logged column
+// Exact resume (docs/design.md §4, §8): a run stopped at step K and resumed matches the uninterrupted run in every logged column
 // but the timings and memory (step_time, data_time: wall clock; mem_gb: the process's peak RSS), in its validation
 // rows and bit for bit in its final weights and optimizer moments — mid-epoch, at an epoch boundary, before the short
 // last step of an epoch (5 micro batches, grad_accum 2), with validation and export in between. Plus: a signal stop,

@@ -1,4 +1,4 @@
-// H3 attention, as DiffSynth's MiniMaxH3Attention / MiniMaxH3Rope / _sdpa_varlen_attention (h3_spec §1.3, §1.7).
+// H3 attention, as DiffSynth's MiniMaxH3Attention / MiniMaxH3Rope / _sdpa_varlen_attention (docs/h3_model.md §1.3, §1.7).
 // The float32 recipe of the rotary table is the reference's op by op: inv_freq = reciprocal(10000 ** (i / R)),
 // angles = float32(pos) * inv_freq, then cos/sin cast to the activations' dtype.
 #include "model/h3/h3_attention.h"
@@ -128,7 +128,7 @@ H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, d
 torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,
                                        const H3AttentionLayout& layout, KvSlot kv) {
   const int64_t S = x.size(0);
-  // Rows per head are [q | k | v] (the original checkpoint's order, h3_spec §1.9).
+  // Rows per head are [q | k | v] (the original checkpoint's order, docs/h3_model.md §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
   torch::Tensor q, k, v;  // [S, N, Dh]
   if (rope) {  // per-head RMSNorm, weight and RoPE of q and k as one node (model/kernels/qk_norm_rope.h)

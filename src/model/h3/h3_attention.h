@@ -1,4 +1,4 @@
-// H3 attention (h3_spec §1.3 step 4, §1.7) under its checkpoint names: fused `qkv_proj` with rows per head
+// H3 attention (docs/h3_model.md §1.3 step 4, §1.7) under its checkpoint names: fused `qkv_proj` with rows per head
 // [q | k | v], per-head RMSNorm `q_norm`/`k_norm` before RoPE, partial rotate-half RoPE over the first 6*rope_len
 // head channels, attention over packed segments (cu_seqlens: no row sees another segment), `out_proj`.
 // Also the 3-axis RoPE table from float positions and which rows see which: packed segments, or block-causal chunks

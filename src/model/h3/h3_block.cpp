@@ -1,6 +1,6 @@
 // H3 blocks, as DiffSynth's MiniMaxH3MLP / MiniMaxH3AdalnProj / MiniMaxH3TokenRefinerBlock / MiniMaxH3DiTBlock.
 // Chunk order of the six AdaLN tensors: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp; modality
-// 0 video, 1 text, 2 audio (h3_spec §1.3). Modulation runs per token with index_select, as the reference.
+// 0 video, 1 text, 2 audio (docs/h3_model.md §1.3). Modulation runs per token with index_select, as the reference.
 #include "model/h3/h3_block.h"
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// H3 blocks under their checkpoint names (h3_spec §1.3): the SwiGLU `mlp` (fc1 = [gate; up]), the AdaLN projection
+// H3 blocks under their checkpoint names (docs/h3_model.md §1.3): the SwiGLU `mlp` (fc1 = [gate; up]), the AdaLN projection
 // (`adaln_proj.linear`: SiLU(t_emb) -> one row per (timestep, modality)), the token-refiner block (plain pre-norm,
 // no AdaLN, no RoPE) and the DiT block `H3Block` (per-token AdaLN picked by row index). Blocks are separate modules
 // so checkpointing, sharding and LoRA can be applied to them from outside. Not here: the stack (h3_dit).

@@ -1,4 +1,4 @@
-// The block-causal H3 sequence of the causal workflow (h3_spec §4): a span of latent frames cut into chunks of
+// The block-causal H3 sequence of the causal workflow (docs/h3_model.md §4): a span of latent frames cut into chunks of
 // `chunk_frames` latents, each chunk owning the audio steps whose rotary start time falls inside it (integer
 // arithmetic, §4.1), rows stored as [P = text | Picture 1 | chunk 0 (audio ch0, audio ch1, video) | chunk 1 | ... |
 // pad] (§4.2: the model is order-invariant, positions, tags and timesteps travel with their rows). Chunk c sees P and

@@ -1,5 +1,5 @@
-// Presets follow h3_spec §1.1 (Ref2VA/transformer/config.json = DiffSynth's defaults); `h3-tiny` is the config of
-// fixtures/h3_tiny_a. The tensor list follows h3_spec §1.9: 11 top-level + 8 per refiner block + 1 + 10 per DiT
+// Presets follow docs/h3_model.md §1.1 (Ref2VA/transformer/config.json = DiffSynth's defaults); `h3-tiny` is the config of
+// fixtures/h3_tiny_a. The tensor list follows docs/h3_model.md §1.9: 11 top-level + 8 per refiner block + 1 + 10 per DiT
 // block + 7 final-layer tensors.
 #include "model/h3/h3_config.h"
 

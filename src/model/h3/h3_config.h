@@ -1,4 +1,4 @@
-// MiniMax-H3 DiT architecture (reference/h3_spec.md §1.1): the config, its presets (`minimax-h3`, `h3-tiny`), the
+// MiniMax-H3 DiT architecture (docs/h3_model.md §1.1): the config, its presets (`minimax-h3`, `h3-tiny`), the
 // DiffSynth constructor-argument JSON (fixture `config` metadata), detection from checkpoint shapes and the full
 // list of checkpoint tensors a config implies (counted without building the model).
 // Shape legend as model/config.h, plus S packed rows, M unique timesteps, Dv = 96 video row width, Da = 32 audio.

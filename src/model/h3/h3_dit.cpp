@@ -1,7 +1,7 @@
 // H3 DiT forward, as DiffSynth's MiniMaxH3DiT (_embed + forward): rows are embedded by their modality's
 // projection and scattered into a zero [S, D] sequence (padding rows stay zero but still run through every block in
 // their own attention segment), text goes condition_proj -> token refiner first, then every block sees all rows.
-// The fp32 islands run their input cast to their own dtype and hand back the compute dtype (h3_spec §1.10).
+// The fp32 islands run their input cast to their own dtype and hand back the compute dtype (docs/h3_model.md §1.10).
 #include "model/h3/h3_dit.h"
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// The MiniMax-H3 DiT (h3_spec §1.3) under its checkpoint key names: input projections (`video_patch_proj`,
+// The MiniMax-H3 DiT (docs/h3_model.md §1.3) under its checkpoint key names: input projections (`video_patch_proj`,
 // `audio_patch_proj`, `condition_proj`), `time_embedder`, `rope` (its stored inv_freq is loaded, never read),
 // `token_refiner`, `blocks` (H3Block) and `final_layer`. forward takes one packed sequence (h3_packer builds it)
 // and returns the raw head outputs at the video and audio rows (≈ x0 − ε: negate for the flow-matching target).
@@ -103,7 +103,7 @@ class H3DiTImpl : public Denoiser {
   // clean Picture 1 latent (a Ref2VA image reference on its own grid, rows 0.999·clean + 0.001·"picture1.noise", at
   // model time max(t_text, 0.999)), "audio" [B, 2, Da, A] with "audio.t" [B, A] (the side stream; none: no audio
   // rows). Block-causal patterns: chunks of attention.chunk_frames latents with their audio steps
-  // (h3_audio_chunk_bounds), text and Picture 1 the prefix at model time 0.999 (h3_spec §4.2 a). Returns the video
+  // (h3_audio_chunk_bounds), text and Picture 1 the prefix at model time 0.999 (docs/h3_model.md §4.2 (a)). Returns the video
   // prediction [B, C, F, H, W]; aux->streams["audio"] the audio one.
   torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux = nullptr) override;
 
@@ -124,7 +124,7 @@ class H3DiTImpl : public Denoiser {
   const H3Config& config() const { return cfg_; }
 
   // PyTorch's default Linear init (U(±1/sqrt(fan_in)) for weight and bias) from `seed`, norms at 1: H3's pre-training
-  // init is not public (h3_spec §5); this is the random base of tests and benchmarks.
+  // init is not public (docs/h3_model.md §5); this is the random base of tests and benchmarks.
   void init_weights(uint64_t seed) override;
   std::vector<torch::nn::Module*> block_modules() override;
   std::vector<std::string> lora_targets() const override { return {"qkv_proj", "out_proj", "fc1", "fc2"}; }

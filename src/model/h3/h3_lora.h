@@ -1,4 +1,4 @@
-// An H3 LoRA saved in the split naming of diffusers / DiffSynth's converter (h3_spec §1.9: the attention projections
+// An H3 LoRA saved in the split naming of diffusers / DiffSynth's converter (docs/h3_model.md §1.9: the attention projections
 // `transformer_blocks.N.attn.to_q|to_k|to_v`, `attn.to_out.0`, the MLP `ff.net.0.proj` with rows [up; gate] and
 // `ff.net.2`, the refiner's `token_refiner.refiner_blocks.N.…`, optionally under `transformer.`) turned into vdt's
 // names, which are the original checkpoint's (`blocks.N.attn.qkv_proj`, `attn.out_proj`, `mlp.fc1` [gate; up],

@@ -1,5 +1,5 @@
 // The packed H3 sequence as DiffSynth's MiniMaxH3Unit_PackedSequenceBuilder and model_fn_minimax_h3 build it
-// (h3_spec §1.5–1.7, §2): T2VA [text | audio ch0, ch1 | video | pad], FL2VA [text | keyframe rows | audio | video |
+// (docs/h3_model.md §1.5–1.7, §2): T2VA [text | audio ch0, ch1 | video | pad], FL2VA [text | keyframe rows | audio | video |
 // pad], Ref2VA [text | ref blocks | audio | video | pad]; rows rounded up to a multiple of 64, padding its own
 // attention segment. Two steps: the layout (positions, tags, row indices: geometry only) and the packing of content
 // and per-row timesteps into H3Inputs. Also patchify/unpatchify and audio pack/unpack.

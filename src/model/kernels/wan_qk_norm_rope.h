@@ -1,6 +1,6 @@
 // Wan self-attention's q/k preparation as one autograd node: from the projections q_in, k_in [B, L, D] to
 // q = rope(RMSNorm_D(q_in) * w_q), k = rope(RMSNorm_D(k_in) * w_k), each [B, L, N, Dh] contiguous. Wan normalises over
-// the full width D = N * Dh (all heads together, wan_spec §3.5), then RoPE rotates interleaved pairs (2j, 2j + 1) of
+// the full width D = N * Dh (all heads together, docs/design.md §1), then RoPE rotates interleaved pairs (2j, 2j + 1) of
 // each head by the 3-axis table (model/embeddings.h). The reference chain (ATen rms_norm, the weight, RoPE's casts,
 // complex view and multiply) is ~10 kernels over [B, L, D] per tensor; the CUDA kernel (one block per token row:
 // sum of squares, normalise, weight, rotate) runs it in one pass forward and one backward, with the norm weights'

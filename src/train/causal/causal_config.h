@@ -1,4 +1,4 @@
-// Configuration of `vdt train causal`: the seed rtcwm's flags with its names and defaults (SPEC §5), plus --model,
+// Configuration of `vdt train causal`: the seed rtcwm's flags with its names and defaults (docs/design.md §5), plus --model,
 // --weights, --chunk-frames, --lora-rank, --lora-alpha, and the data and device flags our trainer needs. A plain
 // struct with validate(); every field is declared once in fields() (flag, help; the default is the initialiser here),
 // from which the CLI binds the flags and to_json writes args.json.
@@ -52,7 +52,7 @@ struct CausalConfig {
                                  // steps), its grid in TensorBoard on a root with a preview VAE; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
-  // The natural chunk of a base family: one VAE clip for H3 (5 latents, h3_spec §4.1), 3 latent frames for Wan.
+  // The natural chunk of a base family: one VAE clip for H3 (5 latents, docs/h3_model.md §4.1), 3 latent frames for Wan.
   static int64_t natural_chunk_frames(const std::string& family) { return family == "h3" ? 5 : 3; }
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   enum class Objective { df, tf };

@@ -493,14 +493,14 @@ void print_config(const CausalRun& r) {
               r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
               py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
               static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
-  if (r.ds->info().model_family == "h3") {  // the packed sequence of one window (h3_spec §4: prefix, then chunks)
+  if (r.ds->info().model_family == "h3") {  // the packed sequence of one window (docs/h3_model.md §4: prefix, then chunks)
     const auto& in = r.ds->info();
     const int64_t copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
     const int64_t text = in.text_len, pic = r.ds->picture1_rows(), video = copies * r.cfg.span_frames() *
                          (in.latent_h / 2) * (in.latent_w / 2), audio = copies * 2 * r.ds->config().audio_steps;
     const int64_t rows = text + pic + video + audio;
     std::printf("  rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld (%lld with "
-                "padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: h3_spec 4.2a)\n",
+                "padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: docs/h3_model.md §4.2 (a))\n",
                 static_cast<long long>(text), r.cfg.picture1.c_str(), static_cast<long long>(pic),
                 static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
                 static_cast<long long>((rows + 63) / 64 * 64));

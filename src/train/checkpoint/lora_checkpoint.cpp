@@ -50,9 +50,9 @@ void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t s
       bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
                         torch::tensor(static_cast<float>(cfg.lora_alpha), torch::kFloat32));
   }
-  // An H3 base is the seed's "cwm"; "model" names the preset either way. H3 text handling: h3_spec §4.2 (a).
+  // An H3 base is the seed's "cwm"; "model" names the preset either way. H3 text handling: docs/h3_model.md §4.2 (a).
   const bool h3 = denoiser_family(cfg.model) == "h3";
-  const std::string text = h3 ? "prefix: text cached with Picture 1 (h3_spec 4.2a)" : "cross-attention per frame";
+  const std::string text = h3 ? "prefix: text cached with Picture 1 (docs/h3_model.md §4.2 (a))" : "cross-attention per frame";
   save_safetensors(path, bf16,
                    {{"format", "pt"}, {"base", h3 ? "cwm" : cfg.model}, {"model", cfg.model}, {"text_handling", text},
                     {"weights", cfg.weights}, {"step", std::to_string(step)},

@@ -1,4 +1,4 @@
-// The causal trainer's files in --out (SPEC §5): `lora_stepNNNNN.safetensors` — the LoRA factors in bf16 with
+// The causal trainer's files in --out (docs/design.md §5): `lora_stepNNNNN.safetensors` — the LoRA factors in bf16 with
 // metadata base, step, objective, span_chunks, level_shift (plus rank and alpha, so `vdt ckpt merge-lora` and
 // read_lora take it alone), what the seed writes and its Python code loads — and, beyond the seed, its parts of a
 // checkpoint (train/checkpoint/checkpointer.h, the same slots as the SFT trainer's) with the float32 factors, the

@@ -1,4 +1,4 @@
-// The SFT trainer's train state (SPEC §4 state and resume): its part of a checkpoint (train/checkpoint/checkpointer.h,
+// The SFT trainer's train state (docs/design.md §4 state and resume): its part of a checkpoint (train/checkpoint/checkpointer.h,
 // trainer_state.json: step, data position, geometry, vocab, res, init_ckpt, model, precision, model_config) and where
 // a resumed run picks up its data. The random streams are counter-based (core/rng.h): the data position and the
 // micro-batch counter are all of their state. Not here: the slot files (the checkpointer), the loop (sft_trainer).

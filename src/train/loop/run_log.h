@@ -1,4 +1,4 @@
-// The SFT run's logs (SPEC §4): the start-up configuration table, config.json, train_log.csv (17 columns),
+// The SFT run's logs (docs/design.md §4): the start-up configuration table, config.json, train_log.csv (17 columns),
 // val_log.csv, TensorBoard under tensorboard/ (scalars, the run's hparams, preview images), one console line per
 // logged step with ETA, done.json.
 // Not here: what the numbers mean (the trainer computes them).

@@ -1,4 +1,4 @@
-// Configuration of `vdt train sft`: the seed gc25d's flags with its names and defaults (SPEC §4), plus --model,
+// Configuration of `vdt train sft`: the seed gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
 // --res and --precision. A plain struct with validate(); every field is declared once in fields() (flag, help; the
 // default is the initialiser here), from which the CLI binds the flags and to_json writes the config.
 #pragma once

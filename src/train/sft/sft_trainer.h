@@ -1,4 +1,4 @@
-// `vdt train sft` (SPEC §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised gc_sem_cond
+// `vdt train sft` (docs/design.md §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised gc_sem_cond
 // adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the adapter group at --cond_lr,
 // warmup, gradient accumulation, clipping, validation with cond/uncond/nulltext, bf16 exports, CSV/TensorBoard logs.
 // State slots and exact resume: train/train_state.h, docs/resume.md. Several ranks: ZeRO-2 (train/zero2.h) over a

@@ -1,4 +1,4 @@
-// The block-causal H3 sequence (h3_spec §4) and H3 through the base-model seam: audio-to-chunk assignment and the
+// The block-causal H3 sequence (docs/h3_model.md §4) and H3 through the base-model seam: audio-to-chunk assignment and the
 // row order / attention rule against hand-written cases, a chunk's prediction independent of later chunks (diffusion
 // and teacher forcing), the prefix and mask kernels equal, and the seam's bidirectional forward equal to the packer's
 // own path.
@@ -16,7 +16,7 @@ double rel_l2(const torch::Tensor& a, const torch::Tensor& b) {
   return ((af - bf).norm() / bf.norm().clamp_min(1e-30)).item<double>();
 }
 
-// h3_spec §4.1: chunk c of one clip owns steps [ceil(85c/3), ceil(85(c+1)/3)): 29, 28, 28 repeating.
+// docs/h3_model.md §4.1: chunk c of one clip owns steps [ceil(85c/3), ceil(85(c+1)/3)): 29, 28, 28 repeating.
 TEST(H3Causal, AudioStepsGoToTheChunkOfTheirRotaryTime) {
   EXPECT_EQ(h3_audio_chunk_bounds(30, 5), (std::vector<int64_t>{0, 29, 57, 85, 114, 142, 170}));
   // Latents' first pixel frames 0, 1, 5, 9, 13 | 17, 18: chunks of one latent own j >= ceil(5f/3).

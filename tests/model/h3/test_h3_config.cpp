@@ -46,7 +46,7 @@ TEST(H3Config, FixtureJsonIsTheTinyPresetAndRoundTrips) {
   test::expect_error([] { H3Config::from_json("{not json", "y.json"); }, {"y.json", "not valid JSON"});
 }
 
-// h3_spec §1.2: 535 tensors, 33,122,992,912 parameters, 13,010,457,600 of them in the 50 blocks' AdaLN linears.
+// docs/h3_model.md §1.2: 535 tensors, 33,122,992,912 parameters, 13,010,457,600 of them in the 50 blocks' AdaLN linears.
 // Counted from the config: building the model would take 132 GB.
 TEST(H3Config, ReleasedModelHas535TensorsAnd33BParameters) {
   const auto shapes = h3_checkpoint_shapes(h3_preset("minimax-h3"));

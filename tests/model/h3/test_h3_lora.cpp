@@ -1,5 +1,5 @@
 // A LoRA on the H3 DiT in DiffSynth's saved naming (PEFT on the fused targets: `blocks.N.attn.qkv_proj.lora_A.default
-// .weight`, no alpha: alpha = rank, h3_spec §3.2) loads into vdt's attached LoRA, and `merge-lora`'s fold into the
+// .weight`, no alpha: alpha = rank, docs/h3_model.md §3.2) loads into vdt's attached LoRA, and `merge-lora`'s fold into the
 // official key names gives the same forward as the unmerged LoRA; so does diffusers' split q/k/v naming, fused.
 #include <torch/torch.h>
 
@@ -58,7 +58,7 @@ TEST(H3Lora, DiffSynthNamedLoraLoadsAndMergesIntoTheCheckpoint) {
 }
 
 // A LoRA in diffusers' split naming (to_q/to_k/to_v, to_out.0, ff.net.0.proj with rows [up; gate], ff.net.2, under
-// `transformer.`; h3_spec §1.9) folds into the checkpoint's fused keys as the index conventions say — q/k/v rows
+// `transformer.`; docs/h3_model.md §1.9) folds into the checkpoint's fused keys as the index conventions say — q/k/v rows
 // interleaved per head, the MLP's halves swapped — and loaded into the model (rank 3r) gives the folded forward.
 TEST(H3Lora, SplitQkvNamingFusesIntoTheCheckpointLayout) {
   test::TempDir dir;
