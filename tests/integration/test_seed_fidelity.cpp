@@ -1,4 +1,4 @@
-// Fidelity to the seed gc25d where a migrating user would notice (issue 16): validation logs the grid point it
+// Fidelity to the seed gc25d where a migrating user would notice: validation logs the grid point it
 // evaluates, exports carry the seed's metadata keys as strings, done.json and config.json the seed's keys, TensorBoard
 // hides the steps a resumed run replays, base weights are required (or --random-init said explicitly) and named with
 // their checksum, the per-cell text rule stops a run before any model work, and the command line parses as argparse.

@@ -1,4 +1,4 @@
-// The LoRA a causal run starts from decides its rank and alpha (issue 16): an --init-lora of alpha 8 trains with
+// The LoRA a causal run starts from decides its rank and alpha: an --init-lora of alpha 8 trains with
 // scale 8 / r, every file the run writes records it, so a run preempted and re-run equals the uninterrupted one; a
 // --lora-rank or --lora-alpha that disagrees with the file is an error naming both values. And a base is required
 // (--weights, or --random-init said explicitly).

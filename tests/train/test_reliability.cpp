@@ -1,4 +1,4 @@
-// Issue 18, the run directory and start-up: restarts that forget nothing (every sealed slot corrupt is an error, the
+// The run directory and start-up: restarts that forget nothing (every sealed slot corrupt is an error, the
 // newest sealed slot wins over a stale `state` link and the link is repaired, a fresh start moves an earlier run's
 // logs aside), one run per directory (a lock naming the holder), leftovers of interrupted saves removed (only ours),
 // bad input refused before the first step (a `state` that is not a link, a leak whatever the validation flags,

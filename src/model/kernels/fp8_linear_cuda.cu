@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(32 * kWarpRows)
 // loads held in registers between the amax and the quantize (one read of the row, as the warp-per-row kernel, for
 // rows too wide for a warp), and the next row's loads issued before this row's arithmetic, its block reduction and its
 // stores (one row per block in sequence left the loads' latency exposed: 0.22 ms for Wan 5B's [8190, 14336] GELU pass,
-// ~1.6 TB/s; sixteenth session). kGelu: the rows of gelu_tanh(t), each value through activate as it is unpacked (gelu(t),
+// ~1.6 TB/s). kGelu: the rows of gelu_tanh(t), each value through activate as it is unpacked (gelu(t),
 // Wan's ffn.2 input, is never written; evaluated once a value). At most 64 registers a thread, so that two blocks of
 // up to kRowThreads fit an SM (unbounded, ptxas took 80 for bfloat16: one block an SM). Values as quantize_rows_kernel.
 // kColMax: the maxima of the values quantized (of gelu(t) with kGelu) over each column, into amax_bits [C]
@@ -329,7 +329,7 @@ unsigned resident_grid(const void* kernel, int threads, size_t smem, int64_t uni
     auto [it, fresh] = per_sm.try_emplace({kernel, device, threads, smem}, 0);
     if (fresh) {
       // the kernel's static shared memory (block_max's partials) counts toward the 48 KiB default too: 48 KiB of
-      // slots without the opt-in failed to launch (`invalid argument`; seventeenth session, a 384-thread held row)
+      // slots without the opt-in failed to launch (`invalid argument`, a 384-thread held row)
       cudaFuncAttributes attrs{};
       C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
       auto& bytes = allowed[{kernel, device}];

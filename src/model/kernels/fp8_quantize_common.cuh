@@ -72,7 +72,7 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float s, float y) {
 // 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)), u = ATen's inner term (its constants, float32), with the
 // hardware's exp2 and division (__expf, __fdividef: a few float32 ulps, no cancellation in the negative tail where
 // 1 + tanh(u) is small): the three passes that apply it on Wan 5B's [8190, 14336] took 14.9 ms a step against 16.8
-// with tanhf (sixteenth session; they are latency- more than compute-bound, docs/BENCHMARKS.md). Not ATen's
+// with tanhf (they are latency- more than compute-bound, docs/BENCHMARKS.md). Not ATen's
 // bits: its value rounds to the same T except within a few float32 ulps of a rounding edge (and in the far negative
 // tail, where ATen's 1 + tanhf(u) loses its bits to cancellation and this keeps them); tests bound the difference.
 // Infinities and NaN as ATen's: +inf -> +inf, -inf -> NaN, NaN -> NaN.

@@ -1,6 +1,6 @@
 // Small zero-filled buffers for kernels that max or add into them (the FP8 passes' column maxima: float32 [C] of a few
 // KiB, by count of the calls ~770 a 5B SFT step), carved from a larger zeroed block: one fill launch a block instead of
-// one a buffer (the traced 5B SFT FP8 step: 7600 -> 6763 kernels, eighteenth session). A buffer is handed out once,
+// one a buffer (the traced 5B SFT FP8 step: 7600 -> 6763 kernels). A buffer is handed out once,
 // never re-zeroed; it keeps its block's storage alive while it lives. Blocks are kept per device and stream: a buffer
 // is ready for work enqueued on the stream that was current when it was taken (the block's fill came first on it).
 #pragma once
