@@ -1,5 +1,5 @@
-// `vdt train sft`: the seed gc25d's flags with its names and defaults (docs/design.md §4), plus --model, --res, --precision,
-// --device. `vdt train causal`: the seed rtcwm's flags (docs/design.md §5), plus --model, --weights, --chunk-frames,
+// `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model, --res, --precision,
+// --device. `vdt train causal`: the Python trainer rtcwm's flags (docs/design.md §5), plus --model, --weights, --chunk-frames,
 // --lora-rank, --lora-alpha and the data, device and sharding flags.
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +63,7 @@ void add_train(CLI::App& app, int& exit_code) {
   auto* train = app.add_subcommand("train", "Train a model");
   train->require_subcommand(1);
   auto c = std::make_shared<SftConfig>();
-  if (const char* res = std::getenv("GC_RES")) c->res = res;  // the seed's environment override
+  if (const char* res = std::getenv("GC_RES")) c->res = res;  // the Python trainer's environment override
   auto* s = train->add_subcommand("sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (the flags of gc25d/train.py)");
   bind_fields(s, c, SftConfig::fields());
   s->callback([c, &exit_code] {

@@ -1,6 +1,6 @@
 // `vdt data synth`: writes a small, learnable data root (docs/design.md §3 format): parts moving on a plane seen by a slowly
 // panning camera, id maps rendered per latent frame, latents from the fixed random linear SynthVae, one prompt per
-// latent frame naming each part's motion, and a hashed-token text table. Deterministic in the seed. With model "h3"
+// latent frame naming each part's motion, and a hashed-token text table. Deterministic in --seed. With model "h3"
 // an H3 root (data/h3_root.h): one prompt per clip led by "<Picture 1>:" and its vision tokens (tag 0 in the table),
 // each clip's Picture 1 (its first latent frame; the 2048 one twice the size), a plausible silent audio latent
 // (one fixed vector repeated, the first steps perturbed as an encoder's zero padding would), no id maps.

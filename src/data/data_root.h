@@ -41,7 +41,7 @@ std::pair<int64_t, int64_t> parse_res(const std::string& res, const std::string&
 DatasetInfo parse_dataset_json(const std::string& path);
 std::vector<ClipRow> parse_clips_jsonl(const std::string& path, int64_t cells, std::vector<std::string>* problems);
 
-// The SFT trainer's rule on prompts per latent frame (per-cell text, the seed's CELLS = 21: latent frame f
+// The SFT trainer's rule on prompts per latent frame (per-cell text, the Python trainer's CELLS = 21: latent frame f
 // cross-attends to cell f only): a Wan root must carry one prompt per latent frame, cells == latent_frames. Returns
 // the problem ("<dataset.json>: ..." with a hint) or "" when the root follows it. `vdt data check` and the trainer's
 // start-up validation both use it, so they give the same message.

@@ -129,7 +129,7 @@ SftDataset::SftDataset(const SftDataConfig& cfg, std::shared_ptr<TextTable> tabl
             "with it; encode it into the table");
   null_row_ = table_->row_of(info.null_prompt);
 
-  // The seed's GcLatentDataset: drop rows out unless --include_dropped (train only), then --limit.
+  // The Python trainer's GcLatentDataset: drop rows out unless --include_dropped (train only), then --limit.
   for (const ClipRow& r : root_.rows()) {
     if (r.split != cfg_.split) continue;
     ++n_total_;

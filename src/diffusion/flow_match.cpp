@@ -66,7 +66,7 @@ SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise,
   SftExample ex;
   // The seed: scheduler.add_noise and training_weight take the float32 grid timestep; only gc_forward gets
   // timestep.to(x0.dtype). (DiffSynth's own FlowMatchSFTLoss rounds first and looks sigma up from the rounded value;
-  // the seed does not, and vdt follows the seed.)
+  // the Python trainer does not, and vdt follows the Python trainer.)
   ex.timestep = grid.timesteps[id].item<double>();
   ex.sigma = grid.sigmas[id].item<double>();
   ex.weight = weights[id].item<double>();

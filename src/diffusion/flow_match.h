@@ -40,7 +40,7 @@ FlowGrid inference_grid(int64_t steps, double shift = 5.0, double denoising_stre
 torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma);
 // The flow-matching velocity target noise - x0.
 torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise);
-// Index of the grid point nearest to t (first on ties): the seed's timestep_id_for (validation timesteps).
+// Index of the grid point nearest to t (first on ties): the Python trainer's timestep_id_for (validation timesteps).
 int64_t nearest_index(const FlowGrid& grid, double t);
 
 // One SFT training example (seed GcTrainModule.forward): the model input, its timesteps and the target.
@@ -50,7 +50,7 @@ struct SftExample {
                          // first-frame conditioning); on the host (model_inputs moves it, with its distinct rows)
   torch::Tensor target;  // [B, C, F, H, W] velocity target
   double sigma = 0, weight = 0;
-  double timestep = 0;        // the exact float32 grid value (what the seed logs)
+  double timestep = 0;        // the exact float32 grid value (what the Python trainer logs)
   double model_timestep = 0;  // the value the model sees: timestep rounded to the compute dtype
 };
 // x0 and noise [B, C, F, H, W]; grid index id in [0, N). As the seed (docs/design.md §1): sigma, the noise mixing and the

@@ -1,5 +1,5 @@
 // Frozen weights sharded over the ranks and gathered per module for compute (docs/design.md §5/§6: the causal trainer's frozen
-// base blocks, "FSDP-sharded over the GPUs of a node" in the seed). Per module and dtype, the parameters that need no
+// base blocks, "FSDP-sharded over the GPUs of a node" in the Python trainer). Per module and dtype, the parameters that need no
 // gradient are flattened into one buffer padded to a multiple of the world size; this rank keeps its slice only.
 // gather() all-gathers the buffer and points the parameters at views of it; release() points them at empty tensors
 // again. With prefetch (the default) gather() also starts the asynchronous all-gather of the module that comes next in

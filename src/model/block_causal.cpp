@@ -12,7 +12,7 @@
 namespace vdt {
 
 CausalKernel causal_kernel_from_string(const std::string& s) {
-  if (s == "prefix" || s == "fa3") return CausalKernel::prefix;  // fa3, flex: the seed's names for the same two
+  if (s == "prefix" || s == "fa3") return CausalKernel::prefix;  // fa3, flex: the Python trainer's names for the same two
   if (s == "mask" || s == "flex") return CausalKernel::mask;
   if (s == "eager") return CausalKernel::eager;
   VDT_FAIL("--attn ", s, ": expected prefix or mask");

@@ -13,7 +13,7 @@
 namespace vdt {
 
 enum class CausalKernel { prefix, mask, eager };
-// "prefix" | "mask" | "eager", and the seed's names "fa3" (= prefix) and "flex" (= mask); an error names the flag.
+// "prefix" | "mask" | "eager", and the Python trainer's names "fa3" (= prefix) and "flex" (= mask); an error names the flag.
 CausalKernel causal_kernel_from_string(const std::string& s);
 
 // Self-attention's pattern in tokens, the one value blocks and attention take (the model derives it from

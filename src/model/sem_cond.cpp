@@ -1,5 +1,5 @@
 // gc_sem_cond. The one-hot uses K+1 classes with UNKNOWN mapped to the extra class, which is then dropped, so UNKNOWN
-// pixels are all-zero vectors as the seed specifies.
+// pixels are all-zero vectors as the Python trainer specifies.
 #include "model/sem_cond.h"
 
 #include <torch/torch.h>

@@ -81,7 +81,7 @@ void WanDiTImpl::init_weights(uint64_t seed) {
     const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
     if (name.rfind("gc_sem_cond.", 0) == 0) {
       // The adapter: PyTorch's default Conv3d / Linear init (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(fan_in)) for
-      // weight and bias), as the seed gets it, but from this seed; proj_out stays zero.
+      // weight and bias), as the Python trainer gets it, but from this seed; proj_out stays zero.
       if (name.rfind("gc_sem_cond.proj_out.", 0) == 0) {
         p.zero_();
       } else {

@@ -83,7 +83,7 @@ TEST_F(GoldenCurves, SftAdapterPerCellTextDropouts) {
   c.data_root = dir_->file("sft_data"), c.output = dir_->file("sft_run"), c.res = res_;
   c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = true;
   c.max_steps = kSteps, c.batch_size = 2, c.grad_accum = 2, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 5;
-  c.val_every = 0, c.save_every = 0, c.num_workers = 2;  // dropouts at the seed's defaults (0.1, 0.05, mask 0.5)
+  c.val_every = 0, c.save_every = 0, c.num_workers = 2;  // dropouts at the Python trainer's defaults (0.1, 0.05, mask 0.5)
   const auto sum = train_sft(c);
   check_golden("sft", curve(sum.losses, sum.grad_norms));
 }

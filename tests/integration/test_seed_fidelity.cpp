@@ -1,5 +1,5 @@
-// Fidelity to the seed gc25d where a migrating user would notice: validation logs the grid point it
-// evaluates, exports carry the seed's metadata keys as strings, done.json and config.json the seed's keys, TensorBoard
+// Fidelity to the Python trainer gc25d where a migrating user would notice: validation logs the grid point it
+// evaluates, exports carry the Python trainer's metadata keys as strings, done.json and config.json the Python trainer's keys, TensorBoard
 // hides the steps a resumed run replays, base weights are required (or --random-init said explicitly) and named with
 // their checksum, the per-cell text rule stops a run before any model work, and the command line parses as argparse.
 #include <torch/torch.h>
@@ -45,7 +45,7 @@ class SeedFidelity : public ::testing::Test {
 test::TempDir* SeedFidelity::dir_ = nullptr;
 std::string SeedFidelity::res_;
 
-// The seed's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to 201.34
+// The Python trainer's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to 201.34
 // (val_log.csv) and logs val/mse_t201.
 TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
   auto c = config("val", 2);
@@ -61,8 +61,8 @@ TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
   EXPECT_FALSE(tb.scalars.count("val/mse_t200"));
 }
 
-// Every top-level key of the seed's export_metadata, each a string as its {k: str(v)}; done.json and config.json with
-// the seed's keys; a relative --output recorded absolute.
+// Every top-level key of the Python trainer's export_metadata, each a string as its {k: str(v)}; done.json and config.json with
+// the Python trainer's keys; a relative --output recorded absolute.
 // train_log.csv as the Python trainer writes it: loss, mse, timestep and the drops are the step's last micro batch
 // (loss = mse x the weight of that micro batch's t; a drop of one sample is 0 or 1, never a mean of two micro
 // batches); the means over the micro batches are loss_mean / mse_mean. --no-val_uncond logs mse only, and validation

@@ -26,7 +26,7 @@ TEST(BlockCausal, MaskStructure) {
       EXPECT_EQ(tf[qi][ki].item<bool>(), want) << qi << "," << ki;
     }
   test::expect_error([] { causal_kernel_from_string("flash"); }, {"--attn flash", "prefix or mask"});
-  EXPECT_EQ(causal_kernel_from_string("fa3"), CausalKernel::prefix);  // the seed's names
+  EXPECT_EQ(causal_kernel_from_string("fa3"), CausalKernel::prefix);  // the Python trainer's names
   EXPECT_EQ(causal_kernel_from_string("flex"), CausalKernel::mask);
 }
 

@@ -1,5 +1,5 @@
 // `vdt train causal` (docs/design.md §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans of 6 chunks
-// x 1 frame): the loss falls, the seed's files, exact resume from the state slot (and the seed's fresh-moment
+// x 1 frame): the loss falls, the Python trainer's files, exact resume from the state slot (and the Python trainer's fresh-moment
 // resume without it), a killed run re-run with the same command continues bit for bit, and with two in-process ranks
 // the LoRA stays identical on both and sharding the frozen base changes nothing.
 #include <signal.h>
@@ -76,7 +76,7 @@ TEST_F(CausalTest, WritesTheSeedsFiles) {
   // A new LoRA is said loudly: the Python trainer would continue its released LoRA here.
   EXPECT_EQ(args["lora_start"].get<std::string>().rfind("fresh", 0), 0u) << args["lora_start"];
   EXPECT_EQ(args["lr"], "0.01");
-  EXPECT_EQ(args["level_shift"], "3.0");  // Python's str(), as the seed's {k: str(v)}
+  EXPECT_EQ(args["level_shift"], "3.0");  // Python's str(), as the Python trainer's {k: str(v)}
   EXPECT_EQ(args["steps"], "8");
   // val_samples.json: [clip_id, start frame] of the 3 val clips' 2 windows each; no val clip in training
   auto val = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
@@ -87,7 +87,7 @@ TEST_F(CausalTest, WritesTheSeedsFiles) {
     EXPECT_EQ(v[1].get<int64_t>() % 6, 0);
   }
   EXPECT_EQ(val_clips.size(), 3u);
-  // train_log.jsonl: the seed's keys, its lr (the schedule after the step)
+  // train_log.jsonl: the Python trainer's keys, its lr (the schedule after the step)
   const auto log = read_jsonl(c.out + "/train_log.jsonl");
   ASSERT_EQ(log.size(), 8u);
   for (int64_t i = 0; i < 8; ++i) {
@@ -95,7 +95,7 @@ TEST_F(CausalTest, WritesTheSeedsFiles) {
     for (const char* k : {"loss_v", "gnorm", "lr", "sec"}) EXPECT_TRUE(log[i].contains(k)) << k;
     EXPECT_NEAR(log[i]["lr"].get<double>(), 1e-2 * warmup_cosine_factor(i + 1, 2, 8, 1e-2), 1e-12);
   }
-  // lora_step files every 4 steps: bf16 with the seed's metadata, loadable as a LoRA
+  // lora_step files every 4 steps: bf16 with the Python trainer's metadata, loadable as a LoRA
   for (const int step : {4, 8}) {
     const auto path = lora_step_path(c.out, step);
     auto f = SafetensorsFile::open(path);
@@ -103,7 +103,7 @@ TEST_F(CausalTest, WritesTheSeedsFiles) {
     EXPECT_EQ(m.at("step"), std::to_string(step));
     EXPECT_EQ(m.at("objective"), "df");
     EXPECT_EQ(m.at("span_chunks"), "6");
-    EXPECT_EQ(m.at("level_shift"), "3.0");  // Python's str(3.0), as the seed writes it
+    EXPECT_EQ(m.at("level_shift"), "3.0");  // Python's str(3.0), as the Python trainer writes it
     EXPECT_EQ(m.at("base"), "tiny");
     for (const auto& k : f->keys())  // factors in bf16; kohya's per-module alpha in float32 (exact for any alpha)
       EXPECT_EQ(f->entry(k).dtype, k.size() > 6 && k.substr(k.size() - 6) == ".alpha" ? "F32" : "BF16") << k;

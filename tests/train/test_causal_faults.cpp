@@ -69,7 +69,7 @@ TEST(CausalFaults, KilledAtEveryPointOfEverySaveTheRerunEndsAsTheUninterruptedRu
     EXPECT_EQ(ref_log, test::log_without_time(out + "/train_log.jsonl"));
     std::ifstream rl(dir.file("rerun.log"));
     const std::string rerun((std::istreambuf_iterator<char>(rl)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(rerun.find("afresh"), std::string::npos) << rerun;  // never the seed's fresh-moment resume
+    EXPECT_EQ(rerun.find("afresh"), std::string::npos) << rerun;  // never the Python trainer's fresh-moment resume
     EXPECT_EQ(temp_files(out), std::vector<std::string>{});  // the interrupted save's temp files are gone
     fs::remove_all(out);
   }

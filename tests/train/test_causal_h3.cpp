@@ -54,7 +54,7 @@ TEST_F(CausalH3Test, DiffusionForcingValidationLossFalls) {
   EXPECT_LT(val[1]["val_loss"].get<double>(), 0.85 * val[0]["val_loss"].get<double>())
       << val[0].dump() << " -> " << val[1].dump();
   const auto meta = SafetensorsFile::open(lora_step_path(c.out, 40))->metadata();
-  EXPECT_EQ(meta.at("base"), "cwm");  // the seed's name for its H3 world model
+  EXPECT_EQ(meta.at("base"), "cwm");  // the Python trainer's name for its H3 world model
   EXPECT_EQ(meta.at("model"), "h3-tiny");
   EXPECT_EQ(meta.at("chunk_frames"), "5");  // the natural chunk: one VAE clip
   EXPECT_NE(meta.at("text_handling").find("4.2a"), std::string::npos);
@@ -88,7 +88,7 @@ TEST_F(CausalH3Test, TwoRanksKeepOneLora) {
   EXPECT_EQ(r[0].lora_crc, r[1].lora_crc);
 }
 
-// The seed's layout on two nodes of two: the frozen blocks sharded within each node (half the weights per rank, not a
+// The Python trainer's layout on two nodes of two: the frozen blocks sharded within each node (half the weights per rank, not a
 // quarter), the LoRA's gradients summed over all four; every rank ends with one LoRA, the same as one node of four.
 TEST_F(CausalH3Test, TwoNodesShardWithinEachNode) {
   auto c = config("nodes", 2);

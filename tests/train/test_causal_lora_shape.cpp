@@ -66,7 +66,7 @@ TEST_F(CausalLoraShape, TheInitFileDecidesAndAReRunEqualsTheUninterruptedRun) {
   const auto resumed = train_causal(cut);
   EXPECT_EQ(resumed.start_step, 4);
   expect_same_lora(ref.lora, resumed.lora);
-  // Without the state slot (the seed's resume from the newest lora_step, fresh moments) the file's alpha still applies:
+  // Without the state slot (the Python trainer's resume from the newest lora_step, fresh moments) the file's alpha still applies:
   // its first step's loss equals the uninterrupted run's step 5 up to the bf16 rounding of the lora_step file's factors
   // (measured 3e-6 relative; another alpha moves it far more).
   auto seedlike = config("init_seedlike", 8);

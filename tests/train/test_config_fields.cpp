@@ -23,7 +23,7 @@ void expect_declared_once(const std::vector<ConfigField<C>>& fields, const std::
 TEST(ConfigFields, EachFieldOnceInFlagsAndJson) {
   expect_declared_once(SftConfig::fields(), SftConfig{}.to_json());
   expect_declared_once(CausalConfig::fields(), CausalConfig{}.to_json());
-  // The seed rtcwm's args.json: every value a string, as Python's str() writes it.
+  // The Python trainer rtcwm's args.json: every value a string, as Python's str() writes it.
   const auto causal = nlohmann::json::parse(CausalConfig{}.to_json());
   EXPECT_EQ(causal["level_shift"], "3.0");
   EXPECT_EQ(causal["clean_first_frame"], "False");
@@ -64,7 +64,7 @@ TEST(ConfigFields, EnumLikeFlagsAreEnums) {
   test::expect_error([&] { s.precision_mode(); }, {"--precision", "half"});
   CausalConfig c;
   c.attn = "fa3", c.objective = "tf", c.shard_base = "off", c.act_offload = "on";
-  EXPECT_EQ(c.attn_kernel(), CausalKernel::prefix);  // the seed's names
+  EXPECT_EQ(c.attn_kernel(), CausalKernel::prefix);  // the Python trainer's names
   c.attn = "flex";
   EXPECT_EQ(c.attn_kernel(), CausalKernel::mask);
   EXPECT_EQ(c.objective_mode(), CausalConfig::Objective::tf);

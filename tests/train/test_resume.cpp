@@ -221,7 +221,7 @@ TEST(ResumePosition, FollowsTheSeedsRules) {
   EXPECT_EQ(p.skip, 2);
   const auto j = st.to_json();
   EXPECT_EQ(j["epoch_micro"], 5);
-  EXPECT_EQ(j["n_micro"], 5);  // flat geometry, as the seed writes trainer_state.json
+  EXPECT_EQ(j["n_micro"], 5);  // flat geometry, as the Python trainer writes trainer_state.json
   test::expect_error([] { TrainerState::from_json(nlohmann::json{{"epoch", 1}}, "x.json"); }, {"x.json", "step"});
 }
 

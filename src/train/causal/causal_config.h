@@ -1,4 +1,4 @@
-// Configuration of `vdt train causal`: the seed rtcwm's flags with its names and defaults (docs/design.md §5), plus --model,
+// Configuration of `vdt train causal`: the Python trainer rtcwm's flags with its names and defaults (docs/design.md §5), plus --model,
 // --weights, --chunk-frames, --lora-rank, --lora-alpha, and the data and device flags our trainer needs. A plain
 // struct with validate(); every field is declared once in fields() (flag, help; the default is the initialiser here),
 // from which the CLI binds the flags and to_json writes args.json.
@@ -14,12 +14,12 @@
 
 namespace vdt {
 
-inline constexpr int64_t kSpanChunks = 6;  // the seed's SPAN_CHUNKS
+inline constexpr int64_t kSpanChunks = 6;  // the Python trainer's SPAN_CHUNKS
 
 struct CausalConfig {
-  // the seed's flags
+  // the Python trainer's flags
   std::string out, objective = "df", init_lora;  // init_lora empty: a fresh LoRA (B = 0)
-  std::string resume = "auto";  // the SFT trainer's flag: auto (the seed's re-run rule), a LoRA file, or a state
+  std::string resume = "auto";  // the SFT trainer's flag: auto (the Python trainer's re-run rule), a LoRA file, or a state
   bool ignore_corrupt_state = false;  // every sealed slot in --out corrupt: resume as the seed (fresh moments)
   int64_t steps = 0;                              // 0: ceil(epochs * samples / world)
   double epochs = 2.0, lr = 2e-5, lr_min = 1e-6;
@@ -58,14 +58,14 @@ struct CausalConfig {
   enum class Objective { df, tf };
   enum class ShardBase { automatic, on, off };
   Objective objective_mode() const;
-  CausalKernel attn_kernel() const;  // prefix (the seed's fa3) or mask (flex)
+  CausalKernel attn_kernel() const;  // prefix (the Python trainer's fa3) or mask (flex)
   bool act_offload_on() const;
   Checkpointing checkpointing_mode() const;
   Fp8Mode fp8_mode() const;
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected
-  std::string to_json() const;  // every field as a string, as the seed's args.json
+  std::string to_json() const;  // every field as a string, as the Python trainer's args.json
   static const std::vector<ConfigField<CausalConfig>>& fields();
 };
 

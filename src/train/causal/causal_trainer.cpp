@@ -177,7 +177,7 @@ void build_model(CausalRun& r) {
   r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
   for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
   torch::NoGradGuard ng;
-  for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the seed)
+  for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
   r.model->set_causal_kernel(r.cfg.attn_kernel());
   CheckpointOptions co;
   co.offload_inputs = r.cfg.act_offload_on();
@@ -185,7 +185,7 @@ void build_model(CausalRun& r) {
   co.selective_blocks = r.cfg.selective_blocks;
   co.attention_keep = r.cfg.attn_keep;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
-    // Within each node, as the seed's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
+    // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
     const int node = r.ctx->comm.local_world();
     if (node < r.ctx->world) r.node_comm = r.ctx->comm.split(node);
     r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.node_comm ? *r.node_comm : r.ctx->comm);
@@ -439,7 +439,7 @@ StepStats causal_step(CausalRun& r, int64_t it) {
   // 4) metrics, in the step's one host sync
   const auto h = ctx.to_host(reduced, {norm});
   st.loss = h.mean[0], st.stop = h.stop, st.grad_norm = h.local[0];
-  st.lr = r.cfg.lr * warmup_cosine_factor(it + 1, r.cfg.warmup, r.total_steps, ratio);  // as the seed logs it
+  st.lr = r.cfg.lr * warmup_cosine_factor(it + 1, r.cfg.warmup, r.total_steps, ratio);  // as the Python trainer logs it
   return st;
 }
 
@@ -539,7 +539,7 @@ void open_logs(CausalRun& r) {
   print_config(r);
 }
 
-// The seed's console line and train_log.jsonl row, and TensorBoard's train/ scalars; `elapsed`: seconds since this
+// The Python trainer's console line and train_log.jsonl row, and TensorBoard's train/ scalars; `elapsed`: seconds since this
 // process's first step, `step_time`: this step's.
 void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed, double step_time) {
   if (r.ctx->rank != 0) return;

@@ -1,4 +1,4 @@
-// Export and re-open check. The check is the seed's check_gc_ckpt: key count, every tensor BF16, vocab in metadata.
+// Export and re-open check. The check is the Python trainer's check_gc_ckpt: key count, every tensor BF16, vocab in metadata.
 #include "train/checkpoint/export.h"
 
 #include <torch/torch.h>

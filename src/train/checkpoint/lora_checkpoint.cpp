@@ -50,7 +50,7 @@ void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t s
       bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
                         torch::tensor(static_cast<float>(cfg.lora_alpha), torch::kFloat32));
   }
-  // An H3 base is the seed's "cwm"; "model" names the preset either way. H3 text handling: docs/h3_model.md §4.2 (a).
+  // An H3 base is the Python trainer's "cwm"; "model" names the preset either way. H3 text handling: docs/h3_model.md §4.2 (a).
   const bool h3 = denoiser_family(cfg.model) == "h3";
   const std::string text = h3 ? "prefix: text cached with Picture 1 (docs/h3_model.md §4.2 (a))" : "cross-attention per frame";
   save_safetensors(path, bf16,
@@ -81,7 +81,7 @@ std::optional<CausalState> find_causal_state(const std::string& out, int64_t ste
                          "--ignore-corrupt-state");
   } catch (const CorruptStateError&) {
     throw;
-  } catch (const Error& e) {  // e.g. a slot of an older layout: the seed's resume (fresh moments) still works
+  } catch (const Error& e) {  // e.g. a slot of an older layout: the Python trainer's resume (fresh moments) still works
     notes->push_back(std::string("the state is not usable: ") + e.what());
     return std::nullopt;
   }

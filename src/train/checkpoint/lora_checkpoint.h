@@ -1,8 +1,8 @@
 // The causal trainer's files in --out (docs/design.md §5): `lora_stepNNNNN.safetensors` — the LoRA factors in bf16 with
 // metadata base, step, objective, span_chunks, level_shift (plus rank and alpha, so `vdt ckpt merge-lora` and
-// read_lora take it alone), what the seed writes and its Python code loads — and, beyond the seed, its parts of a
+// read_lora take it alone), what the Python trainer writes and its Python code loads — and, beyond the Python trainer, its parts of a
 // checkpoint (train/checkpoint/checkpointer.h, the same slots as the SFT trainer's) with the float32 factors, the
-// AdamW moments and the sample position, so a re-run continues exactly. The seed resumes from the newest lora_step file with fresh moments; we do
+// AdamW moments and the sample position, so a re-run continues exactly. The Python trainer resumes from the newest lora_step file with fresh moments; we do
 // too when no slot matches that step.
 #pragma once
 #include <torch/types.h>
@@ -30,7 +30,7 @@ struct CausalPosition {
   std::string model_config;  // the base's architecture (Denoiser::config_json), checked on an exact resume
 };
 
-// The seed's LoRA file: `path` in bf16 with the seed's metadata (base, step, objective, span_chunks, level_shift) plus
+// The Python trainer's LoRA file: `path` in bf16 with the Python trainer's metadata (base, step, objective, span_chunks, level_shift) plus
 // rank, alpha, chunk_frames, seed, val_clips, clean_first_frame, and a float32 `<module>.alpha` beside each module's
 // factors (kohya's convention), so a loader that reads no metadata applies alpha / rank as vdt does. Rank 0 writes it.
 void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora);

@@ -38,7 +38,7 @@ nlohmann::ordered_json TrainerState::to_json() const {
                               {"micro_counter", pos.micro_counter}, {"trainer", "vdt train sft"}};
   if (!model_config.empty()) j["model_config"] = model_config;
   const auto geo = geometry.to_json();
-  for (const auto& [k, v] : geo.items()) j[k] = v;  // flat, as the seed writes it
+  for (const auto& [k, v] : geo.items()) j[k] = v;  // flat, as the Python trainer writes it
   return j;
 }
 

@@ -19,7 +19,7 @@
 
 namespace vdt {
 
-// What must be unchanged for a resume to continue inside an epoch (the seed's trainer_state geometry).
+// What must be unchanged for a resume to continue inside an epoch (the Python trainer's trainer_state geometry).
 struct Geometry {
   int64_t num_processes = 1, grad_accum = 1, batch_size = 1, n_micro = 0, n_train = 0;
   uint64_t seed = 0;
@@ -62,7 +62,7 @@ struct LoadedState : LoadedCheckpoint {
 // CorruptStateError (checkpointer.h) unless allow_corrupt (--ignore_corrupt_state).
 std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none, bool allow_corrupt = false);
 
-// Where a resumed run starts reading: the seed's resume_position. Unchanged geometry -> the next micro batch of the
+// Where a resumed run starts reading: the Python trainer's resume_position. Unchanged geometry -> the next micro batch of the
 // saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
 // without an epoch -> inferred from the step with the current geometry.
 // Beyond the seed: when only the world size changed, the exact global sample stream continues (when the consumed

@@ -14,7 +14,7 @@
 namespace vdt {
 
 struct ValRow {
-  double timestep = 0;   // the grid point evaluated (the seed's key: 201.34 for a requested 200)
+  double timestep = 0;   // the grid point evaluated (the Python trainer's key: 201.34 for a requested 200)
   double requested = 0;  // the --val_timesteps entry it was snapped from
   double mse = 0, mse_uncond = 0, mse_nulltext = 0;  // means over clips
   double gap_uncond = 0, gap_nulltext = 0;

@@ -17,7 +17,7 @@ namespace vdt {
 template <class C>
 struct ConfigField {
   using Member = std::variant<std::string C::*, double C::*, int64_t C::*, int C::*, uint64_t C::*, bool C::*>;
-  std::string flag;  // the seed's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
+  std::string flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
   std::string help;
   Member member;
   bool required = false;
@@ -32,7 +32,7 @@ struct ConfigField {
 // --precision of either trainer: mixed (bf16 compute, fp32 masters; SFT only), bf16, fp32.
 enum class Precision { mixed, bf16, fp32 };
 
-// How values are written: as JSON values (numbers, bools) or as the seed rtcwm's args.json writes them, every value
+// How values are written: as JSON values (numbers, bools) or as the Python trainer rtcwm's args.json writes them, every value
 // a string (Python's str(): "3.0", "2e-05", "True").
 enum class JsonValues { typed, python_strings };
 

@@ -1,4 +1,4 @@
-// Run logs. CSV numbers use fmt_num (compact, nan/inf spelled out); the TensorBoard tags follow the seed
+// Run logs. CSV numbers use fmt_num (compact, nan/inf spelled out); the TensorBoard tags follow the Python trainer
 // (train/<name>, val/<name>_t<T>, val/<name>_mean).
 #include "train/loop/run_log.h"
 
@@ -88,7 +88,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
   gethostname(host, sizeof host - 1);
   nlohmann::ordered_json j;
   j["args"] = nlohmann::ordered_json::parse(cfg.to_json());
-  j["res"] = cfg.res;  // the seed's top-level key
+  j["res"] = cfg.res;  // the Python trainer's top-level key
   j["dataset"] = {{"root", cfg.data_root},
                   {"res", train.info().res},
                   {"train_total", train.n_total()},

@@ -58,7 +58,7 @@ class RunLog {
   // write_step_preview, already on disk).
   void preview(int64_t step, const std::string& clip_id, const Png& png);
   std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
-  // done.json: the seed's keys (step, start_step, peak_mem_gb_main, peak_mem_gb_max, s_per_step_mean,
+  // done.json: the Python trainer's keys (step, start_step, peak_mem_gb_main, peak_mem_gb_max, s_per_step_mean,
   // data_s_per_step_mean, n_steps_timed, data_pos, finished) plus ours (peak_mem_gb, last_export).
   struct Done {
     int64_t steps = 0, start_step = 0;

@@ -1,4 +1,4 @@
-// Schedules; the SFT form reproduces the seed's LambdaLR coefficient exactly.
+// Schedules; the SFT form reproduces the Python trainer's LambdaLR coefficient exactly.
 #include "train/loop/schedule.h"
 
 #include <algorithm>

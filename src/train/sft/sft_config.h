@@ -1,4 +1,4 @@
-// Configuration of `vdt train sft`: the seed gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
+// Configuration of `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
 // --res and --precision. A plain struct with validate(); every field is declared once in fields() (flag, help; the
 // default is the initialiser here), from which the CLI binds the flags and to_json writes the config.
 #pragma once
@@ -15,7 +15,7 @@ namespace vdt {
 struct SftConfig {
   // data
   std::string data_root, text_table, vocab = "parts", res = "832x480";
-  std::string cond_type = "ids", cond_key = "ids";  // the seed's (its only choices), recorded in config and exports
+  std::string cond_type = "ids", cond_key = "ids";  // the Python trainer's (its only choices), recorded in config and exports
   double text_dropout = 0.1, cond_dropout = 0.05, mask_p = 0.5;
   bool include_dropped = false, first_frame_cond = true;
   int64_t limit = 0;

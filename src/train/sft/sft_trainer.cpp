@@ -273,7 +273,7 @@ StepStats sft_step(SftRun& r, int64_t step) {
     auto x0 = batch->latents.to(ctx.device, ctx.dtype, /*non_blocking=*/true);
     auto noise = ctx.noise(x0, r.cfg.seed, rng_purpose::kSftNoise, micro);
     const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, ctx.dtype, r.cfg.first_frame_cond);
-    // 4) forward, loss, backward (scaled by 1/grad_accum as the seed's accelerate does, short steps included)
+    // 4) forward, loss, backward (scaled by 1/grad_accum as the Python trainer's accelerate does, short steps included)
     DenoiserAux aux;
     auto pred = r.model->forward(
         model_inputs(*r.model, ex.x_t, ex.t, batch->context, batch->context_ids, batch->ids), &aux);
@@ -304,7 +304,7 @@ StepStats sft_step(SftRun& r, int64_t step) {
   return st;
 }
 
-// The seed's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of floats and
+// The Python trainer's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of floats and
 // bools), then ours (format, sem_scale, sem_hidden, model_config, hyperparameters).
 Metadata export_metadata(const SftRun& r, int64_t step) {
   Metadata m;
@@ -312,7 +312,7 @@ Metadata export_metadata(const SftRun& r, int64_t step) {
   m["trainer"] = "vdt train sft";
   m["stage"] = "sft_bidirectional";
   m["vocab"] = r.cfg.vocab;
-  m["data"] = r.train_ds->info().format;  // the seed writes its dataset's name ("v10"); vdt the root's format
+  m["data"] = r.train_ds->info().format;  // the Python trainer writes its dataset's name ("v10"); vdt the root's format
   m["res"] = r.cfg.res;
   m["step"] = std::to_string(step);
   m["data_root"] = r.cfg.data_root;
@@ -424,10 +424,10 @@ void open_log(SftRun& r) {
   auto weights = nlohmann::ordered_json::array();
   for (const auto& f : file_checksums(files))
     weights.push_back({{"file", f.path}, {"bytes", f.bytes}, {"crc32", f.crc_hex()}});
-  facts["model"]["dit_files"] = r.base_files;  // the seed's key
+  facts["model"]["dit_files"] = r.base_files;  // the Python trainer's key
   facts["model"]["weight_files"] = weights;
   facts["model"]["random_init"] = r.cfg.random_init;
-  facts["model"]["start_step"] = r.start_step;  // the seed's key
+  facts["model"]["start_step"] = r.start_step;  // the Python trainer's key
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
   r.log.open(r.cfg, facts, r.start_step);
@@ -499,7 +499,7 @@ SftSummary finish(SftRun& r, SftSummary& sum) {
                 static_cast<unsigned>(sum.weights_crc));
   }
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
-  double peak_max = sum.peak_mem_gb;  // the seed's peak_mem_gb_max: the largest peak over the ranks
+  double peak_max = sum.peak_mem_gb;  // the Python trainer's peak_mem_gb_max: the largest peak over the ranks
   if (r.ctx->world > 1) {
     auto t = torch::full({1}, sum.peak_mem_gb, torch::TensorOptions().device(r.ctx->device).dtype(torch::kFloat64));
     r.ctx->comm.all_reduce(t, ReduceOp::Max)->wait();
@@ -524,8 +524,8 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   const kernels::FusedKernelsScope fused(cfg.fused_kernels == "on");
   SftRun r;
   r.cfg = cfg;
-  // A relative --output is taken from the current directory (the seed joins it to its project root) and recorded
-  // absolute, as the seed's config.json records args.output.
+  // A relative --output is taken from the current directory (the Python trainer joins it to its project root) and recorded
+  // absolute, as the Python trainer's config.json records args.output.
   r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
   r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
