@@ -39,7 +39,7 @@ struct DfExample {
 DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);
 
-// Teacher forcing (docs/design.md §2 `tf`, reference/peers.md §0.3): the clean span (timestep 0) followed by the diffusion-
+// Teacher forcing (docs/design.md §2 `tf`, docs/causal.md "Objectives"): the clean span (timestep 0) followed by the diffusion-
 // forcing noisy span, one sequence of 2F frames for the teacher-forcing mask; the same levels, targets and weights.
 DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights);

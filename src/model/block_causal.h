@@ -1,4 +1,4 @@
-// Block-causal attention for the causal workflow (docs/design.md §5, reference/peers.md §1): the token sequence is cut into
+// Block-causal attention for the causal workflow (docs/design.md §5, docs/causal.md): the token sequence is cut into
 // chunks of `chunk_tokens` (a chunk = some latent frames), and the queries of chunk i see the keys of chunks 0..i.
 // Three ways that must agree, forward and backward: `prefix` — one SDPA call per chunk over its key prefix (no mask,
 // so the fused kernels stay usable), all chunks in one autograd node (model/ranged_attention.h); `mask` — one SDPA call with a boolean block mask; `eager` — the slow, obvious
