@@ -57,7 +57,7 @@ TEST_F(CausalH3Test, DiffusionForcingValidationLossFalls) {
   EXPECT_EQ(meta.at("base"), "cwm");  // the Python trainer's name for its H3 world model
   EXPECT_EQ(meta.at("model"), "h3-tiny");
   EXPECT_EQ(meta.at("chunk_frames"), "5");  // the natural chunk: one VAE clip
-  EXPECT_NE(meta.at("text_handling").find("4.2a"), std::string::npos);
+  EXPECT_NE(meta.at("text_handling").find("docs/h3_model.md §4.2 (a)"), std::string::npos);
   EXPECT_EQ(sum.lora.size(), 2u * 4 * 3);  // A, B x 4 targets x (2 blocks + 1 refiner block)
 }
 
