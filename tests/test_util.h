@@ -73,9 +73,8 @@ struct RunResult {
   int code = 0;
   std::string output;
 };
-// Runs the built vdt binary with `args` (a shell-quoted string), capturing stdout and stderr.
-inline RunResult run_vdt(const std::string& args) {
-  const std::string cmd = std::string(VDT_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line, capturing what it writes to stdout (add 2>&1 for stderr too) and its exit code.
+inline RunResult run_command(const std::string& cmd) {
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -85,6 +84,9 @@ inline RunResult run_vdt(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+// Runs the built vdt binary with `args` (a shell-quoted string), capturing stdout and stderr.
+inline RunResult run_vdt(const std::string& args) { return run_command(std::string(VDT_BINARY) + " " + args + " 2>&1"); }
 
 // Expects `fn` to throw an exception whose message contains every one of `parts`.
 template <typename Fn>

@@ -15,15 +15,7 @@ namespace {
 
 // `vdt env --json` with two variables set; stdout only, so that library warnings on stderr cannot break the JSON.
 test::RunResult run_env_json(const std::string& cache) {
-  const std::string cmd = "env VDT_CACHE='" + cache + "' VDT_ENV_TEST_PROBE=42 " + VDT_BINARY + " env --json";
-  test::RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_command("env VDT_CACHE='" + cache + "' VDT_ENV_TEST_PROBE=42 " + VDT_BINARY + " env --json");
 }
 
 TEST(EnvCommand, JsonSaysWhatThisBuildAndMachineHave) {
