@@ -127,12 +127,16 @@ void add_bench(CLI::App& app, int& exit_code) {
   smp->add_option(spellings("--layers"), scfg->layers, "blocks (0: the preset's; fewer: tests)")->capture_default_str();
   smp->add_option(spellings("--device"), scfg->device, "cuda, cuda:N or cpu")->capture_default_str();
   smp->add_option(spellings("--precision"), scfg->precision, "bf16 or fp32")->capture_default_str();
+  smp->add_option(spellings("--shift"), scfg->shift, "sigma shift of the Euler grid (0: the base's)")
+      ->capture_default_str();
+  bind_fields(smp, std::shared_ptr<StreamSpeed>(scfg, &scfg->speed), StreamSpeed::fields());
   smp->callback([scfg, &exit_code] {
     const auto& c = *scfg;
     std::printf("bench sample: model %s latent %lldx%lld chunks %lld window %lld steps %lld cfg %g device %s "
-                "precision %s\n", c.model.c_str(), static_cast<long long>(c.height), static_cast<long long>(c.width),
-                static_cast<long long>(c.chunks), static_cast<long long>(c.window), static_cast<long long>(c.steps),
-                c.cfg, c.device.c_str(), c.precision.c_str());
+                "precision %s fp8 %s cuda-graphs %s\n", c.model.c_str(), static_cast<long long>(c.height),
+                static_cast<long long>(c.width), static_cast<long long>(c.chunks), static_cast<long long>(c.window),
+                static_cast<long long>(c.steps), c.cfg, c.device.c_str(), c.precision.c_str(), c.speed.fp8.c_str(),
+                c.speed.cuda_graphs.c_str());
     std::fflush(stdout);
     const auto r = run_sample_bench(c);
     for (size_t n = 0; n < r.chunk_s.size(); ++n)
@@ -140,10 +144,11 @@ void add_bench(CLI::App& app, int& exit_code) {
                   r.chunk_s[n] + r.commit_s[n], r.chunk_s[n], r.commit_s[n], static_cast<long long>(r.chunk_frames_px[n]),
                   static_cast<int64_t>(n) < c.warmup_chunks ? "  (warm-up)" : "");
     std::printf("result median_chunk_s=%.4f frames_per_s=%.2f cache_gib=%.3f peak_gib=%.2f prefix_s=%.4f "
-                "rows_per_chunk=%lld prefix_rows=%lld sink_chunks=%lld window=%lld family=%s\n", r.median_chunk_s,
+                "rows_per_chunk=%lld prefix_rows=%lld sink_chunks=%lld window=%lld graphs=%d graph_replays=%lld family=%s\n", r.median_chunk_s,
                 r.frames_per_s, r.cache_gib, r.peak_gib, r.prefix_s, static_cast<long long>(r.rows_per_chunk),
                 static_cast<long long>(r.prefix_rows), static_cast<long long>(r.sink_chunks),
-                static_cast<long long>(r.window), r.family.c_str());
+                static_cast<long long>(r.window), r.graphs ? 1 : 0, static_cast<long long>(r.graph_replays),
+                r.family.c_str());
     exit_code = 0;
   });
 }

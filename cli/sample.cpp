@@ -42,6 +42,7 @@ struct Opts {
   int64_t chunks = 0, window = -1, sink_chunks = -1;   // --chunks, --window, --sink-chunks (with --stream)
   std::vector<std::string> prompt;     // --prompt, repeatable
   std::string prompts, text_encoder;   // --prompts FILE, --text-encoder DIR
+  StreamSpeed speed;                   // --fp8, --cuda-graphs (with --stream)
 };
 
 // --prompt values then the lines of --prompts (blank lines skipped), each once, in order.
@@ -82,14 +83,23 @@ std::string embed_prompts(const Opts& o, const std::string& table, const std::ve
 // then the stream to <clip>_f<start>.safetensors (`sample`, the window's `ground_truth`, H3's `audio.*`) and, on a
 // synthetic root, a PNG (rows: ground truth, stream).
 int stream_causal(const Opts& o, Denoiser& model, const CausalDataset& ds, int64_t chunk_frames, const EulerConfig& ec,
-                  bool clean_first, const std::map<std::string, std::string>& meta, bool has_vae) {
+                  bool clean_first, const std::map<std::string, std::string>& meta, bool has_vae,
+                  const std::vector<std::string>& prompts) {
   StreamOptions so;
   so.chunks = o.chunks, so.window = o.window, so.sink_chunks = o.sink_chunks;
   so.span_chunks = metadata_int(meta, "span_chunks", o.lora, 6);
-  for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
+  so.graphs = apply_stream_speed(model, o.speed);
+  // Without new prompts one stream per window with its own text; with them one per prompt (<clip>_f<start>_p<k>).
+  const size_t passes = prompts.empty() ? 1 : prompts.size();
+  const size_t windows = std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n));
+  for (size_t p = 0; p < windows * passes; ++p) {
+    const size_t i = p / passes, k = p % passes;
+    const std::string* prompt = prompts.empty() ? nullptr : &prompts[k];
     const auto w = ds.val().at(i);
     const auto first = ds.load(w, ds.val_start(static_cast<int64_t>(i)));
-    const auto base = (std::filesystem::path(o.out) / (first.clip_id + "_f" + std::to_string(first.start))).string();
+    const auto base = (std::filesystem::path(o.out) / (first.clip_id + "_f" + std::to_string(first.start) +
+                                                       (prompt ? "_p" + std::to_string(k) : ""))).string();
+    if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
     std::filesystem::create_directories(base + ".chunks");
     const auto r = stream_causal_window(model, ds, i, chunk_frames, ec, o.seed, clean_first, so,
                                         [&](const StreamChunk& c) {
@@ -104,16 +114,18 @@ int stream_causal(const Opts& o, Denoiser& model, const CausalDataset& ds, int64
                   static_cast<long long>(c.index), static_cast<long long>(c.index * chunk_frames),
                   static_cast<long long>((c.index + 1) * chunk_frames - 1), c.seconds, base.c_str(), name);
       std::fflush(stdout);
-    });
+    }, prompt);
     NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
     for (const auto& [name, t] : r.side_sample) {
       tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
       tensors.emplace_back(name + ".sample", t);
     }
-    save_safetensors(base + ".safetensors", tensors,
-                     {{"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)},
-                      {"chunks", std::to_string(r.chunk_seconds.size())}, {"window", std::to_string(r.window)},
-                      {"sink_chunks", std::to_string(r.sink_chunks)}});
+    std::map<std::string, std::string> file_meta = {
+        {"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)},
+        {"chunks", std::to_string(r.chunk_seconds.size())}, {"window", std::to_string(r.window)},
+        {"sink_chunks", std::to_string(r.sink_chunks)}};
+    if (prompt) file_meta["prompt"] = *prompt;
+    save_safetensors(base + ".safetensors", tensors, file_meta);
     std::printf("stream %s from frame %lld: %zu chunks of %lld latent frames (window %lld, sink %lld), KV cache "
                 "%.1f MiB -> %s.safetensors\n", r.clip_id.c_str(), static_cast<long long>(r.start),
                 r.chunk_seconds.size(), static_cast<long long>(chunk_frames), static_cast<long long>(r.window),
@@ -178,7 +190,7 @@ int sample_causal(const Opts& o, const torch::Device& device, const std::vector<
   ec.steps = o.steps, ec.cfg_scale = o.cfg;
   ec.shift = o.shift > 0 ? o.shift : flow_schedule(model->family()).sample_shift;
   const bool clean_first = get("clean_first_frame", "0") == "1";
-  if (o.stream) return stream_causal(o, *model, ds, chunk_frames, ec, clean_first, meta, has_vae);
+  if (o.stream) return stream_causal(o, *model, ds, chunk_frames, ec, clean_first, meta, has_vae, prompts);
   // Without new prompts one pass with the windows' own text; with them one pass per prompt (files <clip>_f<start>_p<k>).
   const size_t passes = prompts.empty() ? 1 : prompts.size();
   for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
@@ -227,6 +239,7 @@ void add_sample(CLI::App& app, int& exit_code) {
                 "(-1: all); sink + window + 1 must fit in the trained span")->capture_default_str();
   s->add_option(spellings("--sink-chunks"), o->sink_chunks, "with --stream: first chunks kept as the attention sink "
                 "(-1: the base's default: Wan 1, H3 0, its text and Picture 1 being the sink)")->capture_default_str();
+  bind_fields(s, std::shared_ptr<StreamSpeed>(o, &o->speed), StreamSpeed::fields());
   s->add_option(spellings("--lora"), o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
       ->check(CLI::ExistingFile);
   s->add_option(spellings("--weights"), o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
@@ -241,8 +254,8 @@ void add_sample(CLI::App& app, int& exit_code) {
   s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
-  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports and Wan causal LoRAs): each val "
-                "clip / window is sampled with it in every cell; needs --text-encoder");
+  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports and Wan causal LoRAs, with or "
+                "without --stream): each val clip / window is sampled with it in every cell; needs --text-encoder");
   s->add_option(spellings("--prompts"), o->prompts, "a file of new prompts, one per line (as --prompt)")
       ->check(CLI::ExistingFile);
   s->add_option(spellings("--text-encoder"), o->text_encoder, "umT5 directory that embeds --prompt / --prompts (the "
@@ -253,8 +266,8 @@ void add_sample(CLI::App& app, int& exit_code) {
     VDT_CHECK(o->stream || (o->chunks == 0 && o->window == -1 && o->sink_chunks == -1), "--chunks, --window and "
               "--sink-chunks belong to --stream (vdt sample --causal --stream ...)");
     VDT_CHECK(!o->stream || o->causal, "--stream streams a causal LoRA: give --causal --lora FILE");
-    VDT_CHECK(!o->stream || prompts.empty(), "--prompt / --prompts are not taken by --stream yet: stream the val "
-              "windows' own text, or sample new prompts without --stream");
+    VDT_CHECK(o->stream || (o->speed.fp8 == "off" && o->speed.cuda_graphs == "auto"), "--fp8 and --cuda-graphs "
+              "belong to --stream (vdt sample --causal --stream ...)");
     VDT_CHECK(o->chunks >= 0, "--chunks ", o->chunks, ": expected 0 (the LoRA's span) or more chunks");
     if (o->causal) {
       exit_code = sample_causal(*o, device, prompts);

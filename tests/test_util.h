@@ -27,6 +27,21 @@ inline std::string fixtures_dir() {
 inline std::string fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
 
 // A fresh directory under the system temp dir, removed at destruction.
+// Scoped environment variable (restored at the end of the test).
+class EnvVar {
+ public:
+  EnvVar(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~EnvVar() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 class TempDir {
  public:
   TempDir() {

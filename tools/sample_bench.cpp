@@ -13,12 +13,14 @@
 #include "core/rng.h"
 #include "diffusion/forcing.h"
 #include "diffusion/stream_sampler.h"
+#include "diffusion/flow_match.h"
 #include "model/denoiser_registry.h"
-#include "model/h3/h3_dit.h"
 #include "model/kv_stream.h"
 #include "model/lora.h"
+#include "train/eval/stream_sampling.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
+#include "train/loop/trace.h"
 
 namespace vdt {
 
@@ -35,6 +37,7 @@ void SampleBenchConfig::validate() const {
   VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision ", precision, ": expected bf16 or fp32");
   VDT_CHECK(picture1 == "on" || picture1 == "off", "--picture1 ", picture1, ": expected on or off");
   VDT_CHECK(audio == "on" || audio == "off", "--audio ", audio, ": expected on or off");
+  VDT_CHECK(shift >= 0, "--shift ", shift, ": expected 0 (the base's) or a positive sigma shift");
 }
 
 namespace {
@@ -55,8 +58,9 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   const auto dtype = cfg.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
   SampleBenchResult r;
   r.family = denoiser_family(cfg.model);
-  const bool h3 = r.family == "h3";
   auto model = make_denoiser(cfg.model, torch::TensorOptions().device(device).dtype(dtype), cfg.layers);
+  const auto sides = model->side_streams();
+  const bool h3 = r.family == "h3";  // the benchmark's geometry: H3 chunks of one VAE clip, its text, Picture 1
   model->init_random_base(cfg.seed);
   LoraConfig lc;
   lc.rank = cfg.lora_rank, lc.alpha = static_cast<double>(cfg.lora_rank), lc.targets = model->lora_targets();
@@ -68,6 +72,8 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
       if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 1e-3, gen);
   }
   model->eval();
+  const bool graphs = apply_stream_speed(*model, cfg.speed);
+  r.graphs = graphs;
 
   const int64_t cf = cfg.chunk_frames > 0 ? cfg.chunk_frames : (h3 ? 5 : 3);
   const int64_t Lt = cfg.text_len > 0 ? cfg.text_len : (h3 ? 256 : 512);
@@ -81,15 +87,17 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   spec.chunk_frames = cf, spec.height = H, spec.width = W, spec.chunks = cfg.chunks, spec.window = cfg.window;
   spec.sink_chunks = cfg.sink_chunks, spec.span_chunks = cfg.span_chunks;
   spec.context = context;
-  const bool audio = h3 && cfg.audio == "on";
+  const bool audio = !sides.empty() && cfg.audio == "on";
+  spec.graphs = graphs;
   if (h3 && cfg.picture1 == "on") {
     spec.extra["picture1"] = randn({1, C, 1, H, W}).to(dtype);
     spec.extra["picture1.noise"] = randn({1, C, 1, H, W}).to(dtype);
   }
-  if (audio) spec.side_streams = {"audio"};
-  const int64_t audio_dim = h3 ? dynamic_cast<H3DiTImpl&>(*model).config().audio_channels : 0;
+  if (audio) spec.side_streams = sides;
 
+  // The peak from here on: the streams and their passes, not the model's build.
   sample_bench_sync(device);
+  reset_peak_memory(device);
   auto t0 = std::chrono::steady_clock::now();
   auto open = [&](int64_t row) {
     StreamSpec s = spec;
@@ -127,16 +135,23 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
               t0 = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
             }};
   };
+  StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP=n: chunk n's steps and commit (1-based)
   auto noise = [&](int64_t n) {
+    trace.after_step(n);  // chunk n - 1 (1-based n) with its commits
+    trace.before_step(n + 1);
     SampleState s{randn({1, C, cf, H, W}), {}};
-    if (audio) {
-      const auto [j0, j1] = pos->side_steps("audio", n);
-      s.side["audio"] = randn({1, 2, audio_dim, j1 - j0});
+    for (const auto& name : spec.side_streams) {
+      const auto [j0, j1] = pos->side_steps(name, n);
+      auto shape = model->side_stream_step_shape(name);
+      shape.insert(shape.begin(), 1);
+      shape.push_back(j1 - j0);
+      s.side[name] = randn(shape);  // [1, ..., steps of the chunk]
     }
     return s;
   };
   EulerConfig ec;
-  ec.steps = cfg.steps, ec.cfg_scale = cfg.cfg, ec.shift = cfg.shift;
+  ec.steps = cfg.steps, ec.cfg_scale = cfg.cfg;
+  ec.shift = cfg.shift > 0 ? cfg.shift : flow_schedule(r.family).sample_shift;
   StreamConfig sc;
   sc.chunks = cfg.chunks;
   t0 = std::chrono::steady_clock::now();
@@ -146,9 +161,10 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
                   r.chunk_s.push_back(sample_bench_since(t0));
                   r.commit_s.push_back(0);
                   r.chunk_frames_px.push_back(pos->first_pixel_frame((n + 1) * cf) - pos->first_pixel_frame(n * cf));
-                  (void)chunk;
+                  if (cfg.on_chunk) cfg.on_chunk(n, chunk.video);
                   t0 = std::chrono::steady_clock::now();
                 });
+  trace.after_step(cfg.chunks);
   // A chunk's latency: its Euler steps and its commit.
   std::vector<double> timed;
   double seconds = 0;
@@ -165,6 +181,7 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   r.frames_per_s = seconds > 0 ? static_cast<double>(frames) / seconds : 0;
   r.cache_gib = static_cast<double>(pos->cache_bytes() + (neg ? neg->cache_bytes() : 0)) / (1ull << 30);
   r.peak_gib = peak_memory_gb(device);
+  r.graph_replays = pos->graphs().replays() + (neg ? neg->graphs().replays() : 0);
   r.rows_per_chunk = cf * (H / 2) * (W / 2) + (audio ? 2 * (pos->side_steps("audio", 1).second -
                                                            pos->side_steps("audio", 1).first) : 0);
   r.prefix_rows = h3 ? Lt + (spec.extra.count("picture1") ? (H / 2) * (W / 2) : 0) : 0;

@@ -2,10 +2,16 @@
 // base of the preset with a random LoRA attached, random text (H3: a Picture 1 on the video's latent grid and the
 // audio stream), streamed chunk by chunk with the KV cache by the streaming Euler loop. Reports each chunk's latency
 // (its Euler steps and its commit), the generated video frames per second (the VAE's pixel frames of the timed chunks
-// over their time), the KV cache's memory and the peak memory. Runs on a GPU (bf16) or, with a tiny preset, on the CPU.
+// over their time), the KV cache's memory and the peak memory from the streams' opening on (the model's build left
+// out). VDT_TRACE=<file> with VDT_TRACE_STEP=<n> records chunk n's steps and commit (train/loop/trace.h). Runs on a GPU (bf16) or, with a tiny preset, on the CPU.
 #pragma once
+#include <torch/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "train/eval/stream_sampling.h"
 
 namespace vdt {
 
@@ -16,7 +22,7 @@ struct SampleBenchConfig {
   int64_t chunks = 8, window = 3, sink_chunks = -1, span_chunks = 6;
   int64_t steps = 4;
   double cfg = 1.0;                 // 1: no guidance (one branch); else two branches
-  double shift = 5.0;
+  double shift = 0;                 // 0: the base's sampling shift (diffusion/flow_match.h)
   int64_t text_len = 0;             // 0: the base's (Wan 512, H3 256)
   std::string picture1 = "on";      // H3: on | off
   std::string audio = "on";         // H3: on | off
@@ -26,6 +32,9 @@ struct SampleBenchConfig {
   std::string device = "cuda";
   std::string precision = "bf16";   // bf16 | fp32
   uint64_t seed = 0;
+  StreamSpeed speed;                // --fp8, --cuda-graphs
+  // Each chunk's video latents [1, C, cf, H, W] float32 as it is done (checks of the numbers; not timed apart).
+  std::function<void(int64_t, const torch::Tensor&)> on_chunk;
   void validate() const;
 };
 
@@ -37,6 +46,8 @@ struct SampleBenchResult {
   double frames_per_s = 0;                // pixel frames of the timed chunks / their time
   double cache_gib = 0, peak_gib = 0;
   int64_t rows_per_chunk = 0, prefix_rows = 0, sink_chunks = 0, window = 0;
+  bool graphs = false;        // the passes recorded as CUDA graphs
+  int64_t graph_replays = 0;  // passes replayed from a graph (positive and negative branch)
   std::string family;
 };
 

@@ -108,6 +108,10 @@ class Denoiser : public torch::nn::Module {
   virtual std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames, int64_t chunk_frames) const {
     throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
   }
+  // One step of `stream` without batch and steps (H3's audio: {2, Da}): a step's shape for noise.
+  virtual std::vector<int64_t> side_stream_step_shape(const std::string& stream) const {
+    throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
+  }
   // Streaming generation with a KV cache (model/kv_stream.h): a stream of chunks over this model; families without
   // one refuse (the default).
   virtual std::unique_ptr<KvStream> open_stream(const StreamSpec& spec);

@@ -18,6 +18,7 @@
 #include "model/attention.h"
 #include "model/denoiser.h"
 #include "model/kv_cache.h"
+#include "model/pass_graph.h"
 
 namespace vdt {
 
@@ -33,6 +34,7 @@ struct StreamSpec {
   std::map<std::string, torch::Tensor> extra;  // family conditioning (H3: text_tags [B, Lt], picture1, picture1.noise)
   std::vector<std::string> side_streams;       // side streams each chunk carries (H3: "audio"); empty: none
   AttentionKernel kernel = AttentionKernel::sdpa;  // eager: the slow reference (tests)
+  bool graphs = false;  // each pass's block loop recorded once and replayed as a CUDA graph (model/pass_graph.h)
 
   // The window in chunks after the sink (every chunk when -1), and whether a chunk is ever dropped.
   int64_t kept_window() const { return window < 0 ? chunks : window; }
@@ -43,7 +45,7 @@ struct StreamSpec {
 
 class KvStream {
  public:
-  explicit KvStream(StreamSpec spec) : spec_(std::move(spec)) {}
+  explicit KvStream(StreamSpec spec) : spec_(std::move(spec)), graphs_(spec_.graphs) {}
   virtual ~KvStream() = default;
   // The chunk being made, chunk chunks_done(): x [B, C, chunk_frames, H, W] noisy, t [B, chunk_frames] (0..1000),
   // context_ids [B, chunk_frames] (rows of spec.context; undefined: each stream's prefix row), extra: each side
@@ -61,6 +63,7 @@ class KvStream {
   int64_t chunks_done() const { return done_; }
   int64_t cache_bytes() const { return cache_ ? cache_->bytes() : 0; }
   const StreamSpec& spec() const { return spec_; }
+  const PassGraphs& graphs() const { return graphs_; }
   const KvCache& cache() const { return *cache_; }
   KvCache& cache() { return *cache_; }
 
@@ -69,6 +72,7 @@ class KvStream {
   // moved past the sink so far (0 while nothing was dropped).
   int64_t keep_window();
   StreamSpec spec_;
+  PassGraphs graphs_;  // a pass's block loop keyed by the cache's kept rows (the rows it writes after)
   std::unique_ptr<KvCache> cache_;
   int64_t done_ = 0;
 };

@@ -101,19 +101,27 @@ class WanStream : public KvStream {
       bin.ctx_ids = spec_.prefix_ids.to(device, torch::kLong).view({B, 1}).expand({B, F});
     }
     cache_->begin(tokens_, done_, commit, commit && done_ < spec_.sink_chunks && spec_.drops());
-    try {
+    // The block loop over [x, e0, rope cos, rope sin, ctx_ids]: one CUDA graph per kept-rows count when on.
+    auto blocks_of = [this, bin](const std::vector<torch::Tensor>& v) {
+      BlockInputs b = bin;
+      b.x = v[0], b.e0 = v[1], b.rope = {v[2], v[3]}, b.ctx_ids = v[4];
       auto blocks = m_.block_modules();
-      for (int64_t i = 0; i < c.num_layers; ++i) {
+      for (int64_t i = 0; i < static_cast<int64_t>(blocks.size()); ++i) {
         auto& block = *blocks[static_cast<size_t>(i)]->as<WanBlockImpl>();
-        BlockInputs rest = bin;
+        BlockInputs rest = b;
         rest.x = rest.e0 = torch::Tensor();
         rest.kv = {cache_.get(), i};
-        bin.x = run_block(block, {bin.x, bin.e0}, [&block, rest](const std::vector<torch::Tensor>& v) {
-          BlockInputs b = rest;
-          b.x = v[0], b.e0 = v[1];
-          return block.forward(b);
+        b.x = run_block(block, {b.x, b.e0}, [&block, rest](const std::vector<torch::Tensor>& in) {
+          BlockInputs r = rest;
+          r.x = in[0], r.e0 = in[1];
+          return block.forward(r);
         });
       }
+      return b.x;
+    };
+    try {
+      const std::vector<torch::Tensor> inputs{bin.x, bin.e0, bin.rope.cos, bin.rope.sin, bin.ctx_ids};
+      bin.x = cache_->wants_raw_keys() ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
     } catch (...) {
       cache_->end_without_commit();
       throw;

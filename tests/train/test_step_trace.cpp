@@ -20,24 +20,9 @@ TEST(StepTrace, RankFileTagsEveryRankOfSeveral) {
   EXPECT_EQ(rank_file("out/.trace", 1, 2), "out/.trace.rank1");   // nor is a hidden file's leading dot
 }
 
-// Scoped environment variable (restored at the end of the test).
-class EnvVar {
- public:
-  EnvVar(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvVar() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 TEST(StepTrace, TwoRanksWriteTwoFiles) {
   test::TempDir dir;
-  const EnvVar path("VDT_TRACE", dir.file("step.json")), step("VDT_TRACE_STEP", "2");
+  const test::EnvVar path("VDT_TRACE", dir.file("step.json")), step("VDT_TRACE_STEP", "2");
   for (int rank : {0, 1}) {
     StepTrace trace(rank, 2);
     for (int64_t s = 1; s <= 3; ++s) {

@@ -4,6 +4,7 @@
 // when later chunks are made; past the span the window keeps the cache's size and the rolling offset gives a chunk
 // what the trained positions give; bad flags name themselves; `vdt sample --causal --stream` writes each chunk and
 // `vdt bench sample` runs on the CPU.
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "core/safetensors.h"
 #include "model/kv_stream.h"
 #include "model/lora.h"
+#include "model/pass_graph.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 #include "tools/sample_bench.h"
@@ -108,6 +110,54 @@ TEST_F(StreamTest, H3StreamEqualsTheRecomputeSampler) {
     SCOPED_TRACE("lora rank " + std::to_string(rank));
     auto s = setup("h3-tiny", "h3", 5, rank);
     expect_stream_equals_recompute(s, 5, false);
+  }
+}
+
+// A new prompt: the conditioned branch takes it in every frame, as the recompute sampler does with it.
+TEST_F(StreamTest, ANewPromptStreamsAsTheRecomputeSamplerSamplesIt) {
+  auto s = setup("tiny", "wan", 1, 4);
+  const auto& prompts = s.ds->text_table()->prompts();
+  const std::string prompt = prompts.back() == s.ds->info().null_prompt ? prompts.front() : prompts.back();
+  EulerConfig ec;
+  ec.steps = 2, ec.cfg_scale = 3.0;
+  const auto ref = sample_causal_window(*s.model, *s.ds, 0, 1, ec, 5, false, &prompt);
+  const auto got = stream_causal_window(*s.model, *s.ds, 0, 1, ec, 5, false, {}, {}, &prompt);
+  const auto own = stream_causal_window(*s.model, *s.ds, 0, 1, ec, 5, false, {});
+  EXPECT_LE(max_diff(got.sample, ref.sample), 1e-5);
+  EXPECT_GT(max_diff(got.sample, own.sample), 1e-4);  // the prompt is not the window's own text
+}
+
+// Graphs off (a CPU, or --cuda-graphs off) run the body every time; asking for them where they cannot run names the
+// flag. On a CUDA device (the GPU suite) a stream replayed from graphs gives the eager stream's numbers.
+TEST_F(StreamTest, CudaGraphsAreOffOnTheCpuAndGiveTheEagerNumbersOnAGpu) {
+  PassGraphs off(false);
+  int calls = 0;
+  const auto x = torch::ones({2, 3});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(torch::equal(off.run(0, {x}, [&](const std::vector<torch::Tensor>& v) { ++calls; return v[0] * 2; }),
+                             x * 2));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(off.replays(), 0);
+  EXPECT_FALSE(graphs_wanted(GraphMode::automatic, torch::kCPU, "--cuda-graphs"));
+  EXPECT_FALSE(graphs_wanted(GraphMode::off, torch::kCPU, "--cuda-graphs"));
+  test::expect_error([] { graphs_wanted(GraphMode::on, torch::kCPU, "--cuda-graphs"); },
+                     {"--cuda-graphs on", "CUDA device", "--cuda-graphs off or auto"});
+  test::expect_error([] { parse_graph_mode("yes", "--cuda-graphs"); }, {"--cuda-graphs 'yes'", "auto", "on", "off"});
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the replayed stream is checked on a GPU";
+  for (const auto& preset : {"tiny", "h3-tiny"}) {
+    SampleBenchConfig c;
+    c.model = preset, c.height = 4, c.width = 4, c.chunks = 6, c.window = 2, c.steps = 3, c.cfg = 2.0;
+    c.text_len = 8, c.lora_rank = 4, c.device = "cuda", c.precision = "fp32", c.warmup_chunks = 0;
+    std::vector<torch::Tensor> chunks[2];
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      c.speed.cuda_graphs = graphs ? "on" : "off";
+      c.on_chunk = [&](int64_t, const torch::Tensor& video) { chunks[graphs].push_back(video.cpu()); };
+      const auto r = run_sample_bench(c);
+      EXPECT_EQ(r.graph_replays > 0, graphs == 1) << preset;
+    }
+    ASSERT_EQ(chunks[0].size(), chunks[1].size());
+    for (size_t n = 0; n < chunks[0].size(); ++n)
+      EXPECT_LE(max_diff(chunks[0][n], chunks[1][n]), 1e-5) << preset << " chunk " << n;
   }
 }
 
@@ -248,7 +298,9 @@ TEST_F(StreamTest, SampleStreamWritesEveryChunk) {
   EXPECT_TRUE(fs::exists(fs::path(stream_file).replace_extension(".png")));
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
            {"--window 2", "belong to --stream"}, {"--stream --window 0", "--window 0"},
-           {"--stream --chunks 9", "--window K"}}) {
+           {"--stream --chunks 9", "--window K"}, {"--fp8 on", "belong to --stream"},
+           {"--stream --fp8 on", "compute capability"}, {"--stream --fp8 emulate", "--fp8 off, on or fast"},
+           {"--stream --cuda-graphs on", "--cuda-graphs on: CUDA graphs need a CUDA device"}}) {
     const auto r = test::run_vdt("sample --causal --lora '" + lora + "' --data_root '" + c.data_root + "' --out '" +
                                  dir_->file("bad") + "' --steps 1 " + args);
     EXPECT_NE(r.code, 0) << args;
@@ -294,7 +346,16 @@ TEST_F(StreamTest, SampleBenchRunsOnTheCpu) {
     EXPECT_GT(r.cache_gib, 0) << preset;
     EXPECT_EQ(r.commit_s.back(), 0) << preset;  // the last chunk needs no commit
     EXPECT_GT(r.commit_s.front(), 0) << preset;
+    EXPECT_FALSE(r.graphs) << preset;
   }
+  // VDT_TRACE: chunk 2's steps and commit in a chrome trace.
+  const auto trace = dir_->file("bench_sample_trace.json");
+  const test::EnvVar path("VDT_TRACE", trace), step("VDT_TRACE_STEP", "2");
+  SampleBenchConfig c;
+  c.model = "tiny", c.height = 4, c.width = 4, c.chunks = 3, c.steps = 2, c.text_len = 8, c.lora_rank = 4;
+  c.device = "cpu", c.precision = "fp32";
+  run_sample_bench(c);
+  EXPECT_GT(fs::file_size(trace), 1000u);
 }
 
 }  // namespace

@@ -163,6 +163,11 @@ std::vector<int64_t> H3DiTImpl::side_stream_chunks(const std::string& stream, in
   return h3_audio_chunk_bounds(frames, chunk_frames);
 }
 
+std::vector<int64_t> H3DiTImpl::side_stream_step_shape(const std::string& stream) const {
+  VDT_CHECK(stream == "audio", "the h3 base has no side stream '", stream, "' (it has: audio)");
+  return {2, cfg_.audio_channels};  // two channels of Da each: h3_pack_audio's [2, Da, A]
+}
+
 double H3DiTImpl::train_flops(int64_t rows, int64_t text_len, int64_t batch) const {
   return h3_train_flops(cfg_, rows, text_len, batch);
 }

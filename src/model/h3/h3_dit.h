@@ -137,6 +137,7 @@ class H3DiTImpl : public Denoiser {
   int64_t width() const override { return cfg_.hidden; }
   torch::Device device() const override { return condition_proj->weight.device(); }
   std::vector<std::string> side_streams() const override { return {"audio"}; }
+  std::vector<int64_t> side_stream_step_shape(const std::string& stream) const override;
   std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames,
                                           int64_t chunk_frames) const override;
   // A stream of chunks with a KV cache (model/kv_stream.h, h3_stream.cpp).

@@ -163,21 +163,29 @@ class H3Stream : public KvStream {
     bin.rope = h3_rope_table(positions.to(device), m_.config().rope_len);
     bin.x = h;
     cache_->begin(h.size(0), chunk, commit, keep_raw);
-    try {
+    // The block loop over [x, t_emb, ada_rows, rope cos, rope sin]: one CUDA graph per kept-rows count when on.
+    auto blocks_of = [this, bin](const std::vector<torch::Tensor>& v) {
+      H3BlockInputs b = bin;
+      b.x = v[0], b.t_emb = v[1], b.ada_rows = v[2], b.rope = {v[3], v[4]};
       int64_t i = 0;
       for (auto& mod : *m_.blocks) {
         auto& block = *mod->as<H3BlockImpl>();
-        H3BlockInputs rest = bin;
+        H3BlockInputs rest = b;
         rest.x = rest.t_emb = torch::Tensor();
         rest.kv = {cache_.get(), i++};
-        auto fn = [&block, rest](const std::vector<torch::Tensor>& v) {
-          H3BlockInputs b = rest;
-          b.x = v[0], b.t_emb = v[1];
-          return block.forward(b);
+        auto fn = [&block, rest](const std::vector<torch::Tensor>& in) {
+          H3BlockInputs r = rest;
+          r.x = in[0], r.t_emb = in[1];
+          return block.forward(r);
         };
         const auto runner = m_.block_runner();
-        bin.x = runner ? runner({block, {bin.x, bin.t_emb}, fn}) : fn({bin.x, bin.t_emb});
+        b.x = runner ? runner({block, {b.x, b.t_emb}, fn}) : fn({b.x, b.t_emb});
       }
+      return b.x;
+    };
+    try {
+      const std::vector<torch::Tensor> inputs{bin.x, bin.t_emb, bin.ada_rows, bin.rope.cos, bin.rope.sin};
+      bin.x = keep_raw || chunk < 0 ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
     } catch (...) {
       cache_->end_without_commit();
       throw;

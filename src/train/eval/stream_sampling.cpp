@@ -14,7 +14,9 @@
 #include "diffusion/forcing.h"
 #include "diffusion/stream_sampler.h"
 #include "model/kv_stream.h"
+#include "model/pass_graph.h"
 #include "train/eval/validation.h"
+#include "train/loop/fp8_blocks.h"
 #include "train/loop/model_inputs.h"
 
 namespace vdt {
@@ -34,9 +36,32 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+const std::vector<ConfigField<StreamSpeed>>& StreamSpeed::fields() {
+  using C = StreamSpeed;
+  static const std::vector<ConfigField<C>> f = {
+      {"--fp8", "FP8 GEMMs in the blocks (all but the first and last; their weights held quantized): off, on, or fast "
+                "(fast accumulation); a GPU of compute capability 8.9+", &C::fp8},
+      {"--cuda-graphs", "each pass's block loop recorded once and replayed as a CUDA graph: auto (on for a CUDA "
+                        "device), on, off", &C::cuda_graphs},
+  };
+  return f;
+}
+
+bool apply_stream_speed(Denoiser& model, const StreamSpeed& speed) {
+  const auto graphs = parse_graph_mode(speed.cuda_graphs, "--cuda-graphs");
+  const auto fp8 = parse_fp8(speed.fp8, "--fp8");
+  VDT_CHECK(fp8 != Fp8Mode::emulate, "--fp8 emulate is for training checks; streaming takes --fp8 off, on or fast");
+  check_fp8_device(fp8, model.device(), "--fp8");
+  if (fp8 != Fp8Mode::off)
+    enable_fp8_linears(model, fp8, fp8_block_indices(static_cast<int64_t>(model.block_modules().size())),
+                       /*hold_frozen=*/true);
+  return graphs_wanted(graphs, model.device(), "--cuda-graphs");
+}
+
 StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
                                   const EulerConfig& cfg, uint64_t seed, bool clean_first_frame,
-                                  const StreamOptions& opts, const std::function<void(const StreamChunk&)>& on_chunk) {
+                                  const StreamOptions& opts, const std::function<void(const StreamChunk&)>& on_chunk,
+                                  const std::string* prompt) {
   torch::NoGradGuard ng;
   const bool was_training = model.is_training();
   model.eval();
@@ -77,7 +102,7 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
   StreamSpec spec;
   spec.chunk_frames = cf, spec.height = x0.size(3), spec.width = x0.size(4), spec.chunks = chunks;
   spec.window = opts.window, spec.sink_chunks = opts.sink_chunks, spec.span_chunks = opts.span_chunks;
-  spec.kernel = opts.kernel;
+  spec.kernel = opts.kernel, spec.graphs = opts.graphs;
   for (const auto& [name, s] : side_x0) spec.side_streams.push_back(name);
   struct Branch {
     std::unique_ptr<KvStream> stream;
@@ -98,7 +123,7 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
     return b;
   };
   const int64_t null_row = ds.text_table()->row_of(ds.info().null_prompt);
-  Branch pos = open(w.text_rows);
+  Branch pos = open(prompt ? std::vector<int64_t>(w.text_rows.size(), ds.text_table()->row_of(*prompt)) : w.text_rows);
   Branch neg;
   if (cfg.cfg_scale != 1.0) neg = open(std::vector<int64_t>(w.text_rows.size(), null_row));
 

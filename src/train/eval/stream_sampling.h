@@ -14,8 +14,19 @@
 #include "diffusion/euler.h"
 #include "model/attention.h"
 #include "model/denoiser.h"
+#include "train/loop/config_fields.h"
 
 namespace vdt {
+
+// The speed knobs of streaming generation, declared once for `vdt sample --stream` and `vdt bench sample`.
+struct StreamSpeed {
+  std::string fp8 = "off";           // off | on | fast: the blocks' base GEMMs in FP8 (train/loop/fp8_blocks.h)
+  std::string cuda_graphs = "auto";  // auto | on | off: each pass's block loop replayed (model/pass_graph.h)
+  static const std::vector<ConfigField<StreamSpeed>>& fields();
+};
+// Routes the model's blocks through --fp8 (their frozen weights held quantized) and resolves --cuda-graphs for the
+// model's device: returns whether streams record CUDA graphs. Errors name the flag and the fix. Call once per model.
+bool apply_stream_speed(Denoiser& model, const StreamSpeed& speed);
 
 struct StreamOptions {
   int64_t chunks = 0;        // 0: the window's span
@@ -23,6 +34,7 @@ struct StreamOptions {
   int64_t sink_chunks = -1;  // -1: the base's default (model/kv_stream.h)
   int64_t span_chunks = 6;   // the trained span in chunks (the LoRA's span_chunks)
   AttentionKernel kernel = AttentionKernel::sdpa;
+  bool graphs = false;  // CUDA graphs of the passes (apply_stream_speed)
 };
 
 struct StreamChunk {
@@ -44,9 +56,12 @@ struct StreamResult {
 };
 
 // Val window `index` streamed. on_chunk(chunk) is called as each chunk is done, before the next one starts.
+// `prompt`: when given, this prompt (a row of ds's text table) in every frame of the conditioned branch instead of the
+// window's own text, as sample_causal_window takes it.
 StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size_t index, int64_t chunk_frames,
                                   const EulerConfig& cfg, uint64_t seed, bool clean_first_frame,
                                   const StreamOptions& opts,
-                                  const std::function<void(const StreamChunk&)>& on_chunk = {});
+                                  const std::function<void(const StreamChunk&)>& on_chunk = {},
+                                  const std::string* prompt = nullptr);
 
 }  // namespace vdt

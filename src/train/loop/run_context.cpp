@@ -74,11 +74,13 @@ void RunContext::fail_non_finite(int64_t step, double loss, const std::string& i
 
 double RunContext::peak_memory_gb() const { return vdt::peak_memory_gb(device); }
 
-void RunContext::reset_peak_memory() const {
+void reset_peak_memory(const torch::Device& device) {
 #ifdef VDT_HAS_CUDA_ALLOC
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
 #endif
 }
+
+void RunContext::reset_peak_memory() const { vdt::reset_peak_memory(device); }
 
 uint32_t RunContext::checksum(const std::vector<torch::Tensor>& tensors) {
   uLong crc = 0;

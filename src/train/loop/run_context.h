@@ -52,5 +52,7 @@ class RunContext {
 
 // Peak memory in GiB: CUDA peak allocated on a GPU, the process's peak RSS on the CPU.
 double peak_memory_gb(const torch::Device& device);
+// Starts the CUDA peak over (nothing on the CPU, whose peak RSS cannot be reset).
+void reset_peak_memory(const torch::Device& device);
 
 }  // namespace vdt
