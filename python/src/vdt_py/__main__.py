@@ -9,7 +9,7 @@ from .errors import VdtError
 
 COMMANDS = {
     "prepare": ("prepare", "videos/frames + captions (+ id maps) -> a vdt data root (Wan: VAE latents, umT5 text table; --model h3: H3 VAE latents, Picture 1, Qwen3-VL rows, silent audio)"),
-    "decode": ("decode", "latents from vdt sample -> mp4 + contact-sheet PNG (Wan VAE)"),
+    "decode": ("decode", "latents from vdt sample -> mp4 + contact-sheet PNG (Wan VAE; MiniMax-H3's VAEs, with the audio track)"),
     "embed": ("embed", "new prompts through umT5 into a copy of a root's text table (vdt sample --prompt)"),
     "plot": ("plot", "a run's train_log.csv / val_log.csv -> plot.png (matplotlib)"),
     "tiny-models": ("tiny_models", "write tiny random AutoencoderKLWan + umT5, or (--family h3) MiniMax-H3's VAEs + Qwen3-VL (tests, CPU walk-through)"),

@@ -5,10 +5,14 @@ latent) and the Qwen3-VL text encoder, all from local directories.
   clip encoded on its own, so ``17n + 5`` pixel frames give ``5n + 2`` latent frames). Pixels in [0, 1] normalised with
   the ImageNet mean/std go in; the posterior mean comes out and is normalised per channel with the config's
   ``latents_mean`` / ``latents_std``: ``z = (mu - mean[c]) / std[c]``. A single image (Picture 1) is encoded as one
-  frame (one latent frame).
+  frame (one latent frame). ``decode`` (``vdt decode``) undoes both: ``mu = z * std[c] + mean[c]``, the VAE's decode
+  (7-latent windows, a 5-frame cross-fade between clips), then ``pixel * imagenet_std + imagenet_mean`` clamped to
+  [0, 1]. Latent frame k covers pixel frames from ``h3_first_pixel_frame(k)`` on (each clip's 5 latents cover 1, 4, 4,
+  4, 4 frames), so F latent frames decode to ``h3_first_pixel_frame(F)`` frames: 5N -> 17N, 5n + 2 -> 17n + 5.
 * Audio VAE: diffusers ``AutoencoderKLMiniMaxH3Audio`` (H3-AudioVAE, 32 kHz mono, hop 800 -> 40 latents/s, 32
   channels). The silent audio latent is the encoding of a zero stereo waveform (each channel as mono), normalised with
-  the config's statistics when it has them: it is not the zero latent.
+  the config's statistics when it has them: it is not the zero latent. ``decode`` turns normalised latents
+  [2, 32, A] back into a stereo waveform of A * 800 samples (each channel decoded as mono).
 * Text: transformers ``Qwen3VLModel`` with its tokenizer and image processor (``preprocessor_config.json``). The prompt
   is ``"<Picture 1>: "`` + ``<|vision_start|>`` + one ``<|image_pad|>`` per merged vision patch of Picture 1 +
   ``<|vision_end|>`` + the caption, with no chat template and no other special tokens; the conditioning is the hidden
@@ -38,6 +42,16 @@ def _model_dir(path: str, sub: str, flag: str, what: str) -> str:
 
 def h3_frames_ok(frames: int) -> bool:
     return frames >= 5 and (frames - 5) % 17 == 0
+
+
+def h3_first_pixel_frame(k: int, clip_length: int = 17, temporal: int = 4) -> int:
+    """The first pixel frame of latent frame k: a clip of 17 frames gives 5 latents covering 1, 4, 4, 4, 4 frames (the
+    VAE pads 3 frames before each clip), as ``h3_first_pixel_frame`` in src/model/h3/h3_packer.h. F latent frames
+    decode to ``h3_first_pixel_frame(F)`` pixel frames."""
+    per_clip = -(-clip_length // temporal)                                  # 5 latents per clip
+    pre_pad = per_clip * temporal - clip_length                            # 3 padded frames before each clip
+    c, m = divmod(k, per_clip)
+    return clip_length * c + (0 if m == 0 else temporal * m - pre_pad)
 
 
 class H3VideoVae:
@@ -79,6 +93,26 @@ class H3VideoVae:
         mu = self.vae.encode(((x - m) / s).to(self.dtype)).latent_dist.mode()[0].float().cpu()  # [C, F, h, w]
         return (mu - self.mean) / self.std
 
+    def pixel_frames(self, latent_frames: int) -> int:
+        """F latent frames -> the pixel frames the decode gives (5N -> 17N, 5n + 2 -> 17n + 5)."""
+        return h3_first_pixel_frame(latent_frames, self.clip_length, int(self.vae.temporal_compression_ratio))
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """normalised latents [24, F, h, w] (F >= 3) -> frames [T, 16h, 16w, 3] uint8, T = ``pixel_frames(F)``."""
+        if latents.dim() != 4 or latents.shape[0] != self.z_dim:
+            raise VdtError(f"latents of shape {list(latents.shape)} do not fit the H3 video VAE {self.path} "
+                           f"(expected [{self.z_dim}, F, h, w])")
+        if latents.shape[1] < 3:
+            raise VdtError(f"latents of {latents.shape[1]} frame(s): the H3 video VAE decodes 3 or more latent frames "
+                           f"(it decodes 7-latent windows; a 17-frame clip is 5 latents)")
+        z = latents.float() * self.std + self.mean
+        x = self.vae.decode(z.unsqueeze(0).to(self.device, self.dtype)).sample[0].float()  # [3, T, H, W], ImageNet space
+        m = torch.tensor(IMAGENET_MEAN, device=x.device).view(3, 1, 1, 1)
+        s = torch.tensor(IMAGENET_STD, device=x.device).view(3, 1, 1, 1)
+        x = (x * s + m).clamp(0, 1).mul(255).round().to(torch.uint8)
+        return x.permute(1, 2, 3, 0).cpu()                                                # [T, H, W, 3]
+
 
 class H3AudioVae:
     def __init__(self, path: str, device: torch.device):
@@ -110,6 +144,20 @@ class H3AudioVae:
         wave = torch.zeros(2, 1, steps * self.hop, device=self.device)
         mu = self.vae.encode(wave).latent_dist.mode().float().cpu()            # [2, channels, steps]
         return (mu - self.mean) / self.std
+
+    def check_shape(self, shape: list[int], what: str) -> None:
+        if len(shape) != 3 or shape[0] != 2 or shape[1] != self.channels or shape[2] < 1:
+            raise VdtError(f"{what} has shape {shape}; the audio VAE {self.path} decodes [2, {self.channels}, steps] "
+                           f"(two channels of normalised H3 audio latents, {self.rate / self.hop:g} steps per second)")
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """normalised latents [2, channels, A] -> a stereo waveform [2, A * hop] float32 in [-1, 1] at ``rate`` Hz
+        (each channel decoded as mono, as it was encoded)."""
+        self.check_shape(list(latents.shape), "audio latents")
+        z = latents.float() * self.std + self.mean
+        wave = self.vae.decode(z.to(self.device)).sample                       # [2, 1, A * hop]
+        return wave[:, 0].float().clamp(-1, 1).cpu()
 
 
 class Qwen3VLText:

@@ -1,4 +1,5 @@
-"""Reading clips (a video file, or a folder of frame images) and writing mp4 / PNG, with imageio (ffmpeg) and Pillow.
+"""Reading clips (a video file, or a folder of frame images) and writing mp4 (with an audio track from a WAV file) /
+WAV / PNG, with imageio (ffmpeg), the stdlib ``wave`` module and Pillow.
 
 Frames are uint8 tensors [T, H, W, 3]. ``fit`` brings them to the training resolution: scale so the frame covers
 W x H (aspect kept), then crop the centre (``crop``), or scale to exactly W x H (``stretch``).
@@ -79,12 +80,26 @@ def fit(frames: torch.Tensor, width: int, height: int, mode: str = "crop") -> to
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
-def write_mp4(path: str, frames: torch.Tensor, fps: float) -> None:
-    """[T, H, W, 3] uint8 -> an H.264 mp4 (yuv420p, plays everywhere)."""
+def write_mp4(path: str, frames: torch.Tensor, fps: float, audio_path: str | None = None) -> None:
+    """[T, H, W, 3] uint8 -> an H.264 mp4 (yuv420p, plays everywhere); with `audio_path` (a WAV file) its sound is
+    muxed in as an AAC track."""
     import imageio.v3 as iio
 
+    audio = {"audio_path": audio_path, "audio_codec": "aac", "ffmpeg_log_level": "error"} if audio_path else {}
     iio.imwrite(path, frames.numpy(), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=1,
-                pixelformat="yuv420p")
+                pixelformat="yuv420p", **audio)
+
+
+def write_wav(path: str, wave: torch.Tensor, rate: int) -> None:
+    """[channels, samples] float in [-1, 1] -> a 16-bit PCM WAV file at `rate` Hz."""
+    import wave as wav
+
+    pcm = wave.float().clamp(-1, 1).mul(32767).round().to(torch.int16).t().contiguous()   # [samples, channels]
+    with wav.open(path, "wb") as f:
+        f.setnchannels(int(wave.shape[0]))
+        f.setsampwidth(2)
+        f.setframerate(int(rate))
+        f.writeframes(pcm.numpy().astype("<i2").tobytes())
 
 
 def contact_sheet(rows: list[tuple[str, torch.Tensor]], columns: int) -> "Image.Image":
