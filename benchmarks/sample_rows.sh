@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs streaming rows from benchmarks/sample_rows.txt through `vdt bench sample`: one log per row ($OUT/NAME.log) and
 # its `result` line (median_chunk_s, frames_per_s, cache_gib, peak_gib ...) in $OUT/summary.txt. TRACE=1 also records
-# chunk 4 (VDT_TRACE_STEP) of each row and sums its kernels with benchmarks/trace_top.py ($OUT/NAME.top.txt).
+# chunk TRACE_CHUNK (default 8: the window full; left out of the row's timing) of each row and sums its kernels with
+# benchmarks/trace_top.py ($OUT/NAME.top.txt).
 # Usage: benchmarks/sample_rows.sh NAME|PATTERN...    e.g. 'wan5b_4*' h3_4 all      Env: ROW_S (time limit a row, 300)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -18,7 +19,7 @@ for want in "$@"; do
     [ "$want" = all ] || [[ $name == $want ]] || continue
     echo "$VDT bench sample $flags" > "$OUT/$name.log"
     trace=()
-    [ "${TRACE:-0}" = 1 ] && trace=(env VDT_TRACE="$OUT/$name.trace.json" VDT_TRACE_STEP=4)
+    [ "${TRACE:-0}" = 1 ] && trace=(env VDT_TRACE="$OUT/$name.trace.json" VDT_TRACE_STEP="${TRACE_CHUNK:-8}")
     # shellcheck disable=SC2086  # the flags are a word list
     timeout "${ROW_S:-300}" "${trace[@]}" $VDT bench sample $flags >> "$OUT/$name.log" 2>&1 || rc=1
     say "$name: $(grep -m1 '^result' "$OUT/$name.log" | cut -d' ' -f2- || echo "no result: $(tail -1 "$OUT/$name.log")")"

@@ -122,7 +122,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   smp->add_option(spellings("--audio"), scfg->audio, "H3: on | off (the audio stream beside the video)")
       ->capture_default_str();
   smp->add_option(spellings("--lora-rank"), scfg->lora_rank, "rank of the random LoRA")->capture_default_str();
-  smp->add_option(spellings("--warmup-chunks"), scfg->warmup_chunks, "chunks left out of frames per second")
+  smp->add_option(spellings("--warmup-chunks"), scfg->warmup_chunks, "chunks left out of frames per second (-1: until the window "
+                  "is full: sink + window + 1)")
       ->capture_default_str();
   smp->add_option(spellings("--layers"), scfg->layers, "blocks (0: the preset's; fewer: tests)")->capture_default_str();
   smp->add_option(spellings("--device"), scfg->device, "cuda, cuda:N or cpu")->capture_default_str();
@@ -142,10 +143,12 @@ void add_bench(CLI::App& app, int& exit_code) {
     for (size_t n = 0; n < r.chunk_s.size(); ++n)
       std::printf("  chunk %2zu  %.4f s (steps %.4f s, commit %.4f s)  %lld frames%s\n", n,
                   r.chunk_s[n] + r.commit_s[n], r.chunk_s[n], r.commit_s[n], static_cast<long long>(r.chunk_frames_px[n]),
-                  static_cast<int64_t>(n) < c.warmup_chunks ? "  (warm-up)" : "");
-    std::printf("result median_chunk_s=%.4f frames_per_s=%.2f cache_gib=%.3f peak_gib=%.2f prefix_s=%.4f "
-                "rows_per_chunk=%lld prefix_rows=%lld sink_chunks=%lld window=%lld graphs=%d graph_replays=%lld family=%s\n", r.median_chunk_s,
-                r.frames_per_s, r.cache_gib, r.peak_gib, r.prefix_s, static_cast<long long>(r.rows_per_chunk),
+                  static_cast<int64_t>(n) < r.warmup_chunks ? "  (warm-up)" : "");
+    std::printf("result median_chunk_s=%.4f frames_per_s=%.2f stream_frames_per_s=%.2f warmup_chunks=%lld "
+                "cache_gib=%.3f peak_gib=%.2f prefix_s=%.4f rows_per_chunk=%lld prefix_rows=%lld sink_chunks=%lld "
+                "window=%lld graphs=%d graph_replays=%lld family=%s\n",
+                r.median_chunk_s, r.frames_per_s, r.stream_frames_per_s, static_cast<long long>(r.warmup_chunks),
+                r.cache_gib, r.peak_gib, r.prefix_s, static_cast<long long>(r.rows_per_chunk),
                 static_cast<long long>(r.prefix_rows), static_cast<long long>(r.sink_chunks),
                 static_cast<long long>(r.window), r.graphs ? 1 : 0, static_cast<long long>(r.graph_replays),
                 r.family.c_str());

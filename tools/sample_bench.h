@@ -19,7 +19,7 @@ struct SampleBenchConfig {
   std::string model = "wan2.2-ti2v-5b";
   int64_t height = 30, width = 52;  // latent grid (480 x 832 pixels for the Wan2.2 and H3 VAEs)
   int64_t chunk_frames = 0;         // 0: the base's (Wan 3, H3 5: one VAE clip)
-  int64_t chunks = 8, window = 3, sink_chunks = -1, span_chunks = 6;
+  int64_t chunks = 12, window = 3, sink_chunks = -1, span_chunks = 6;
   int64_t steps = 4;
   double cfg = 1.0;                 // 1: no guidance (one branch); else two branches
   double shift = 0;                 // 0: the base's sampling shift (diffusion/flow_match.h)
@@ -27,7 +27,7 @@ struct SampleBenchConfig {
   std::string picture1 = "on";      // H3: on | off
   std::string audio = "on";         // H3: on | off
   int64_t lora_rank = 32;
-  int64_t warmup_chunks = 1;        // chunks left out of the frames per second
+  int64_t warmup_chunks = -1;       // chunks left out of the frames per second; -1: until the window is full
   int64_t layers = 0;               // > 0: fewer blocks than the preset (tests)
   std::string device = "cuda";
   std::string precision = "bf16";   // bf16 | fp32
@@ -43,7 +43,9 @@ struct SampleBenchResult {
   std::vector<int64_t> chunk_frames_px;   // pixel frames of each chunk
   double prefix_s = 0;                    // opening the streams (the prefix encoded once)
   double median_chunk_s = 0;              // median over the timed chunks of Euler + commit
-  double frames_per_s = 0;                // pixel frames of the timed chunks / their time
+  double frames_per_s = 0;                // pixel frames of the timed chunks / their time (the steady stream)
+  double stream_frames_per_s = 0;         // every chunk's pixel frames / their time (warm-up included)
+  int64_t warmup_chunks = 0;              // chunks left out of frames_per_s (as resolved)
   double cache_gib = 0, peak_gib = 0;
   int64_t rows_per_chunk = 0, prefix_rows = 0, sink_chunks = 0, window = 0;
   bool graphs = false;        // the passes recorded as CUDA graphs

@@ -20,6 +20,8 @@ class StepTrace {
   // Starts recording when `step` (1-based) is the traced one; stops and writes the file after it.
   void before_step(int64_t step);
   void after_step(int64_t step);
+  // Whether `step` is recorded (its time is the profiler's as much as its own).
+  bool traces(int64_t step) const { return (!path_.empty() || !snapshot_path_.empty()) && step == step_; }
 
  private:
   std::string path_, snapshot_path_;
