@@ -137,12 +137,14 @@ int run_python_tool(const std::string& command, const std::vector<std::string>& 
 void add_data_prepare(CLI::App& data_cmd, int& exit_code) {
   (void)exit_code;
   add_forwarding(data_cmd, "prepare", "prepare", "vdt data prepare",
-                 "Videos or frame folders + captions (+ id maps) -> a data root: Wan VAE latents, umT5 text table");
+                 "Videos or frame folders + captions (+ id maps) -> a data root: VAE latents and the text table "
+                 "(Wan or MiniMax-H3)");
 }
 
 void add_decode(CLI::App& app, int& exit_code) {
   (void)exit_code;
-  add_forwarding(app, "decode", "decode", "vdt decode", "Latents from `vdt sample` -> mp4 + contact-sheet PNG (Wan VAE)");
+  add_forwarding(app, "decode", "decode", "vdt decode",
+                 "Latents from `vdt sample` -> mp4 + contact-sheet PNG (Wan VAE; MiniMax-H3 with its audio track)");
 }
 
 }  // namespace vdt::cli
