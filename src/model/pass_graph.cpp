@@ -109,9 +109,12 @@ torch::Tensor PassGraphs::run(int64_t key, const std::vector<torch::Tensor>& inp
   ready.record(current);  // the side stream starts after the inputs' copies
   ready.block(side);
   e.graph = std::make_unique<at::cuda::CUDAGraph>();
+  // One memory pool for all of this stream's graphs: they replay one at a time and each output is copied out at once,
+  // so a graph may reuse what another one's intermediates used (one pass's activations, not one per graph).
+  if (pool_.first == 0 && pool_.second == 0) pool_ = at::cuda::graph_pool_handle();
   try {
     c10::cuda::CUDAStreamGuard guard(side);
-    e.graph->capture_begin();
+    e.graph->capture_begin({pool_.first, pool_.second});
     try {
       e.output = body(e.inputs);
     } catch (...) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace vdt {
@@ -45,6 +46,7 @@ class PassGraphs {
   bool on_;
   size_t max_graphs_;
   int64_t clock_ = 0, replays_ = 0;
+  std::pair<uint64_t, uint64_t> pool_{0, 0};  // the graphs' shared memory pool (a CUDA MempoolId_t)
   std::map<std::vector<int64_t>, std::unique_ptr<Entry>> entries_;
 };
 
