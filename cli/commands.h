@@ -37,8 +37,8 @@ template <class C>
 void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<ConfigField<C>>& fields) {
   for (const auto& f : fields)
     std::visit(
-        [&](auto m) {
-          auto& v = (*c).*m;
+        [&](const auto& ref) {
+          auto& v = ref(*c);
           using V = std::decay_t<decltype(v)>;
           CLI::Option* o = nullptr;
           if constexpr (std::is_same_v<V, bool>) {

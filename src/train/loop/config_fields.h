@@ -1,22 +1,43 @@
-// Config declared once per field: each trainer config lists its fields once (flag, help, member; the default is the
-// member's in-class initialiser), and from that one list the CLI binds the flags (cli/commands.h bind_fields: both
+// Config declared once per field: each config lists its fields once (flag, help, where the value lives; the default is
+// the member's in-class initialiser), and from that one list the CLI binds the flags (cli/commands.h bind_fields: both
 // spellings, --help with the real default), to_json writes the run's config (args.json, config.json, checkpoint
-// metadata), and the start-up table prints the flags that differ from their defaults.
+// metadata), and the start-up table prints the flags that differ from their defaults. A knob several commands share
+// can live in a section, a struct that a config holds as a member; `lift` makes the section's fields the config's, at
+// the place the config lists them.
 // Not here: validation (each config's validate(), which turns enum-like strings into enums).
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 namespace vdt {
 
+// Where a field's value lives in a config C: one of C's members, or a member of a section C holds (lift).
+template <class C, class T>
+class FieldRef {
+ public:
+  using Value = T;
+  FieldRef(T C::*member) : get_([member](C& c) -> T& { return c.*member; }) {}  // implicit: {"--x", "...", &C::x}
+  template <class S>
+  FieldRef(S C::*section, const FieldRef<S, T>& inner)
+      : get_([section, inner](C& c) -> T& { return inner(c.*section); }) {}
+  T& operator()(C& c) const { return get_(c); }
+  const T& operator()(const C& c) const { return get_(const_cast<C&>(c)); }  // a read: nothing is written through it
+
+ private:
+  std::function<T&(C&)> get_;
+};
+
 template <class C>
 struct ConfigField {
-  using Member = std::variant<std::string C::*, double C::*, int64_t C::*, int C::*, uint64_t C::*, bool C::*>;
+  using Member = std::variant<FieldRef<C, std::string>, FieldRef<C, double>, FieldRef<C, int64_t>, FieldRef<C, int>,
+                              FieldRef<C, uint64_t>, FieldRef<C, bool>>;
   std::string flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
   std::string help;
   Member member;
@@ -28,6 +49,32 @@ struct ConfigField {
     return k;
   }
 };
+
+// A section's field as a field of C, which holds the section as its member `section`.
+template <class C, class S>
+ConfigField<C> lift(S C::*section, const ConfigField<S>& f) {
+  auto member = std::visit(
+      [&](const auto& ref) -> typename ConfigField<C>::Member {
+        return FieldRef<C, typename std::decay_t<decltype(ref)>::Value>(section, ref);
+      },
+      f.member);
+  return {f.flag, f.help, std::move(member), f.required, f.negatable};
+}
+// The field of a section's list whose flag is `flag`, as a field of C: where C's list places it. Throws on a flag the
+// section does not declare.
+template <class C, class S>
+ConfigField<C> lift(S C::*section, const std::vector<ConfigField<S>>& fields, std::string_view flag) {
+  for (const auto& f : fields)
+    if (f.flag == flag) return lift(section, f);
+  throw std::logic_error("lift: no field " + std::string(flag) + " in the section");
+}
+// Every field of a section's list, in its order.
+template <class C, class S>
+std::vector<ConfigField<C>> lift(S C::*section, const std::vector<ConfigField<S>>& fields) {
+  std::vector<ConfigField<C>> out;
+  for (const auto& f : fields) out.push_back(lift(section, f));
+  return out;
+}
 
 // --precision of either trainer: mixed (bf16 compute, fp32 masters; SFT only), bf16, fp32.
 enum class Precision { mixed, bf16, fp32 };
@@ -43,8 +90,8 @@ nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& f : fields)
     std::visit(
-        [&](auto m) {
-          const auto& v = c.*m;
+        [&](const auto& ref) {
+          const auto& v = ref(c);
           using V = std::decay_t<decltype(v)>;
           if (how == JsonValues::typed) {
             j[f.key()] = v;
@@ -69,8 +116,8 @@ std::string changed_fields(const C& c, const std::vector<ConfigField<C>>& fields
   std::string out;
   for (const auto& f : fields)
     std::visit(
-        [&](auto m) {
-          if (c.*m == defaults.*m) return;
+        [&](const auto& ref) {
+          if (ref(c) == ref(defaults)) return;
           const auto v = fields_to_json(c, std::vector<ConfigField<C>>{f}, JsonValues::python_strings).begin().value();
           out += (out.empty() ? "" : " ") + f.flag + " " + v.template get<std::string>();
         },
