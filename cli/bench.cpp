@@ -12,7 +12,6 @@
 #include "tools/kernel_bench.h"
 #include "tools/sample_bench.h"
 #include "tools/step_bench.h"
-#include "train/loop/activation_checkpoint.h"
 
 namespace vdt::cli {
 
@@ -22,43 +21,17 @@ void add_bench(CLI::App& app, int& exit_code) {
   auto cfg = std::make_shared<StepBenchConfig>();
   auto* step = bench->add_subcommand("step", "The trainer's own steps (train sft or train causal) on a synthetic root "
                                              "with random weights");
-  step->add_option(spellings("--trainer"), cfg->trainer, "sft or causal")->capture_default_str();
-  step->add_option(spellings("--model"), cfg->model, "model preset")->capture_default_str();
-  step->add_option(spellings("--frames"), cfg->frames, "latent frames (causal: the span, 6 chunks)")->capture_default_str();
-  step->add_option(spellings("--height"), cfg->height, "latent height")->capture_default_str();
-  step->add_option(spellings("--width"), cfg->width, "latent width")->capture_default_str();
-  step->add_option(spellings("--text-len"), cfg->text_len, "text tokens")->capture_default_str();
-  step->add_option(spellings("--steps"), cfg->steps, "timed steps")->capture_default_str();
-  step->add_option(spellings("--warmup"), cfg->warmup, "untimed warm-up steps")->capture_default_str();
-  step->add_option(spellings("--checkpointing"), cfg->checkpointing, "block, selective or none (sft only)")->capture_default_str();
-  step->add_option(spellings("--precision"), cfg->precision, "sft: bf16 (weights and moments), mixed or fp32; causal: bf16 or fp32")
-      ->capture_default_str();
-  step->add_option(spellings("--device"), cfg->device, "cuda, cuda:N or cpu (torchrun: each rank takes GPU LOCAL_RANK)")->capture_default_str();
-  step->add_option(spellings("--attn"), cfg->attn, "causal: prefix or mask")->capture_default_str();
-  step->add_option(spellings("--act-offload"), cfg->act_offload,
-                   "causal: on or off (block inputs and --attn-keep's kept outputs in pinned host memory)")
-      ->capture_default_str();
-  step->add_option(spellings(kSelectiveBlocksFlag), cfg->selective_blocks, kSelectiveBlocksHelp)
-      ->capture_default_str();
-  step->add_option(spellings(kAttnKeepFlag), cfg->attn_keep, kAttnKeepHelp)->capture_default_str();
-  step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
-  step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
-                   "reference ops (also VDT_FUSED=0)")->capture_default_str();
-  step->add_option(spellings("--fp8"), cfg->fp8, "FP8 block linears (all blocks but the first and last): off, on (a "
-                   "GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM) or emulate "
-                   "(on's numerics in fp32 ops)")->capture_default_str();
-  step->add_option(spellings("--peak-tflops"), cfg->peak_tflops, "dense rate for MFU")->capture_default_str();
-  step->add_option(spellings("--work-dir"), cfg->work_dir, "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared storage)");
+  bind_fields(step, cfg, StepBenchConfig::fields());  // its own flags and the trainers' sections
   step->callback([cfg, &exit_code] {
     const auto env = LaunchEnv::from_env();
-    std::string device = cfg->device;
+    std::string device = cfg->compute.device;
     const auto comm = communicator_for(env, device);
     if (env.rank == 0) {
       std::printf("bench step: trainer %s model %s geometry %lldx%lldx%lld text %lld checkpointing %s precision %s "
                   "fp8 %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
                   static_cast<long long>(cfg->height), static_cast<long long>(cfg->width),
-                  static_cast<long long>(cfg->text_len), cfg->checkpointing.c_str(), cfg->precision.c_str(),
-                  cfg->fp8.c_str(), cfg->device.c_str(), env.world);
+                  static_cast<long long>(cfg->text_len), cfg->memory.checkpointing.c_str(),
+                  cfg->compute.precision.c_str(), cfg->compute.fp8.c_str(), cfg->compute.device.c_str(), env.world);
       std::fflush(stdout);
     }
     const auto r = run_step_bench(*cfg, *comm, env.local_rank);

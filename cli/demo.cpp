@@ -72,11 +72,12 @@ void add_demo(CLI::App& app, int& exit_code) {
                 static_cast<long long>(rep.n_val), static_cast<long long>(rep.n_prompts), rep.res.c_str());
     // 2) train
     SftConfig c;
-    c.data_root = sc.out, c.output = (out / "run").string(), c.model = "tiny", c.device = "cpu", c.precision = "fp32";
+    c.data_root = sc.out, c.output = (out / "run").string(), c.model = "tiny";
+    c.compute.device = "cpu", c.compute.precision = "fp32";
     c.random_init = true;  // the demo trains the tiny preset from scratch (the start-up table says RANDOM INIT)
     c.res = rep.res, c.max_steps = o->steps, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 20, c.grad_accum = 1;
     c.batch_size = 2, c.num_workers = o->workers, c.val_every = std::max<int64_t>(o->steps / 6, 1), c.val_n = 4;
-    c.save_every = o->steps, c.log_every = std::max<int64_t>(o->steps / 30, 1), c.seed = o->seed;
+    c.save_every = o->steps, c.log_every = std::max<int64_t>(o->steps / 30, 1), c.random.seed = o->seed;
     c.gradient_checkpointing = false;
     c.resume = o->resume;
     if (o->resume.empty()) fs::remove_all(c.output);

@@ -68,7 +68,7 @@ void add_train(CLI::App& app, int& exit_code) {
   bind_fields(s, c, SftConfig::fields());
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
-    const auto comm = communicator_for(env, c->device);
+    const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_sft(*c, *comm, env.local_rank);
     if (env.rank != 0) {
       exit_code = 0;
@@ -93,7 +93,7 @@ void add_train_causal(CLI::App& train, int& exit_code) {
   bind_fields(s, c, CausalConfig::fields());
   s->callback([c, &exit_code] {
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
-    const auto comm = communicator_for(env, c->device);
+    const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_causal(*c, *comm, env.local_rank);
     if (env.rank == 0 && sum.steps > sum.start_step)
       std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB; last LoRA %s\n",

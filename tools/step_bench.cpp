@@ -10,34 +10,66 @@
 
 #include "core/device_flag.h"
 #include "core/error.h"
-#include "model/block_causal.h"
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/fp8_blocks.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt {
 namespace fs = std::filesystem;
 
+namespace {
+// Either trainer's precisions (each checks its own set when it starts) and every checkpointing mode.
+const std::vector<PrecisionChoice> kPrecisions = {
+    {Precision::bf16, "sft: weights and AdamW moments, as the peer; causal: a frozen bf16 base"},
+    {Precision::mixed, "sft only: bf16 compute, fp32 masters"},
+    {Precision::fp32, ""}};
+const std::vector<Checkpointing> kCheckpointing = {Checkpointing::block, Checkpointing::selective, Checkpointing::none};
+}  // namespace
+
 void StepBenchConfig::validate() const {
   VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
-  check_selective_blocks(selective_blocks, parse_checkpointing(checkpointing, "--checkpointing"));
-  check_attention_keep(attn_keep, causal_kernel_from_string(attn) == CausalKernel::prefix,
-                       parse_checkpointing(checkpointing, "--checkpointing"), selective_blocks);
-  VDT_CHECK(attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer (--trainer causal)");
-  VDT_CHECK(trainer != "causal" || checkpointing != "none", "--checkpointing none: the causal trainer always "
+  compute.validate(kPrecisions);
+  const auto mode = memory.checkpointing_mode(kCheckpointing);
+  check_selective_blocks(memory.selective_blocks, mode);
+  causal_memory.validate(attention, memory, mode);
+  VDT_CHECK(causal_memory.attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer "
+            "(--trainer causal)");
+  VDT_CHECK(trainer != "causal" || mode != Checkpointing::none, "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");
-  VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
-            fused_kernels, "'");
-  parse_fp8(fp8, "--fp8");
-  resolve_device(device);  // early: a missing GPU stops before the synthetic root is written
+  resolve_device(compute.device);  // early: a missing GPU stops before the synthetic root is written
   VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
   VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0, "--frames (> 1), --height, --width, --text-len must be positive");
   VDT_CHECK(trainer != "causal" || frames % 6 == 0, "--frames ", frames, ": the causal trainer's span is 6 chunks; "
             "expected a multiple of 6");
   denoiser_family(model);
+}
+
+const std::vector<ConfigField<StepBenchConfig>>& StepBenchConfig::fields() {
+  using C = StepBenchConfig;
+  static const std::vector<ConfigField<C>> f = [] {
+    std::vector<ConfigField<C>> f = {
+        {"--trainer", "sft or causal", &C::trainer},
+        {"--model", "model preset", &C::model},
+        {"--frames", "latent frames (causal: the span, 6 chunks)", &C::frames},
+        {"--height", "latent height", &C::height},
+        {"--width", "latent width", &C::width},
+        {"--text-len", "text tokens", &C::text_len},
+        {"--steps", "timed steps", &C::steps},
+        {"--warmup", "untimed warm-up steps", &C::warmup},
+        {"--lora-rank", "causal: LoRA rank (alpha = rank)", &C::lora_rank},
+        {"--peak-tflops", "dense rate for MFU", &C::peak_tflops},
+        {"--work-dir", "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared "
+                       "storage)", &C::work_dir},
+    };
+    for (auto&& section : {lift(&C::compute, ComputeSection::fields(kPrecisions)),
+                           lift(&C::memory, MemorySection::fields(kCheckpointing)),
+                           lift(&C::causal_memory, CausalMemorySection::fields()),
+                           lift(&C::attention, AttentionSection::fields())})
+      f.insert(f.end(), section.begin(), section.end());
+    return f;
+  }();
+  return f;
 }
 
 StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, int device_index) {
@@ -69,11 +101,9 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
             2 * probe->side_stream_chunks("audio", cfg.frames, cfg.frames / 6).back();
   if (cfg.trainer == "sft") {
     SftConfig c;
-    c.data_root = (dir / "data").string(), c.output = (dir / "run").string(), c.res = "";
-    c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision;
-    c.gradient_checkpointing = cfg.checkpointing != "none", c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8;
-    c.checkpointing = cfg.checkpointing == "none" ? "block" : cfg.checkpointing;
-    c.selective_blocks = cfg.selective_blocks;
+    c.data_root = (dir / "data").string(), c.output = (dir / "run").string();
+    c.model = cfg.model, c.random_init = true;
+    c.compute = cfg.compute, c.memory = cfg.memory;  // --checkpointing none: the trainer's own none
     c.max_steps = total, c.batch_size = 1, c.grad_accum = 1, c.warmup_steps = 0, c.val_every = 0, c.save_every = 0;
     c.save_state = false, c.final_export = false, c.num_workers = 2, c.text_dropout = c.cond_dropout = 0;
     c.res = std::to_string(cfg.width * 16) + "x" + std::to_string(cfg.height * 16);
@@ -84,9 +114,8 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
   } else {
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
-    c.model = cfg.model, c.random_init = true, c.device = cfg.device, c.precision = cfg.precision, c.attn = cfg.attn;
-    c.act_offload = cfg.act_offload, c.fused_kernels = cfg.fused_kernels, c.fp8 = cfg.fp8, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
-    c.checkpointing = cfg.checkpointing, c.selective_blocks = cfg.selective_blocks, c.attn_keep = cfg.attn_keep;
+    c.model = cfg.model, c.random_init = true, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.compute = cfg.compute, c.memory = cfg.memory, c.causal_memory = cfg.causal_memory, c.attention = cfg.attention;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distributed/communicator.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -18,21 +19,19 @@ struct StepBenchConfig {
   std::string model = "wan2.2-ti2v-5b";
   int64_t frames = 21, height = 30, width = 52, text_len = 512;  // latent geometry: 21x30x52 = 8190 tokens
   int steps = 8, warmup = 3;
-  std::string checkpointing = "block";     // block | selective | none (none: sft only; the causal trainer always checkpoints)
-  std::string precision = "bf16";          // sft: bf16 (weights and AdamW moments, as the peer) | mixed | fp32;
-                                           // causal: bf16 (frozen base) | fp32
-  std::string device = "cuda";  // cuda | cuda:N | cpu
-  std::string attn = "prefix";             // causal: prefix | mask
-  std::string act_offload = "off";         // causal: on | off
-  int64_t selective_blocks = -1;           // with --checkpointing selective: blocks that keep (-1: all)
-  double attn_keep = 0;                    // causal: --attn-keep (train/loop/activation_checkpoint.h)
-  int64_t lora_rank = 32;                  // causal
-  std::string fused_kernels = "on";        // on | off (model/kernels)
-  std::string fp8 = "off";                 // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+  int64_t lora_rank = 32;                  // causal (alpha = rank)
   double peak_tflops = 989.4;              // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
   std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
                                            // (several nodes: give one on storage every rank sees)
+  // The trainers' own sections (train/loop/config_sections.h): bound as the trainers bind them and handed to the
+  // trainer whole. Precision: sft bf16 (weights and AdamW moments, as the peer), mixed or fp32; causal bf16 (a frozen
+  // base) or fp32. Checkpointing none: sft only (the causal trainer always checkpoints).
+  ComputeSection compute{.device = "cuda", .precision = "bf16"};
+  MemorySection memory;
+  CausalMemorySection causal_memory;  // causal only
+  AttentionSection attention;         // causal only
   void validate() const;
+  static const std::vector<ConfigField<StepBenchConfig>>& fields();
 };
 
 struct StepBenchResult {

@@ -17,11 +17,11 @@ TEST(DeviceFlags, ConfigsAcceptCudaNAndNameTheFlag) {
   CausalConfig c;
   c.random_init = true, c.data_root = "d", c.out = "o";
   for (const std::string ok : {"auto", "cpu", "cuda", "cuda:1"}) {
-    s.device = c.device = ok;
+    s.compute.device = c.compute.device = ok;
     s.validate();
     c.validate();
   }
-  s.device = c.device = "cuda:one";
+  s.compute.device = c.compute.device = "cuda:one";
   test::expect_error([&] { s.validate(); }, {"--device 'cuda:one'", "cuda:N"});
   test::expect_error([&] { c.validate(); }, {"--device 'cuda:one'", "cuda:N"});
 }

@@ -67,7 +67,7 @@ class GoldenCurves : public ::testing::Test {
   static CausalConfig causal_config(const std::string& objective) {
     CausalConfig c;
     c.data_root = dir_->file("causal_data"), c.out = dir_->file("causal_" + objective), c.objective = objective;
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
     c.lora_rank = 4, c.lora_alpha = 4;
     c.steps = kSteps, c.save_every = 10, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
     return c;
@@ -81,7 +81,8 @@ std::string GoldenCurves::res_;
 TEST_F(GoldenCurves, SftAdapterPerCellTextDropouts) {
   SftConfig c;
   c.data_root = dir_->file("sft_data"), c.output = dir_->file("sft_run"), c.res = res_;
-  c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = true;
+  c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
+  c.gradient_checkpointing = true;
   c.max_steps = kSteps, c.batch_size = 2, c.grad_accum = 2, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 5;
   c.val_every = 0, c.save_every = 0, c.num_workers = 2;  // dropouts at the Python trainer's defaults (0.1, 0.05, mask 0.5)
   const auto sum = train_sft(c);

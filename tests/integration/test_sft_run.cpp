@@ -62,7 +62,8 @@ class SftRunTest : public ::testing::Test {
   static SftConfig base_config(const std::string& out) {
     SftConfig c;
     c.data_root = root_, c.output = out, c.res = report_.res.empty() ? "128x128" : report_.res;
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
+    c.gradient_checkpointing = false;
     c.max_steps = 160, c.batch_size = 2, c.grad_accum = 1, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 20;
     c.val_every = 80, c.val_n = 3, c.val_timesteps = "500,800", c.save_every = 160, c.num_workers = 2;
     return c;

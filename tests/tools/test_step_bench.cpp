@@ -23,7 +23,8 @@ TEST(StepBench, TimesBothTrainersOwnStepsOnCpu) {
     SCOPED_TRACE(trainer);
     test::TempDir dir;
     StepBenchConfig cfg;
-    cfg.trainer = trainer, cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+    cfg.trainer = trainer, cfg.model = "tiny", cfg.compute.device = "cpu", cfg.compute.precision = "fp32";
+    cfg.lora_rank = 4;
     cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 2, cfg.warmup = 1;
     cfg.work_dir = dir.file("bench");
     auto single = make_single_rank();
@@ -46,9 +47,10 @@ TEST(StepBench, SelectiveCheckpointingRunsBothTrainersWithBlocksLosses) {
     for (const char* mode : {"block", "selective"}) {
       test::TempDir dir;
       StepBenchConfig cfg;
-      cfg.trainer = trainer, cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+      cfg.trainer = trainer, cfg.model = "tiny", cfg.compute.device = "cpu", cfg.compute.precision = "fp32";
+      cfg.lora_rank = 4;
       cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 3, cfg.warmup = 0;
-      cfg.checkpointing = mode, cfg.work_dir = dir.file("bench");
+      cfg.memory.checkpointing = mode, cfg.work_dir = dir.file("bench");
       auto single = make_single_rank();
       losses[i++] = run_step_bench(cfg, *single).losses;
     }
@@ -57,9 +59,9 @@ TEST(StepBench, SelectiveCheckpointingRunsBothTrainersWithBlocksLosses) {
     for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(losses[0][s], losses[1][s], 1e-5 * (1 + std::abs(losses[0][s]))) << s;
   }
   StepBenchConfig bad;
-  bad.trainer = "causal", bad.checkpointing = "none";
+  bad.trainer = "causal", bad.memory.checkpointing = "none";
   test::expect_error([&] { bad.validate(); }, {"--checkpointing none", "block or selective"});
-  bad.trainer = "sft", bad.checkpointing = "layers";
+  bad.trainer = "sft", bad.memory.checkpointing = "layers";
   test::expect_error([&] { bad.validate(); }, {"--checkpointing", "layers", "selective"});
 }
 
@@ -72,9 +74,10 @@ TEST(StepBench, Fp8FlagReachesTheTrainersStep) {
   for (const char* fp8 : {"off", "emulate"}) {
     test::TempDir dir;
     StepBenchConfig cfg;
-    cfg.trainer = "causal", cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32", cfg.lora_rank = 4;
+    cfg.trainer = "causal", cfg.model = "tiny", cfg.compute.device = "cpu", cfg.compute.precision = "fp32";
+    cfg.lora_rank = 4;
     cfg.frames = 6, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 1, cfg.warmup = 0;
-    cfg.fp8 = fp8, cfg.work_dir = dir.file("bench");
+    cfg.compute.fp8 = fp8, cfg.work_dir = dir.file("bench");
     auto single = make_single_rank();
     losses[i++] = run_step_bench(cfg, *single).losses;
   }
@@ -82,7 +85,7 @@ TEST(StepBench, Fp8FlagReachesTheTrainersStep) {
   EXPECT_NE(losses[0][0], losses[1][0]);
   EXPECT_NEAR(losses[0][0], losses[1][0], 0.05 * std::abs(losses[0][0]));
   StepBenchConfig bad;
-  bad.fp8 = "fp16";
+  bad.compute.fp8 = "fp16";
   test::expect_error([&] { bad.validate(); }, {"--fp8", "'fp16'"});
 }
 
@@ -90,7 +93,7 @@ TEST(StepBench, Fp8FlagReachesTheTrainersStep) {
 // is named the same on every rank), the trainer runs sharded (ZeRO-2), and every rank gets the timings.
 TEST(StepBench, SeveralRanksShareOneRootAndRunSharded) {
   StepBenchConfig cfg;
-  cfg.trainer = "sft", cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32";
+  cfg.trainer = "sft", cfg.model = "tiny", cfg.compute.device = "cpu", cfg.compute.precision = "fp32";
   cfg.frames = 3, cfg.height = 4, cfg.width = 6, cfg.text_len = 8, cfg.steps = 2, cfg.warmup = 1;
   std::vector<StepBenchResult> out(2);
   std::mutex mu;

@@ -149,21 +149,21 @@ TEST(ActivationCheckpoint, SelectiveGradientsEqualPlainBackward) {
 
 TEST(ActivationCheckpoint, SelectiveBlocksNeedsSelective) {
   CausalConfig c;
-  c.data_root = "d", c.out = "o", c.random_init = true, c.selective_blocks = 3;
+  c.data_root = "d", c.out = "o", c.random_init = true, c.memory.selective_blocks = 3;
   test::expect_error([&] { c.validate(); }, {"--selective-blocks 3", "--checkpointing selective"});
-  c.checkpointing = "selective";
+  c.memory.checkpointing = "selective";
   c.validate();
-  c.selective_blocks = -2;
+  c.memory.selective_blocks = -2;
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -2"});
 }
 
 TEST(ActivationCheckpoint, SftSelectiveBlocksNeedsSelective) {
   SftConfig c;
-  c.data_root = "d", c.output = "o", c.random_init = true, c.selective_blocks = 1;
+  c.data_root = "d", c.output = "o", c.random_init = true, c.memory.selective_blocks = 1;
   test::expect_error([&] { c.validate(); }, {"--selective-blocks 1", "--checkpointing selective"});
-  c.checkpointing = "selective";
+  c.memory.checkpointing = "selective";
   c.validate();
-  c.selective_blocks = -3;
+  c.memory.selective_blocks = -3;
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -3"});
 }
 
@@ -302,15 +302,16 @@ TEST(ActivationCheckpoint, TheBlockClosureHoldsNoInput) {
 
 TEST(ActivationCheckpoint, AttentionKeepNeedsAShareAndThePrefixAttention) {
   CausalConfig c;
-  c.data_root = "d", c.out = "o", c.random_init = true, c.attn_keep = 0.5;
+  c.data_root = "d", c.out = "o", c.random_init = true, c.causal_memory.attn_keep = 0.5;
   c.validate();
-  c.attn = "mask";
+  c.attention.attn = "mask";
   test::expect_error([&] { c.validate(); }, {"--attn-keep 0.5", "--attn mask", "--attn prefix"});
-  c.attn = "prefix", c.attn_keep = 1.5;
+  c.attention.attn = "prefix", c.causal_memory.attn_keep = 1.5;
   test::expect_error([&] { c.validate(); }, {"--attn-keep 1.5", "[0, 1]"});
-  c.attn_keep = 0.5, c.checkpointing = "selective";  // every block keeps its attention: nothing for the flag to do
+  // every block keeps its attention: nothing for the flag to do
+  c.causal_memory.attn_keep = 0.5, c.memory.checkpointing = "selective";
   test::expect_error([&] { c.validate(); }, {"--attn-keep 0.5", "--checkpointing selective", "--selective-blocks"});
-  c.selective_blocks = 1;
+  c.memory.selective_blocks = 1;
   c.validate();
 }
 
@@ -325,9 +326,9 @@ TEST(ActivationCheckpoint, SftTrainerHonoursSelectiveBlocks) {
   auto run = [&](const std::string& mode, int64_t blocks) {
     SftConfig c;
     c.data_root = dir.file("data"), c.output = dir.file(mode + std::to_string(blocks)), c.res = res;
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32";
-    c.gradient_checkpointing = mode != "none", c.checkpointing = mode == "none" ? "block" : mode;
-    c.selective_blocks = blocks;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
+    c.gradient_checkpointing = mode != "none", c.memory.checkpointing = mode == "none" ? "block" : mode;
+    c.memory.selective_blocks = blocks;
     c.max_steps = 2, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 0;
     c.val_every = 0, c.save_every = 0, c.save_state = false, c.final_export = false, c.num_workers = 1;
     OpCounter counter("aten::linear");
@@ -373,16 +374,16 @@ TEST(ActivationCheckpoint, CheckpointingFlagsNameTheChoices) {
                      {"--checkpointing", "layer", "none", "block", "selective"});
   SftConfig sft;
   sft.data_root = "d", sft.output = "o", sft.random_init = true;
-  sft.checkpointing = "selective";
+  sft.memory.checkpointing = "selective";
   EXPECT_EQ(sft.checkpointing_mode(), Checkpointing::selective);
   sft.gradient_checkpointing = false;
   test::expect_error([&] { sft.validate(); }, {"--checkpointing selective", "--no-gradient_checkpointing"});
-  sft.checkpointing = "block";
+  sft.memory.checkpointing = "block";
   EXPECT_EQ(sft.checkpointing_mode(), Checkpointing::none);
   CausalConfig causal;
-  causal.checkpointing = "selective";
+  causal.memory.checkpointing = "selective";
   EXPECT_EQ(causal.checkpointing_mode(), Checkpointing::selective);
-  causal.checkpointing = "none";
+  causal.memory.checkpointing = "none";
   test::expect_error([&] { causal.checkpointing_mode(); }, {"--checkpointing", "'none'", "block, selective"});
 }
 

@@ -44,7 +44,7 @@ class CausalTest : public ::testing::Test {
   static CausalConfig config(const std::string& name, int64_t steps) {
     CausalConfig c;
     c.data_root = dir_->file("data"), c.out = dir_->file(name);
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
     c.lora_rank = 4, c.lora_alpha = 4;
     c.steps = steps, c.save_every = 4, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
     return c;
@@ -322,8 +322,10 @@ TEST_F(CausalTest, AttentionKeepAndOffloadChangeNothing) {
   for (const bool selective : {false, true}) {
     auto plain = config(selective ? "keep_sel_plain" : "keep_plain", 4), kept = plain;
     kept.out = dir_->file(selective ? "keep_sel" : "keep");
-    if (selective) plain.checkpointing = kept.checkpointing = "selective", plain.selective_blocks = kept.selective_blocks = 1;
-    kept.attn_keep = 0.5, kept.act_offload = "on";
+    if (selective)
+      plain.memory.checkpointing = kept.memory.checkpointing = "selective",
+      plain.memory.selective_blocks = kept.memory.selective_blocks = 1;
+    kept.causal_memory.attn_keep = 0.5, kept.causal_memory.act_offload = "on";
     const char* attention = "aten::_scaled_dot_product_flash_attention_for_cpu";
     std::optional<test::OpCounter> counter(attention);
     const auto a = train_causal(plain);

@@ -36,7 +36,7 @@ class CausalH3Test : public ::testing::Test {
   static CausalConfig config(const std::string& name, int64_t steps) {
     CausalConfig c;
     c.data_root = dir_->file("h3"), c.out = dir_->file(name);
-    c.model = "h3-tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.lora_rank = 4;
+    c.model = "h3-tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.lora_rank = 4;
     c.lora_alpha = 4;
     c.steps = steps, c.save_every = 4, c.val_clips = 2, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
     return c;

@@ -47,16 +47,16 @@ TEST(Fp8Blocks, FlagAndDeviceErrorsNameTheFlag) {
   check_fp8_device(Fp8Mode::off, torch::Device(torch::kCPU), "--fp8");
   SftConfig sft;
   sft.data_root = "d", sft.output = "o", sft.random_init = true;
-  EXPECT_EQ(sft.fp8_mode(), Fp8Mode::off);  // off by default
-  sft.fp8 = "yes";
+  EXPECT_EQ(sft.compute.fp8_mode(), Fp8Mode::off);  // off by default
+  sft.compute.fp8 = "yes";
   test::expect_error([&] { sft.validate(); }, {"--fp8", "'yes'"});
-  sft.fp8 = "emulate";
+  sft.compute.fp8 = "emulate";
   sft.validate();
   EXPECT_EQ(nlohmann::json::parse(sft.to_json())["fp8"], "emulate");  // recorded in config.json's args
   CausalConfig causal;
-  causal.data_root = "d", causal.out = "o", causal.random_init = true, causal.fp8 = "on ";
+  causal.data_root = "d", causal.out = "o", causal.random_init = true, causal.compute.fp8 = "on ";
   test::expect_error([&] { causal.validate(); }, {"--fp8", "'on '"});
-  causal.fp8 = "on";
+  causal.compute.fp8 = "on";
   causal.validate();
   EXPECT_EQ(nlohmann::json::parse(causal.to_json())["fp8"], "on");  // args.json
 }
@@ -200,9 +200,10 @@ TEST_F(Fp8Train, SftWithEmulatedFp8TracksTheBf16Curve) {
   auto config = [](const std::string& fp8, const std::string& ckpt) {
     SftConfig c;
     c.data_root = dir_->file("sft_data"), c.output = dir_->file("sft_" + fp8 + "_" + ckpt), c.res = res_;
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.checkpointing = ckpt;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
+    c.memory.checkpointing = ckpt;
     c.max_steps = 8, c.batch_size = 2, c.grad_accum = 1, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 2;
-    c.val_every = 0, c.save_every = 0, c.save_state = false, c.num_workers = 1, c.fp8 = fp8;
+    c.val_every = 0, c.save_every = 0, c.save_state = false, c.num_workers = 1, c.compute.fp8 = fp8;
     return c;
   };
   const auto off = train_sft(config("off", "block"));
@@ -220,8 +221,8 @@ TEST_F(Fp8Train, CausalLoraWithEmulatedFp8TracksTheBf16Curve) {
   auto config = [](const std::string& fp8) {
     CausalConfig c;
     c.data_root = dir_->file("causal_data"), c.out = dir_->file("causal_" + fp8);
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1;
-    c.lora_rank = 4, c.lora_alpha = 4, c.fp8 = fp8;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
+    c.lora_rank = 4, c.lora_alpha = 4, c.compute.fp8 = fp8;
     c.steps = 6, c.save_every = 6, c.val_clips = 1, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
     return c;
   };

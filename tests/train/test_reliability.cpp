@@ -45,7 +45,7 @@ class Reliability : public ::testing::Test {
     SftConfig c;
     c.random_init = true;
     c.data_root = dir_->file("data"), c.output = dir_->file(name), c.res = res_;
-    c.model = "tiny", c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
+    c.model = "tiny", c.compute.device = "cpu", c.compute.precision = "fp32", c.gradient_checkpointing = false;
     c.max_steps = steps, c.batch_size = 1, c.grad_accum = 2, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
     c.val_every = 0, c.save_every = 2, c.num_workers = 1;
     return c;
@@ -127,7 +127,7 @@ TEST_F(Reliability, TwoRunsInOneDirectoryTheSecondIsRefusedNamingTheFirst) {
     test::expect_error([&] { train_sft(c); }, {"--output", c.output, "in use by another vdt process",
                                                "pid " + std::to_string(::getpid())});
     auto k = CausalConfig{};
-    k.data_root = dir_->file("data"), k.out = c.output, k.model = "tiny", k.device = "cpu", k.steps = 1;
+    k.data_root = dir_->file("data"), k.out = c.output, k.model = "tiny", k.compute.device = "cpu", k.steps = 1;
     k.random_init = true;
     test::expect_error([&] { train_causal(k); }, {"--out", "in use by another vdt process"});
   }

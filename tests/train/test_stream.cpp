@@ -272,7 +272,8 @@ TEST_F(StreamTest, BadStreamFlagsNameTheFlagAndTheFix) {
 TEST_F(StreamTest, SampleStreamWritesEveryChunk) {
   CausalConfig c;
   c.data_root = dir_->file("wan"), c.out = dir_->file("run"), c.model = "tiny", c.random_init = true;
-  c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4, c.steps = 2;
+  c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4;
+  c.steps = 2;
   c.save_every = 2, c.val_clips = 2, c.warmup = 1;
   train_causal(c);
   const auto out = dir_->file("stream_out");
@@ -314,7 +315,8 @@ TEST_F(StreamTest, TrainerStreamsTheFirstValWindow) {
   auto config = [&](const std::string& name) {
     CausalConfig c;
     c.data_root = dir_->file("wan"), c.out = dir_->file(name), c.model = "tiny", c.random_init = true;
-    c.device = "cpu", c.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4, c.steps = 4;
+    c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1, c.lora_rank = 4, c.lora_alpha = 4;
+    c.steps = 4;
     c.save_every = 4, c.val_clips = 2, c.warmup = 1, c.preview_steps = 2;
     return c;
   };

@@ -42,7 +42,8 @@ class Zero2Test : public ::testing::Test {
   SftConfig config(const std::string& name, int ga, int64_t steps) const {
     SftConfig c;
     c.data_root = dir_.file("data"), c.output = dir_.file(name), c.res = res_;
-    c.model = "tiny", c.random_init = true, c.device = "cpu", c.precision = "fp32", c.gradient_checkpointing = false;
+    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
+    c.gradient_checkpointing = false;
     c.max_steps = steps, c.batch_size = 1, c.grad_accum = ga, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
     c.val_every = 2, c.val_n = 4, c.val_timesteps = "500", c.save_every = 2, c.num_workers = 1;
     return c;

@@ -5,11 +5,17 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/device_flag.h"
 #include "core/error.h"
 #include "model/denoiser_registry.h"
 
 namespace vdt {
+namespace {
+// The precisions and checkpointing modes this trainer offers: no mixed (the LoRA is fp32 over a frozen base), no none
+// (always checkpointed: the block runner is also where sharded frozen blocks are gathered).
+const std::vector<PrecisionChoice> kPrecisions = {{Precision::bf16, "frozen bf16 base, float32 LoRA"},
+                                                  {Precision::fp32, ""}};
+const std::vector<Checkpointing> kCheckpointing = {Checkpointing::block, Checkpointing::selective};
+}  // namespace
 
 void CausalConfig::validate() const {
   VDT_CHECK(!out.empty(), "--out is required (the run directory; a re-run with the same --out continues)");
@@ -25,14 +31,11 @@ void CausalConfig::validate() const {
   VDT_CHECK(picture1 == "native" || model.empty() || denoiser_family(model) == "h3", "--picture1 2048 applies to a "
             "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
   if (!model.empty()) denoiser_family(model);  // an unknown preset is an error listing the known ones
-  attn_kernel();
-  act_offload_on();
-  checkpointing_mode();
-  check_selective_blocks(selective_blocks, checkpointing_mode());
-  check_attention_keep(attn_keep, attn_kernel() == CausalKernel::prefix, checkpointing_mode(), selective_blocks);
+  attention.kernel();
+  check_selective_blocks(memory.selective_blocks, checkpointing_mode());
+  causal_memory.validate(attention, memory, checkpointing_mode());
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
-  parse_device_flag(device, "--device");
-  precision_mode();
+  compute.validate(kPrecisions);
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
   // Rank 0 or alpha 0 would make the LoRA's update zero: the run would train nothing.
   VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1 (a rank-0 LoRA has no "
@@ -50,12 +53,7 @@ void CausalConfig::validate() const {
   VDT_CHECK(val_sample_every >= 0 && (val_sample_every == 0 || preview_steps > 0), "--val-sample-every ",
             val_sample_every, ": expected >= 0 (0 = never), with --preview-steps >= 1 (its Euler steps)");
   shard_mode();
-  VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '", fused_kernels,
-            "'");
-  fp8_mode();
 }
-
-Fp8Mode CausalConfig::fp8_mode() const { return parse_fp8(fp8, "--fp8"); }
 
 CausalConfig::Objective CausalConfig::objective_mode() const {
   VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
@@ -63,21 +61,7 @@ CausalConfig::Objective CausalConfig::objective_mode() const {
   return objective == "tf" ? Objective::tf : Objective::df;
 }
 
-CausalKernel CausalConfig::attn_kernel() const {
-  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
-            "call per chunk; the seed's fa3) or mask (one masked call; the seed's flex), got '", attn, "'");
-  return causal_kernel_from_string(attn);
-}
-
-Checkpointing CausalConfig::checkpointing_mode() const {
-  // Always checkpointed: the block runner is also where sharded frozen blocks are gathered.
-  return parse_checkpointing(checkpointing, "--checkpointing", {Checkpointing::block, Checkpointing::selective});
-}
-
-bool CausalConfig::act_offload_on() const {
-  VDT_CHECK(act_offload == "on" || act_offload == "off", "--act-offload: expected on or off, got '", act_offload, "'");
-  return act_offload == "on";
-}
+Checkpointing CausalConfig::checkpointing_mode() const { return memory.checkpointing_mode(kCheckpointing); }
 
 CausalConfig::ShardBase CausalConfig::shard_mode() const {
   VDT_CHECK(shard_base == "auto" || shard_base == "on" || shard_base == "off", "--shard-base: expected auto, on or "
@@ -85,21 +69,20 @@ CausalConfig::ShardBase CausalConfig::shard_mode() const {
   return shard_base == "on" ? ShardBase::on : shard_base == "off" ? ShardBase::off : ShardBase::automatic;
 }
 
-Precision CausalConfig::precision_mode() const {
-  VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision: expected bf16 (frozen bf16 base, fp32 LoRA) or "
-            "fp32, got '", precision, "'");
-  return precision == "fp32" ? Precision::fp32 : Precision::bf16;
-}
+Precision CausalConfig::precision_mode() const { return compute.precision_mode(kPrecisions); }
 
 const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
   using C = CausalConfig;
+  static const auto compute = ComputeSection::fields(kPrecisions);
+  static const auto memory = MemorySection::fields(kCheckpointing);
   static const std::vector<ConfigField<C>> f = {
       {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors", &C::out, true},
       {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
       {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
       {"--resume", "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
-                   "seed's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run directory, "
-                   "state_A/B or state of another run: continue exactly from its state, writing into --out", &C::resume},
+                   "Python trainer's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run "
+                   "directory, state_A/B or state of another run: continue exactly from its state, writing into --out",
+       &C::resume},
       {"--ignore-corrupt-state", "when every sealed state slot in --out is corrupt, continue anyway from the newest "
                                  "lora_stepNNNNN with fresh AdamW moments (without it that is an error listing the "
                                  "slots)", &C::ignore_corrupt_state},
@@ -111,24 +94,22 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--save-every", "lora_stepNNNNN.safetensors every N steps (and at the end)", &C::save_every},
       {"--val-clips", "clips held out for validation (val_samples.json)", &C::val_clips},
       {"--max-samples", "smoke tests: cap the training set (0 = all)", &C::max_samples},
-      {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
+      lift(&C::random, RandomSection::fields(), "--seed"),
       {"--picture1", "Picture 1 resolution: native or 2048 (MiniMax-H3 only)", &C::picture1},
-      {"--attn", "block-causal attention: prefix (one SDPA call per chunk) or mask (one masked call); the seed's fa3 / flex mean the same two", &C::attn},
+      lift(&C::attention, AttentionSection::fields(), "--attn"),
       {"--level-shift", "DF: flow shift of the per-chunk noise levels", &C::level_shift},
-      {"--act-offload", "on: checkpointed block inputs (and --attn-keep's kept attention outputs) in pinned host memory",
-       &C::act_offload},
-      {"--checkpointing", "block (keep block inputs) or selective (also keep GEMM and attention outputs, recompute "
-                          "the elementwise work)", &C::checkpointing},
-      {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks},
-      {kAttnKeepFlag, kAttnKeepHelp, &C::attn_keep},
+      lift(&C::causal_memory, CausalMemorySection::fields(), "--act-offload"),
+      lift(&C::memory, memory, "--checkpointing"),
+      lift(&C::memory, memory, kSelectiveBlocksFlag),
+      lift(&C::causal_memory, CausalMemorySection::fields(), kAttnKeepFlag),
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "
                   "family (model_family) and the preset of --weights' shapes (needed with --random-init)", &C::model},
       {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); required unless --random-init", &C::weights},
       {"--random-init", "a random frozen base (no --weights): tests, benchmarks", &C::random_init},
-      {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
-      {"--precision", "bf16 (frozen bf16 base, float32 LoRA) or fp32", &C::precision},
+      lift(&C::compute, compute, "--device"),
+      lift(&C::compute, compute, "--precision"),
       {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
       {"--lora-rank", "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
                       "lora_step), else 32. Given, it must equal that file's", &C::lora_rank},
@@ -136,8 +117,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
                        "Given, it must equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
-      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
-      {"--fp8", "FP8 GEMMs (E4M3, row-wise scales) for the linears of every block but the first and last: off, on (a CUDA GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
+      lift(&C::compute, compute, "--fused-kernels"),
+      lift(&C::compute, compute, "--fp8"),
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
       {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
                           "(vae.safetensors, synthetic roots): val window 0 sampled chunk by chunk, ground truth above "

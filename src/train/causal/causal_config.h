@@ -1,16 +1,14 @@
 // Configuration of `vdt train causal`: the Python trainer rtcwm's flags with its names and defaults (docs/design.md §5), plus --model,
 // --weights, --chunk-frames, --lora-rank, --lora-alpha, and the data and device flags our trainer needs. A plain
 // struct with validate(); every field is declared once in fields() (flag, help; the default is the initialiser here),
-// from which the CLI binds the flags and to_json writes args.json.
+// from which the CLI binds the flags and to_json writes args.json. The knobs the SFT trainer and `vdt bench step`
+// share come from their sections (train/loop/config_sections.h), held here.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "model/block_causal.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/config_fields.h"
-#include "train/loop/fp8_blocks.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -24,15 +22,16 @@ struct CausalConfig {
   int64_t steps = 0;                              // 0: ceil(epochs * samples / world)
   double epochs = 2.0, lr = 2e-5, lr_min = 1e-6;
   int64_t warmup = 10, save_every = 10, val_clips = 12, max_samples = 0;
-  uint64_t seed = 0;
-  std::string picture1 = "native", attn = "prefix", act_offload = "off";
-  std::string checkpointing = "block";  // block or selective
-  int64_t selective_blocks = -1;        // with selective: the first N blocks keep their GEMM/attention outputs (-1: all)
-  double attn_keep = 0;  // share of the prefix attention's rows whose results a block's forward keeps for its recompute
+  RandomSection random;  // --seed
+  std::string picture1 = "native";
+  AttentionSection attention;  // --attn
+  MemorySection memory;        // --checkpointing block or selective (always checkpointed), --selective-blocks
+  CausalMemorySection causal_memory;  // --act-offload, --attn-keep
   double level_shift = 3.0;
   // ours
   // model empty: the data root's family and the preset of the weights' shapes (the trainer resolves it)
-  std::string data_root, text_table, model, weights, device = "auto", precision = "bf16";
+  std::string data_root, text_table, model, weights;
+  ComputeSection compute{.precision = "bf16"};  // --device, --precision (bf16 or fp32), --fused-kernels, --fp8
   bool random_init = false;  // a random frozen base; required (and exclusive with --weights) when no base is given
   int64_t chunk_frames = 0;  // 0: the base's natural chunk (set by the trainer)
   // -1 (left out): the LoRA this run starts from decides (--init-lora, --resume X, the newest lora_step in --out),
@@ -42,8 +41,6 @@ struct CausalConfig {
   static constexpr int64_t kDefaultLoraRank = 32;
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
-  std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
-  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
   int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
@@ -58,10 +55,7 @@ struct CausalConfig {
   enum class Objective { df, tf };
   enum class ShardBase { automatic, on, off };
   Objective objective_mode() const;
-  CausalKernel attn_kernel() const;  // prefix (the Python trainer's fa3) or mask (flex)
-  bool act_offload_on() const;
-  Checkpointing checkpointing_mode() const;
-  Fp8Mode fp8_mode() const;
+  Checkpointing checkpointing_mode() const;  // block or selective
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected

@@ -117,7 +117,7 @@ void build_data(CausalRun& r) {
   if (r.cfg.chunk_frames == 0) r.cfg.chunk_frames = CausalConfig::natural_chunk_frames(family);
   CausalDataConfig dc;
   dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.span_frames = r.cfg.span_frames();
-  dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.seed;
+  dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.random.seed;
   dc.picture1 = r.cfg.picture1;
   r.ds = std::make_unique<CausalDataset>(dc);
   VDT_CHECK(r.ds->info().model_family == family, r.cfg.data_root, "/dataset.json: a ", r.ds->info().model_family,
@@ -168,22 +168,22 @@ void resolve_lora_shape(CausalRun& r) {
 
 void build_model(CausalRun& r) {
   resolve_lora_shape(r);
-  r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.seed, r.ctx->device, r.ctx->dtype);
+  r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
   fit_side_streams(*r.model, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);  // e.g. an H3 root's silent audio
   LoraConfig lc;
   lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
-  r.lora = attach_lora(*r.model, lc, r.cfg.seed);  // freezes the base
+  r.lora = attach_lora(*r.model, lc, r.cfg.random.seed);  // freezes the base
   for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
   torch::NoGradGuard ng;
   for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
-  r.model->set_causal_kernel(r.cfg.attn_kernel());
+  r.model->set_causal_kernel(r.cfg.attention.kernel());
   CheckpointOptions co;
-  co.offload_inputs = r.cfg.act_offload_on();
+  co.offload_inputs = r.cfg.causal_memory.act_offload_on();
   co.selective = r.cfg.checkpointing_mode() == Checkpointing::selective;
-  co.selective_blocks = r.cfg.selective_blocks;
-  co.attention_keep = r.cfg.attn_keep;
+  co.selective_blocks = r.cfg.memory.selective_blocks;
+  co.attention_keep = r.cfg.causal_memory.attn_keep;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
     // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
     const int node = r.ctx->comm.local_world();
@@ -194,7 +194,7 @@ void build_model(CausalRun& r) {
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
   }
   enable_block_checkpointing(*r.model, co);
-  if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+  if (const auto fp8 = r.cfg.compute.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     // the frozen base held as FP8 unless it is sharded (gathered per call)
     const auto blocks = fp8_block_indices(r.model->block_modules().size());
     const auto what = enable_fp8_linears(*r.model, fp8, blocks, /*hold_frozen=*/!r.shards);
@@ -323,11 +323,12 @@ constexpr WindowStreams kValStreams{rng_purpose::kCausalValLevels, rng_purpose::
 // and each side stream's, each the chunk-weighted MSE (DiffSynth's H3 loss w·MSE(video) + w·MSE(audio), per chunk).
 torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStreams& streams, uint64_t key) {
   std::vector<double> u;
-  for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(RngStream(r.cfg.seed, streams.levels).uniform(key, 0, c));
+  const RngStream levels(r.cfg.random.seed, streams.levels);
+  for (int64_t c = 0; c < kSpanChunks; ++c) u.push_back(levels.uniform(key, 0, c));
   const auto dev = r.ctx->device;
   const auto dtype = r.ctx->dtype;
   auto x0 = s.latents.unsqueeze(0).to(dev, dtype);  // [1, C, span, H, W]
-  auto noise = r.ctx->noise(x0, r.cfg.seed, streams.noise, key);
+  auto noise = r.ctx->noise(x0, r.cfg.random.seed, streams.noise, key);
   const bool tf = r.cfg.objective_mode() == CausalConfig::Objective::tf;
   const auto ex = tf ? make_tf_example(x0, noise, u, r.forcing, r.grid, r.grid_weights)
                      : make_df_example(x0, noise, u, r.forcing, r.grid, r.grid_weights);
@@ -337,7 +338,7 @@ torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStrea
                          {}, AttentionPattern::forcing(r.cfg.chunk_frames, tf));  // tf: the clean copy's cells too
   std::map<std::string, torch::Tensor> cond_noise;  // clean conditioning latents get their own noise
   for (const auto& [name, latent] : s.cond)
-    cond_noise[name] = r.ctx->noise(latent.unsqueeze(0).to(dev, dtype), r.cfg.seed, streams.cond, key);
+    cond_noise[name] = r.ctx->noise(latent.unsqueeze(0).to(dev, dtype), r.cfg.random.seed, streams.cond, key);
   add_window_conditioning(in, tags, context_ids, s.cond, cond_noise);
   std::map<std::string, DfStream> side;
   for (const auto& name : r.model->side_streams()) {
@@ -347,7 +348,7 @@ torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStrea
     VDT_CHECK(it->second.size(-1) == bounds.back(), "causal window: the ", name, " stream has ", it->second.size(-1),
               " steps, the span needs ", bounds.back());
     const auto a0 = it->second.unsqueeze(0).to(dev, dtype);  // [1, ..., A]
-    side[name] = make_df_stream(a0, r.ctx->noise(a0, r.cfg.seed, streams.side, key), ex, bounds);
+    side[name] = make_df_stream(a0, r.ctx->noise(a0, r.cfg.random.seed, streams.side, key), ex, bounds);
     in.extra[name] = side[name].x_t, in.extra[name + ".t"] = side[name].t;
   }
   if (side.empty()) return df_loss(r.model->forward(in), ex, r.forcing);
@@ -378,7 +379,8 @@ void draw_preview(CausalRun& r, int64_t step) {
   EulerConfig ec;
   ec.steps = r.cfg.preview_steps;
   ec.shift = flow_schedule(r.model->family()).sample_shift;
-  const auto s = sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.seed, r.cfg.clean_first_frame);
+  const auto s =
+      sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.random.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
   const auto grid = frame_grid({r.preview_vae->decode(s.ground_truth), r.preview_vae->decode(s.sample)}, 2, 4);
   r.tb->add_image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid),
@@ -389,7 +391,7 @@ void draw_preview(CausalRun& r, int64_t step) {
 // --val-sample-every: val window 0 streamed with the KV cache on every rank (as draw_preview), logged by rank 0.
 void draw_stream_preview(CausalRun& r, int64_t step) {
   const auto p = stream_preview(*r.model, *r.ds, r.cfg.data_root, r.cfg.chunk_frames, r.cfg.preview_steps,
-                                r.cfg.seed, r.cfg.clean_first_frame);
+                                r.cfg.random.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
   r.tb->add_scalar("val/stream_chunk_s", p.seconds_per_chunk, step);
   if (p.grid.defined()) r.tb->add_image(p.tag, encode_png(p.grid), step);
@@ -421,7 +423,7 @@ StepStats causal_step(CausalRun& r, int64_t it) {
   const int64_t n = static_cast<int64_t>(r.ds->train().size());
   const int64_t g = r.samples_base + (it - r.start_step) * ctx.world + ctx.rank;
   const int64_t epoch = g / n;
-  if (epoch != r.perm_epoch) r.perm = epoch_permutation(r.cfg.seed, epoch, n), r.perm_epoch = epoch;
+  if (epoch != r.perm_epoch) r.perm = epoch_permutation(r.cfg.random.seed, epoch, n), r.perm_epoch = epoch;
   const int64_t index = r.perm[static_cast<size_t>(g % n)];
   const auto s = r.ds->load(r.ds->train()[static_cast<size_t>(index)], r.ds->train_start(index, epoch));
   st.clip = s.clip_id + "@" + std::to_string(s.start);
@@ -478,9 +480,10 @@ void print_config(const CausalRun& r) {
               "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
               "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
               r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
-              py_float(r.cfg.level_shift).c_str(), r.cfg.attn.c_str(), r.cfg.act_offload.c_str(),
+              py_float(r.cfg.level_shift).c_str(), r.cfg.attention.attn.c_str(),
+              r.cfg.causal_memory.act_offload.c_str(),
               r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(), r.cfg.weights.empty() ? " (random base, non-zero head)" : " ",
-              r.cfg.weights.c_str(), r.ctx->device.str().c_str(), r.cfg.precision.c_str(), r.ctx->world,
+              r.cfg.weights.c_str(), r.ctx->device.str().c_str(), r.cfg.compute.precision.c_str(), r.ctx->world,
               r.ctx->comm.describe().c_str(), r.sync->describe().c_str(), r.cfg.data_root.c_str(),
               r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
               static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
@@ -512,7 +515,7 @@ void print_config(const CausalRun& r) {
     std::printf("  LoRA from %s\n", r.lora_start.c_str());
   if (r.cfg.random_init)
     std::printf("  weights RANDOM INIT (--random-init): a random frozen base from seed %llu\n",
-                static_cast<unsigned long long>(r.cfg.seed));
+                static_cast<unsigned long long>(r.cfg.random.seed));
   else
     for (const auto& f : file_checksums(weight_files(r.cfg.weights, "--weights")))
       std::printf("  weights %s (%llu bytes, crc32 %s)\n", f.path.c_str(), static_cast<unsigned long long>(f.bytes),
@@ -629,12 +632,12 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save, exit 0 (a re-run continues); during
                                 // start-up: exit 0 before the first step
   cfg.validate();
-  const kernels::FusedKernelsScope fused(cfg.fused_kernels == "on");
+  const kernels::FusedKernelsScope fused(cfg.compute.fused());
   CausalRun r;
   r.cfg = cfg;
-  r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
+  r.ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  check_fp8_device(cfg.fp8_mode(), r.ctx->device, "--fp8");
+  check_fp8_device(cfg.compute.fp8_mode(), r.ctx->device, "--fp8");
   if (r.ctx->rank == 0) r.lock = hold_run_dir(cfg.out, "--out");
   resolve_base(r);
   build_data(r);

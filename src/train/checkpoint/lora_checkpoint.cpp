@@ -59,7 +59,7 @@ void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t s
                     {"objective", cfg.objective}, {"span_chunks", std::to_string(kSpanChunks)},
                     {"level_shift", py_float(cfg.level_shift)}, {"chunk_frames", std::to_string(cfg.chunk_frames)},
                     {"rank", std::to_string(cfg.lora_rank)}, {"alpha", py_float(cfg.lora_alpha)},
-                    {"seed", std::to_string(cfg.seed)}, {"val_clips", std::to_string(cfg.val_clips)},
+                    {"seed", std::to_string(cfg.random.seed)}, {"val_clips", std::to_string(cfg.val_clips)},
                     {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"}, {"picture1", cfg.picture1},
                     {"alpha_tensors", "<module>.alpha per module (kohya): every loader applies alpha / rank"}});
 }

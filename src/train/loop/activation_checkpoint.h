@@ -27,22 +27,15 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
                                   const std::vector<Checkpointing>& allowed = {Checkpointing::none, Checkpointing::block,
                                                                                Checkpointing::selective});
 
-// `--selective-blocks N` of both trainers, declared once: the flag and its help (each config's fields() lists
-// {kSelectiveBlocksFlag, kSelectiveBlocksHelp, &C::selective_blocks}) and its check against the checkpointing mode.
+// `--selective-blocks N` of both trainers and `vdt bench step` (declared in train/loop/config_sections.h
+// MemorySection): the flag its errors name, and its check against the checkpointing mode.
 inline constexpr const char* kSelectiveBlocksFlag = "--selective-blocks";
-inline constexpr const char* kSelectiveBlocksHelp =
-    "with --checkpointing selective: only the first N blocks keep their GEMM and attention outputs, the rest recompute "
-    "whole (-1: all; what fits in memory)";
 // Throws naming the flag unless n is -1 (all) or a count >= 0 given with selective checkpointing.
 void check_selective_blocks(int64_t n, Checkpointing mode);
 
-// `--attn-keep F` of the causal trainer and `vdt bench step`, declared once (CheckpointOptions::attention_keep).
+// `--attn-keep F` of the causal trainer and `vdt bench step` (config_sections.h CausalMemorySection;
+// CheckpointOptions::attention_keep): the flag its errors name, and its check.
 inline constexpr const char* kAttnKeepFlag = "--attn-keep";
-inline constexpr const char* kAttnKeepHelp =
-    "share of each block's prefix-attention query rows (the chunks with the most keys first) whose output and "
-    "log-sum-exp the forward keeps, so a block's recompute skips their attention forward; costs that share x tokens "
-    "x width x 2 bytes per block until its backward, on the host with --act-offload on (0: recompute all; needs "
-    "--attn prefix)";
 // Throws naming the flag unless share is in [0, 1] and, when above 0, the attention is the prefix kernel and some block
 // recomputes whole (not every block selective).
 void check_attention_keep(double share, bool prefix_attention, Checkpointing mode, int64_t selective_blocks);

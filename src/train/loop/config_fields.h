@@ -2,8 +2,8 @@
 // the member's in-class initialiser), and from that one list the CLI binds the flags (cli/commands.h bind_fields: both
 // spellings, --help with the real default), to_json writes the run's config (args.json, config.json, checkpoint
 // metadata), and the start-up table prints the flags that differ from their defaults. A knob several commands share
-// can live in a section, a struct that a config holds as a member; `lift` makes the section's fields the config's, at
-// the place the config lists them.
+// lives in a section (train/loop/config_sections.h) that a config holds as a member; `lift` makes the section's fields
+// the config's, at the place the config lists them.
 // Not here: validation (each config's validate(), which turns enum-like strings into enums).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -50,7 +50,7 @@ struct ConfigField {
   }
 };
 
-// A section's field as a field of C, which holds the section as its member `section`.
+// A section's field as a field of C, which holds the section as its member `section` (config_sections.h).
 template <class C, class S>
 ConfigField<C> lift(S C::*section, const ConfigField<S>& f) {
   auto member = std::visit(
@@ -75,9 +75,6 @@ std::vector<ConfigField<C>> lift(S C::*section, const std::vector<ConfigField<S>
   for (const auto& f : fields) out.push_back(lift(section, f));
   return out;
 }
-
-// --precision of either trainer: mixed (bf16 compute, fp32 masters; SFT only), bf16, fp32.
-enum class Precision { mixed, bf16, fp32 };
 
 // How values are written: as JSON values (numbers, bools) or as the Python trainer rtcwm's args.json writes them, every value
 // a string (Python's str(): "3.0", "2e-05", "True").

@@ -99,7 +99,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                   {"val_clip_ids", val ? val->clip_ids() : std::vector<std::string>{}},
                   {"geometry",
                    {{"num_processes", world}, {"grad_accum", cfg.grad_accum}, {"batch_size", cfg.batch_size},
-                    {"n_micro", n_micro}, {"n_train", train.size()}, {"seed", cfg.seed}}},
+                    {"n_micro", n_micro}, {"n_train", train.size()}, {"seed", cfg.random.seed}}},
                   {"steps_per_epoch", steps_per_epoch}};
   j["model"] = {{"preset", model.preset()},
                 {"family", model.family()},
@@ -113,7 +113,7 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                                   {{"name", "gc_sem_cond"}, {"lr", cfg.cond_lr}, {"n_params", cond_params}}}}};
   j["env"] = {{"device", device.str()},
               {"gpu", device.is_cuda() ? "cuda" : "none"},
-              {"precision", cfg.precision},
+              {"precision", cfg.compute.precision},
               {"torch", TORCH_VERSION},
               {"hostname", host},
               {"world_size", world},
@@ -149,18 +149,19 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
               m["n_sem_cond_params"].dump().c_str(), cfg.vocab.c_str());
   if (m.value("random_init", false))
     std::printf("| weights   RANDOM INIT (--random-init): no base weights, the DiT starts from seed %llu\n",
-                static_cast<unsigned long long>(cfg.seed));
+                static_cast<unsigned long long>(cfg.random.seed));
   for (const auto& w : m.value("weight_files", nlohmann::ordered_json::array()))
     std::printf("| weights   %s  (%s bytes, crc32 %s)\n", w["file"].get<std::string>().c_str(), w["bytes"].dump().c_str(),
                 w["crc32"].get<std::string>().c_str());
   // What runs: none / block / selective (with how many blocks keep), FP8 and the fused kernels when not the default.
-  std::string ckpt = cfg.checkpointing_mode() == Checkpointing::none ? "none" : cfg.checkpointing;
-  if (cfg.checkpointing_mode() == Checkpointing::selective && cfg.selective_blocks >= 0)
-    ckpt += " (first " + std::to_string(cfg.selective_blocks) + " blocks)";
-  if (cfg.fp8 != "off") ckpt += "  fp8 " + cfg.fp8;
-  if (cfg.fused_kernels != "on") ckpt += "  fused-kernels " + cfg.fused_kernels;
+  std::string ckpt = cfg.checkpointing_mode() == Checkpointing::none ? "none" : cfg.memory.checkpointing;
+  if (cfg.checkpointing_mode() == Checkpointing::selective && cfg.memory.selective_blocks >= 0)
+    ckpt += " (first " + std::to_string(cfg.memory.selective_blocks) + " blocks)";
+  if (cfg.compute.fp8 != "off") ckpt += "  fp8 " + cfg.compute.fp8;
+  if (cfg.compute.fused_kernels != "on") ckpt += "  fused-kernels " + cfg.compute.fused_kernels;
   std::printf("| device    %s  precision %s  checkpointing %s  workers %d\n",
-              facts["env"]["device"].get<std::string>().c_str(), cfg.precision.c_str(), ckpt.c_str(), cfg.num_workers);
+              facts["env"]["device"].get<std::string>().c_str(), cfg.compute.precision.c_str(), ckpt.c_str(),
+              cfg.num_workers);
   std::printf("| optim     AdamW lr %g (gc_sem_cond %g) wd %g warmup %lld clip %g\n", cfg.lr, cfg.cond_lr,
               cfg.weight_decay, static_cast<long long>(cfg.warmup_steps), cfg.grad_clip);
   std::printf("| schedule  %lld steps, batch %lld x accum %lld, %s micro batches = %s steps per epoch\n",

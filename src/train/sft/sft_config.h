@@ -1,14 +1,13 @@
 // Configuration of `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
 // --res and --precision. A plain struct with validate(); every field is declared once in fields() (flag, help; the
-// default is the initialiser here), from which the CLI binds the flags and to_json writes the config.
+// default is the initialiser here), from which the CLI binds the flags and to_json writes the config. The knobs the
+// causal trainer and `vdt bench step` share come from their sections (train/loop/config_sections.h), held here.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/config_fields.h"
-#include "train/loop/fp8_blocks.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -21,13 +20,13 @@ struct SftConfig {
   int64_t limit = 0;
   int num_workers = 4;
   // model
-  std::string model = "wan2.2-ti2v-5b", model_dir, precision = "mixed", device = "auto";
+  std::string model = "wan2.2-ti2v-5b", model_dir;
   bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
+  ComputeSection compute{.precision = "mixed"};  // --device, --precision, --fused-kernels, --fp8
   bool gradient_checkpointing = true;
-  std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
-  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
-  std::string checkpointing = "block";  // block or selective while gradient_checkpointing is on; none: off
-  int64_t selective_blocks = -1;        // with selective: the first N blocks keep their GEMM/attention outputs (-1: all)
+  // --checkpointing: block or selective while gradient_checkpointing is on, none: off. (Spelled `= MemorySection()`:
+  // with `memory;` GCC 12 at -O3 warns that its string may be used uninitialized in every SftConfig{}.)
+  MemorySection memory = MemorySection();
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
   // optimisation
   double lr = 1e-5, cond_lr = 1e-4, weight_decay = 0.01, grad_clip = 1.0;
@@ -40,16 +39,15 @@ struct SftConfig {
   std::string val_timesteps = "200,500,800";
   std::string output, resume;
   bool ignore_corrupt_state = false;  // --resume auto with every sealed slot corrupt: start from step 0 on purpose
-  uint64_t seed = 0;
+  RandomSection random;  // --seed
   bool final_export = true;  // not a flag: `vdt bench step` times steps and skips the last step's export
 
   // Throws naming the flag, the value and the fix.
   void validate() const;
   std::vector<double> val_timestep_list() const;
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
-  Precision precision_mode() const;
+  Precision precision_mode() const;          // mixed, bf16 or fp32
   Checkpointing checkpointing_mode() const;  // none when --no-gradient_checkpointing
-  Fp8Mode fp8_mode() const;
   std::string to_json() const;  // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };

@@ -88,7 +88,7 @@ void build_data(SftRun& r) {
   SftDataConfig dc;
   dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.vocab = r.cfg.vocab, dc.res = r.cfg.res;
   dc.text_dropout = r.cfg.text_dropout, dc.cond_dropout = r.cfg.cond_dropout, dc.mask_p = r.cfg.mask_p;
-  dc.include_dropped = r.cfg.include_dropped, dc.limit = r.cfg.limit, dc.seed = r.cfg.seed;
+  dc.include_dropped = r.cfg.include_dropped, dc.limit = r.cfg.limit, dc.seed = r.cfg.random.seed;
   dc.split = "train";
   r.train_ds = std::make_shared<SftDataset>(dc);
   // Per-cell text: one prompt per latent frame, checked here (as `vdt data check` does) before any model work.
@@ -105,12 +105,12 @@ void build_data(SftRun& r) {
   }
   const int rank = r.ctx->rank, world = r.ctx->world;
   r.n_micro = static_cast<int64_t>(
-      rank_micro_batches(r.cfg.seed, 0, r.train_ds->size(), rank, world, r.cfg.batch_size).size());
+      rank_micro_batches(r.cfg.random.seed, 0, r.train_ds->size(), rank, world, r.cfg.batch_size).size());
   VDT_CHECK(r.n_micro > 0, "--batch_size ", r.cfg.batch_size, " exceeds the ", r.train_ds->size(),
             " train clips per rank; lower it");
   r.loader = std::make_unique<Loader>(r.train_ds, r.cfg.batch_size, r.cfg.num_workers, 2, r.ctx->device.is_cuda());
   const auto clips = static_cast<int64_t>(r.train_ds->size());
-  r.geometry = {world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, clips, r.cfg.seed};
+  r.geometry = {world, r.cfg.grad_accum, r.cfg.batch_size, r.n_micro, clips, r.cfg.random.seed};
 }
 
 bool is_warm_start(const std::string& resume) {
@@ -128,7 +128,7 @@ void build_model(SftRun& r) {
   r.sem.vocab = r.cfg.vocab, r.sem.vocab_size = sem_vocab_size(r.cfg.vocab), r.sem.scale = r.train_ds->info().sem_scale;
   r.sem.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, r.model->width());
   r.model->install_sem_cond(r.sem);
-  r.model->init_weights(r.cfg.seed);  // every parameter from the seed, the adapter included (same on every rank)
+  r.model->init_weights(r.cfg.random.seed);  // every parameter from the seed, the adapter included (same on every rank)
   if (!base_files.empty()) load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
   if (is_warm_start(r.cfg.resume)) {  // warm start from an export (a plain Wan export leaves the adapter zero)
     auto files = SafetensorsSet::open({r.cfg.resume});
@@ -158,10 +158,10 @@ void build_model(SftRun& r) {
   if (const auto mode = r.cfg.checkpointing_mode(); mode != Checkpointing::none) {
     CheckpointOptions co;
     co.selective = mode == Checkpointing::selective;
-    co.selective_blocks = r.cfg.selective_blocks;
+    co.selective_blocks = r.cfg.memory.selective_blocks;
     enable_block_checkpointing(*r.model, co);
   }
-  if (const auto fp8 = r.cfg.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+  if (const auto fp8 = r.cfg.compute.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()),
                                          /*hold_frozen=*/false);  // every block weight trains
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
@@ -177,7 +177,7 @@ TrainerState current_state(const SftRun& r, int64_t step) {
   st.pos = {r.epoch, r.epoch_micro, static_cast<uint64_t>(r.micro_counter)};
   st.geometry = r.geometry;
   st.vocab = r.cfg.vocab, st.res = r.cfg.res, st.init_ckpt = r.init_ckpt, st.model = r.cfg.model;
-  st.precision = r.cfg.precision, st.model_config = r.model->config_json();
+  st.precision = r.cfg.compute.precision, st.model_config = r.model->config_json();
   return st;
 }
 
@@ -201,9 +201,9 @@ void build_resume(SftRun& r) {
   const std::string differs = st.model_config.empty() ? "" : r.model->architecture_difference(st.model_config);
   VDT_CHECK(differs.empty(), where, ": the state's architecture is not this run's model: ", differs,
             "\n---> HINT: resume with the --model the state was trained with");
-  if (!st.precision.empty() && st.precision != r.cfg.precision)
+  if (!st.precision.empty() && st.precision != r.cfg.compute.precision)
     std::printf("[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
-                "are converted)\n", st.precision.c_str(), r.cfg.precision.c_str());
+                "are converted)\n", st.precision.c_str(), r.cfg.compute.precision.c_str());
   r.sync->load([&](const std::string& kind, const std::string& name) { return loaded->full(kind, name); },
                loaded->optimizer_steps(), where);
   const ResumePoint rp = resume_position(st, r.geometry);
@@ -231,7 +231,7 @@ void build_resume(SftRun& r) {
 // Starts the next epoch's micro batches (the permutation is a function of (seed, epoch)).
 void start_epoch(SftRun& r, int64_t skip) {
   r.epoch_batches =
-      rank_micro_batches(r.cfg.seed, r.epoch, r.train_ds->size(), r.ctx->rank, r.ctx->world, r.cfg.batch_size);
+      rank_micro_batches(r.cfg.random.seed, r.epoch, r.train_ds->size(), r.ctx->rank, r.ctx->world, r.cfg.batch_size);
   r.loader->start_epoch(r.epoch, r.epoch_batches, skip);
   r.epoch_micro = skip;
 }
@@ -269,9 +269,9 @@ StepStats sft_step(SftRun& r, int64_t step) {
     //    draws for any world size: rank r's j-th micro batch is global position j * world + r)
     const uint64_t micro = static_cast<uint64_t>(r.micro_counter++) * ctx.world + ctx.rank;
     const int64_t id = std::min<int64_t>(
-        999, static_cast<int64_t>(RngStream(r.cfg.seed, rng_purpose::kSftTimestep).uniform(micro, 0) * 1000));
+        999, static_cast<int64_t>(RngStream(r.cfg.random.seed, rng_purpose::kSftTimestep).uniform(micro, 0) * 1000));
     auto x0 = batch->latents.to(ctx.device, ctx.dtype, /*non_blocking=*/true);
-    auto noise = ctx.noise(x0, r.cfg.seed, rng_purpose::kSftNoise, micro);
+    auto noise = ctx.noise(x0, r.cfg.random.seed, rng_purpose::kSftNoise, micro);
     const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, ctx.dtype, r.cfg.first_frame_cond);
     // 4) forward, loss, backward (scaled by 1/grad_accum as the Python trainer's accelerate does, short steps included)
     DenoiserAux aux;
@@ -334,7 +334,7 @@ Metadata export_metadata(const SftRun& r, int64_t step) {
   m["resumed_step"] = std::to_string(r.resumed_from.empty() ? 0 : r.start_step);
   m["hyperparameters"] = r.cfg.to_json();
   m["first_frame_cond"] = r.cfg.first_frame_cond ? "True" : "False";
-  m["seed"] = std::to_string(r.cfg.seed);
+  m["seed"] = std::to_string(r.cfg.random.seed);
   return m;
 }
 
@@ -362,7 +362,7 @@ void do_validation(SftRun& r, int64_t step) {
   if (!r.val_ds) return;
   ValConfig vc;
   vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond, vc.first_frame_cond = r.cfg.first_frame_cond;
-  vc.seed = r.cfg.seed, vc.max_clips = r.cfg.val_n, vc.rank = r.ctx->rank, vc.world = r.ctx->world;
+  vc.seed = r.cfg.random.seed, vc.max_clips = r.cfg.val_n, vc.rank = r.ctx->rank, vc.world = r.ctx->world;
   auto rows = run_validation(*r.model, *r.val_ds, vc);
   if (r.ctx->world > 1) {  // sums over the ranks' clips, then means again
     auto acc = torch::zeros({static_cast<int64_t>(rows.size()), 4}, torch::kFloat64);
@@ -387,7 +387,7 @@ void do_validation(SftRun& r, int64_t step) {
   if (r.ctx->rank == 0 && r.preview_vae) {
     EulerConfig ec;
     ec.steps = r.cfg.preview_steps, ec.first_frame_cond = r.cfg.first_frame_cond;
-    const auto s = sample_clip(*r.model, *r.val_ds, 0, ec, r.cfg.seed);
+    const auto s = sample_clip(*r.model, *r.val_ds, 0, ec, r.cfg.random.seed);
     const auto& vae = *r.preview_vae;
     const auto grid = frame_grid({vae.decode(s.ground_truth), vae.decode(s.conditioned), vae.decode(s.unconditioned)},
                                  2, 4);
@@ -521,15 +521,15 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   StopOnSignal stop_on_signal;  // SIGTERM / SIGINT: finish the step, save the state, exit 0 (during start-up: exit 0
                                 // before the first step)
   cfg.validate();
-  const kernels::FusedKernelsScope fused(cfg.fused_kernels == "on");
+  const kernels::FusedKernelsScope fused(cfg.compute.fused());
   SftRun r;
   r.cfg = cfg;
   // A relative --output is taken from the current directory (the Python trainer joins it to its project root) and recorded
   // absolute, as the Python trainer's config.json records args.output.
   r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
-  r.ctx = std::make_unique<RunContext>(comm, cfg.device, device_index,
+  r.ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  check_fp8_device(cfg.fp8_mode(), r.ctx->device, "--fp8");
+  check_fp8_device(cfg.compute.fp8_mode(), r.ctx->device, "--fp8");
   std::filesystem::create_directories(r.cfg.output);
   if (r.ctx->rank == 0) r.lock = hold_run_dir(r.cfg.output, "--output");
   build_data(r);

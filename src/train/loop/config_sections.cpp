@@ -1,0 +1,143 @@
+// The shared sections' flags, help and checks (config_sections.h).
+#include "train/loop/config_sections.h"
+
+#include <utility>
+
+#include "core/device_flag.h"
+#include "core/error.h"
+
+namespace vdt {
+namespace {
+
+// "a (its meaning), b or c": the values a choice flag takes, as its --help and its errors list them.
+std::string one_of(const std::vector<std::pair<std::string, std::string>>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == values.size() ? " or " : ", ";
+    out += values[i].first + (values[i].second.empty() ? "" : " (" + values[i].second + ")");
+  }
+  return out;
+}
+
+std::string precision_name(Precision p) {
+  return p == Precision::mixed ? "mixed" : p == Precision::bf16 ? "bf16" : "fp32";
+}
+
+std::string one_of(const std::vector<PrecisionChoice>& precisions) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto& p : precisions) values.emplace_back(precision_name(p.mode), p.meaning);
+  return one_of(values);
+}
+
+std::string one_of(const std::vector<Checkpointing>& modes) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto m : modes)
+    values.push_back(m == Checkpointing::block ? std::pair{"block", "keep each block's inputs, recompute the block"}
+                     : m == Checkpointing::selective
+                         ? std::pair{"selective", "also keep its GEMM and attention outputs, recompute only the "
+                                                  "elementwise work: norms, modulation, RoPE, gates, GELU"}
+                         : std::pair{"none", "keep every activation"});
+  return one_of(values);
+}
+
+}  // namespace
+
+Precision ComputeSection::precision_mode(const std::vector<PrecisionChoice>& precisions) const {
+  for (const auto& p : precisions)
+    if (precision_name(p.mode) == precision) return p.mode;
+  VDT_FAIL("--precision: expected ", one_of(precisions), ", got '", precision, "'");
+}
+
+Fp8Mode ComputeSection::fp8_mode() const { return parse_fp8(fp8, "--fp8"); }
+
+bool ComputeSection::fused() const {
+  VDT_CHECK(fused_kernels == "on" || fused_kernels == "off", "--fused-kernels: expected on or off, got '",
+            fused_kernels, "'");
+  return fused_kernels == "on";
+}
+
+void ComputeSection::validate(const std::vector<PrecisionChoice>& precisions) const {
+  parse_device_flag(device, "--device");
+  precision_mode(precisions);
+  fused();
+  fp8_mode();
+}
+
+std::vector<ConfigField<ComputeSection>> ComputeSection::fields(const std::vector<PrecisionChoice>& precisions) {
+  using C = ComputeSection;
+  return {
+      {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
+      {"--precision", one_of(precisions), &C::precision},
+      {"--fused-kernels", "on: the blocks' elementwise chains (LayerNorm + modulate, gate + residual) run as fused ops "
+                          "with a hand-written backward (CUDA kernels on GPUs, their ATen fallback elsewhere; "
+                          "docs/architecture.md \"Fused kernels\"); off: the reference ops. VDT_FUSED=0 in the "
+                          "environment also turns them off", &C::fused_kernels},
+      {"--fp8", "FP8 block linears (docs/architecture.md \"FP8 linears\"): the q/k/v/o and FFN GEMMs of every block "
+                "but the first and last as row-wise scaled E4M3 GEMMs, forward and backward: off, on (a CUDA GPU of "
+                "compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or "
+                "emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
+  };
+}
+
+Checkpointing MemorySection::checkpointing_mode(const std::vector<Checkpointing>& modes) const {
+  return parse_checkpointing(checkpointing, "--checkpointing", modes);
+}
+
+std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<Checkpointing>& modes) {
+  using C = MemorySection;
+  return {
+      {"--checkpointing", "what each block keeps for backward: " + one_of(modes), &C::checkpointing},
+      {kSelectiveBlocksFlag, "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
+                             "outputs, the rest recompute whole (-1: all; what fits in memory); another value without "
+                             "selective is an error", &C::selective_blocks},
+  };
+}
+
+CausalKernel AttentionSection::kernel() const {
+  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
+            "call per chunk; the Python trainer's fa3) or mask (one masked call; its flex), got '", attn, "'");
+  return causal_kernel_from_string(attn);
+}
+
+const std::vector<ConfigField<AttentionSection>>& AttentionSection::fields() {
+  using C = AttentionSection;
+  static const std::vector<ConfigField<C>> f = {
+      {"--attn", "block-causal attention: prefix (one SDPA call per chunk over its key prefix) or mask (one call with "
+                 "a block mask); the Python trainer's fa3 / flex mean the same two", &C::attn},
+  };
+  return f;
+}
+
+bool CausalMemorySection::act_offload_on() const {
+  VDT_CHECK(act_offload == "on" || act_offload == "off", "--act-offload: expected on or off, got '", act_offload, "'");
+  return act_offload == "on";
+}
+
+void CausalMemorySection::validate(const AttentionSection& attention, const MemorySection& memory,
+                                   Checkpointing mode) const {
+  act_offload_on();
+  check_attention_keep(attn_keep, attention.kernel() == CausalKernel::prefix, mode, memory.selective_blocks);
+}
+
+const std::vector<ConfigField<CausalMemorySection>>& CausalMemorySection::fields() {
+  using C = CausalMemorySection;
+  static const std::vector<ConfigField<C>> f = {
+      {"--act-offload", "on: checkpointed block inputs (and --attn-keep's kept attention outputs) in pinned host "
+                        "memory, copied on a side stream; off", &C::act_offload},
+      {kAttnKeepFlag, "share of each block's prefix-attention query rows (the chunks with the most keys first) whose "
+                      "output and log-sum-exp the forward keeps, so a block's recompute skips their attention forward; "
+                      "costs that share x tokens x width x 2 bytes per block until its backward, on the host with "
+                      "--act-offload on (0: recompute all; needs --attn prefix)", &C::attn_keep},
+  };
+  return f;
+}
+
+const std::vector<ConfigField<RandomSection>>& RandomSection::fields() {
+  using C = RandomSection;
+  static const std::vector<ConfigField<C>> f = {
+      {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
+  };
+  return f;
+}
+
+}  // namespace vdt

@@ -1,0 +1,83 @@
+// The knobs that several commands take, each declared once in a section (docs/architecture.md, "Knobs"): a plain
+// struct with in-class defaults, its fields() (flag, help; train/loop/config_fields.h) and the checks of its values.
+// A trainer's config holds the sections it takes as members and lifts their fields into its own fields() where its
+// JSON keys go (args.json and config.json keep their key order); `vdt bench step` binds the same lists and hands the
+// sections to the trainer whole. Where the trainers differ, the section takes the difference as a parameter (the
+// precision modes a trainer offers, whether --checkpointing none is one), so it stays stated and checked.
+// Not here: the knobs of one trainer only, or the ones both have under different spellings or defaults (--data_root /
+// --data-root, --lr): those stay in the trainer's config (docs/cli.md "Flags, once").
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/block_causal.h"
+#include "train/loop/activation_checkpoint.h"
+#include "train/loop/config_fields.h"
+#include "train/loop/fp8_blocks.h"
+
+namespace vdt {
+
+// --precision: mixed (bf16 compute, fp32 master weights and moments; SFT only), bf16, fp32.
+enum class Precision { mixed, bf16, fp32 };
+// One precision a command offers and what it means there (SFT's bf16 trains bf16 weights; the causal trainer's is a
+// frozen bf16 base under an fp32 LoRA): its --help and its errors list these.
+struct PrecisionChoice {
+  Precision mode;
+  std::string meaning;  // empty: the name says it
+};
+
+// Precision and kernels: where a step runs, in which number format, through which kernels.
+struct ComputeSection {
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N (core/device_flag.h)
+  std::string precision;        // no shared default: each holder names its own (SFT mixed; causal, bench step bf16)
+  std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
+  std::string fp8 = "off";           // off | on | fast | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+
+  // `precisions`: the modes the holder offers; another value is an error listing them.
+  Precision precision_mode(const std::vector<PrecisionChoice>& precisions) const;
+  Fp8Mode fp8_mode() const;
+  bool fused() const;  // validated: on or off
+  void validate(const std::vector<PrecisionChoice>& precisions) const;  // spelling only: no device is touched
+  static std::vector<ConfigField<ComputeSection>> fields(const std::vector<PrecisionChoice>& precisions);
+};
+
+// Memory: what a checkpointed step keeps for backward (train/loop/activation_checkpoint.h).
+struct MemorySection {
+  std::string checkpointing = "block";  // block | selective | none (where the holder offers it)
+  int64_t selective_blocks = -1;        // with selective: the first N blocks keep GEMM/attention outputs (-1: all)
+
+  // `modes`: the checkpointing modes the holder offers (the causal trainer always checkpoints: no none).
+  Checkpointing checkpointing_mode(const std::vector<Checkpointing>& modes) const;
+  static std::vector<ConfigField<MemorySection>> fields(const std::vector<Checkpointing>& modes);
+};
+
+// Attention: the block-causal attention kernel (model/block_causal.h).
+struct AttentionSection {
+  std::string attn = "prefix";  // prefix | mask (the Python trainer's fa3 | flex)
+
+  CausalKernel kernel() const;  // validated
+  static const std::vector<ConfigField<AttentionSection>>& fields();
+};
+
+// Memory, the causal trainer's further knobs: a checkpointed block's kept tensors in pinned host memory, and the share
+// of its prefix attention that a block recomputing whole keeps instead of running again. The SFT trainer has neither
+// (its runner offloads nothing; its attention is bidirectional, not the chunked prefix attention).
+struct CausalMemorySection {
+  std::string act_offload = "off";  // on | off
+  double attn_keep = 0;             // share of the prefix attention's query rows kept for the recompute
+
+  bool act_offload_on() const;  // validated: on or off
+  // --act-offload's spelling and --attn-keep against the attention kernel and the checkpointing it refines (`mode`:
+  // the resolved checkpointing; check_attention_keep).
+  void validate(const AttentionSection& attention, const MemorySection& memory, Checkpointing mode) const;
+  static const std::vector<ConfigField<CausalMemorySection>>& fields();
+};
+
+// Randomness: the seed that keys every random stream of a run (data order, draws, noise; core/rng_purposes.h).
+struct RandomSection {
+  uint64_t seed = 0;
+  static const std::vector<ConfigField<RandomSection>>& fields();
+};
+
+}  // namespace vdt
