@@ -86,6 +86,7 @@ void add_decode(CLI::App& app, int& exit_code);             // cli/python_tool.c
 int run_python_tool(const std::string& command, const std::vector<std::string>& args);
 void add_ckpt_export(CLI::App& ckpt, int& exit_code);       // cli/ckpt_export.cpp, called by add_ckpt
 void add_env(CLI::App& app, int& exit_code);                // cli/env.cpp
+void add_flag_tables(CLI::App& app, int& exit_code);        // cli/flag_tables.cpp (hidden)
 // The directory holding python/src and scripts/py_env.sh (<prefix>/share/vdt installed, else the checkout this binary
 // was built from); "" when neither has them.
 std::string python_tool_root();

@@ -27,7 +27,7 @@ std::string missing_inputs(const CLI::App& app) {
   std::string out, usage = path;
   if (cmd->get_require_subcommand_min() > 0) {
     std::string names;
-    for (const CLI::App* s : cmd->get_subcommands([](const CLI::App*) { return true; }))
+    for (const CLI::App* s : cmd->get_subcommands([](const CLI::App* sub) { return !sub->get_group().empty(); }))
       names += (names.empty() ? "" : ", ") + s->get_name();
     return path + ": a subcommand is required: " + names + "\n---> HINT: " + path + " --help says what each does";
   }
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   vdt::cli::add_ckpt(app, exit_code);
   vdt::cli::add_decode(app, exit_code);
   vdt::cli::add_env(app, exit_code);
+  vdt::cli::add_flag_tables(app, exit_code);
   try {
     // argparse's abbreviations: unambiguous flag prefixes are spelled out before CLI11 parses.
     auto args = vdt::cli::expand_flag_prefixes(app, std::vector<std::string>(argv + 1, argv + argc));

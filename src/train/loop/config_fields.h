@@ -1,9 +1,9 @@
 // Config declared once per field: each config lists its fields once (flag, help, where the value lives; the default is
 // the member's in-class initialiser), and from that one list the CLI binds the flags (cli/commands.h bind_fields: both
 // spellings, --help with the real default), to_json writes the run's config (args.json, config.json, checkpoint
-// metadata), and the start-up table prints the flags that differ from their defaults. A knob several commands share
-// lives in a section (train/loop/config_sections.h) that a config holds as a member; `lift` makes the section's fields
-// the config's, at the place the config lists them.
+// metadata), the start-up table prints the flags that differ from their defaults, and docs/cli.md's flag tables are
+// rendered (tools/flag_tables.h). A knob several commands share lives in a section (train/loop/config_sections.h) that
+// a config holds as a member; `lift` makes the section's fields the config's, at the place the config lists them.
 // Not here: validation (each config's validate(), which turns enum-like strings into enums).
 #pragma once
 #include <nlohmann/json.hpp>
