@@ -140,7 +140,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
                        "Given, it must equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
-      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
+      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the reference ops", &C::fused_kernels},
       {"--fp8", "FP8 GEMMs (E4M3, row-wise scales) for the linears of every block but the first and last: off, on (a CUDA GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
       {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
