@@ -43,7 +43,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   step->add_option(spellings(kAttnKeepFlag), cfg->attn_keep, kAttnKeepHelp)->capture_default_str();
   step->add_option(spellings("--lora-rank"), cfg->lora_rank, "causal: LoRA rank (alpha = rank)")->capture_default_str();
   step->add_option(spellings("--fused-kernels"), cfg->fused_kernels, "on: the fused elementwise kernels; off: the "
-                   "reference ops (also VDT_FUSED=0)")->capture_default_str();
+                   "reference ops")->capture_default_str();
   step->add_option(spellings("--fp8"), cfg->fp8, "FP8 block linears (all blocks but the first and last): off, on (a "
                    "GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM) or emulate "
                    "(on's numerics in fp32 ops)")->capture_default_str();

@@ -22,8 +22,7 @@ void CausalConfig::validate() const {
   VDT_CHECK(warmup >= 0, "--warmup ", warmup, ": expected >= 0");
   VDT_CHECK(save_every >= 1, "--save-every ", save_every, ": expected >= 1");
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
-  VDT_CHECK(picture1 == "native" || model.empty() || denoiser_family(model) == "h3", "--picture1 2048 applies to a "
-            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
+  check_picture1_base();
   if (!model.empty()) denoiser_family(model);  // an unknown preset is an error listing the known ones
   attn_kernel();
   act_offload_on();
@@ -61,6 +60,11 @@ CausalConfig::Objective CausalConfig::objective_mode() const {
   VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
             "forcing), got '", objective, "'");
   return objective == "tf" ? Objective::tf : Objective::df;
+}
+
+void CausalConfig::check_picture1_base() const {
+  VDT_CHECK(picture1 == "native" || model.empty() || takes_picture1(model), "--picture1 2048 applies to a "
+            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
 }
 
 CausalKernel CausalConfig::attn_kernel() const {
@@ -136,7 +140,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
                        "Given, it must equal that file's", &C::lora_alpha},
       {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
-      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
+      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the reference ops", &C::fused_kernels},
       {"--fp8", "FP8 GEMMs (E4M3, row-wise scales) for the linears of every block but the first and last: off, on (a CUDA GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
       {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
       {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "

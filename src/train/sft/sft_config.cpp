@@ -109,7 +109,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       {"--precision", "mixed (bf16 compute, fp32 master), bf16 (pure bf16) or fp32", &C::precision},
       {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
       {"--gradient_checkpointing", "per-block activation checkpointing (default on)", &C::gradient_checkpointing, false, true},
-      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the " "reference ops (VDT_FUSED=0 in the environment also turns them off)", &C::fused_kernels},
+      {"--fused-kernels", "on: the fused elementwise kernels (model/kernels: CUDA on GPUs, their ATen fallback elsewhere); off: the reference ops", &C::fused_kernels},
       {"--fp8", "FP8 GEMMs (E4M3, row-wise scales) for the linears of every block but the first and last: off, on (a CUDA GPU of compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
       {"--checkpointing", "block (keep block inputs), selective (also keep GEMM and attention outputs, recompute "
                           "the elementwise work) or none", &C::checkpointing},
