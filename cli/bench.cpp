@@ -12,7 +12,7 @@
 #include "tools/kernel_bench.h"
 #include "tools/sample_bench.h"
 #include "tools/step_bench.h"
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 
 namespace vdt::cli {
 

@@ -14,8 +14,8 @@
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/activation_checkpoint.h"
+#include "distributed/fp8_blocks.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt {

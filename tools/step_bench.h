@@ -25,10 +25,10 @@ struct StepBenchConfig {
   std::string attn = "prefix";             // causal: prefix | mask
   std::string act_offload = "off";         // causal: on | off
   int64_t selective_blocks = -1;           // with --checkpointing selective: blocks that keep (-1: all)
-  double attn_keep = 0;                    // causal: --attn-keep (train/loop/activation_checkpoint.h)
+  double attn_keep = 0;                    // causal: --attn-keep (distributed/activation_checkpoint.h)
   int64_t lora_rank = 32;                  // causal
   std::string fused_kernels = "on";        // on | off (model/kernels)
-  std::string fp8 = "off";                 // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+  std::string fp8 = "off";                 // off | on | emulate: FP8 block linears (distributed/fp8_blocks.h)
   double peak_tflops = 989.4;              // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
   std::string work_dir;                    // the synthetic root and the run; empty: a temp directory, removed after
                                            // (several nodes: give one on storage every rank sees)

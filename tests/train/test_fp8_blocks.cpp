@@ -1,4 +1,4 @@
-// FP8 block linears applied from outside (train/loop/fp8_blocks.h), with the emulated backend (the reference numerics,
+// FP8 block linears applied from outside (distributed/fp8_blocks.h), with the emulated backend (the reference numerics,
 // any device): which blocks take FP8, the flag and device errors, gradients that agree under every checkpointing mode
 // (the selective replay's backward is the FP8 one too) for Wan and H3, full-parameter and LoRA on a frozen base, and
 // the trainers running with `--fp8 emulate` close to their bf16-linear curves.
@@ -17,8 +17,8 @@
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
 #include "train/causal_test_util.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/activation_checkpoint.h"
+#include "distributed/fp8_blocks.h"
 #include "train/sft/sft_trainer.h"
 #include "train/sft_test_util.h"
 

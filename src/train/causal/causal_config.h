@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "model/block_causal.h"
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/fp8_blocks.h"
 
 namespace vdt {
 
@@ -43,7 +43,7 @@ struct CausalConfig {
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
-  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (distributed/fp8_blocks.h)
   int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of

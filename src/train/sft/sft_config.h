@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/fp8_blocks.h"
 
 namespace vdt {
 
@@ -25,7 +25,7 @@ struct SftConfig {
   bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   bool gradient_checkpointing = true;
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
-  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+  std::string fp8 = "off";  // off | on | emulate: FP8 block linears (distributed/fp8_blocks.h)
   std::string checkpointing = "block";  // block or selective while gradient_checkpointing is on; none: off
   int64_t selective_blocks = -1;        // with selective: the first N blocks keep their GEMM/attention outputs (-1: all)
   int64_t sem_hidden = 0;  // 0: min(512, model dim)
