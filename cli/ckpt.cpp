@@ -26,8 +26,10 @@ void add_ckpt(CLI::App& app, int& exit_code) {
                 s.family.empty() ? "" : (" (" + s.family + ")").c_str());
     if (s.sem_cond_keys) std::printf("gc_sem_cond: %lld keys\n", static_cast<long long>(s.sem_cond_keys));
     if (s.lora_modules) std::printf("LoRA: %lld modules\n", static_cast<long long>(s.lora_modules));
-    for (const auto& [k, v] : s.metadata)
-      std::printf("  meta %s = %s\n", k.c_str(), v.size() > 120 ? (v.substr(0, 117) + "...").c_str() : v.c_str());
+    for (const auto& [k, v] : s.metadata) {
+      const std::string shown = v.size() > 120 ? v.substr(0, 117) + "..." : v;  // a long value's start
+      std::printf("  meta %s = %s\n", k.c_str(), shown.c_str());
+    }
     exit_code = 0;
   });
 

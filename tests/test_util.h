@@ -62,6 +62,23 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The fixture of a suite whose tests share files written once: Suite::write_suite_files(dir) fills a fresh TempDir
+// `dir_` before the suite's first test; it is removed after the last. Each suite has its own (Suite is the fixture
+// deriving from this).
+template <class Suite>
+class SuiteDirTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    Suite::write_suite_files(*dir_);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+};
+
 // Rows of a CSV log written by CsvLog (no quoted commas in the columns tests read), by column name; columns in
 // `skip` are left out.
 inline std::vector<std::map<std::string, std::string>> read_csv(const std::string& path,

@@ -239,8 +239,7 @@ bool KernelCheck::pass() const {
 
 std::vector<KernelCheck> run_kernel_bench(const KernelBenchConfig& cfg, void (*print)(const std::string&)) {
   cfg.validate();
-  const bool was_on = kernels::fused_kernels_on();
-  kernels::set_fused_kernels(true);
+  const kernels::FusedKernelsScope fused(true);
   std::vector<KernelCheck> results;
   std::stringstream ss(cfg.dtypes);
   for (std::string dname; std::getline(ss, dname, ',');) {
@@ -280,7 +279,6 @@ std::vector<KernelCheck> run_kernel_bench(const KernelBenchConfig& cfg, void (*p
       results.push_back(k);
     }
   }
-  kernels::set_fused_kernels(was_on);
   return results;
 }
 

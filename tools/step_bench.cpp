@@ -95,10 +95,8 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
   comm.barrier();
   StepBenchResult r;
   r.tokens = cfg.frames * (cfg.height / 2) * (cfg.width / 2);
-  int64_t rows = r.tokens;  // every non-text row the base runs on: H3 adds Picture 1 and the audio rows
-  if (probe->family() == "h3")
-    rows += (cfg.height / 2) * (cfg.width / 2) +
-            2 * probe->side_stream_chunks("audio", cfg.frames, cfg.frames / 6).back();
+  // every non-text row the base runs on (an H3 base adds Picture 1 and the audio rows)
+  const int64_t rows = r.tokens + probe->extra_rows(cfg.frames, cfg.height, cfg.width, cfg.frames / 6);
   if (cfg.trainer == "sft") {
     SftConfig c;
     c.data_root = (dir / "data").string(), c.output = (dir / "run").string();

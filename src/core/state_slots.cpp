@@ -41,6 +41,18 @@ std::string link_target(const std::string& run_dir) {
 
 bool is_slot_name(const std::string& n) { return n == kSlots[0] || n == kSlots[1]; }
 
+// Points run_dir/state at `slot`: a fresh link state.tmp renamed over it, so a reader sees the old link or the new
+// one. `before_move` names the fault point between creating the link and moving it (none when null).
+void swap_state_link(const std::string& run_dir, const std::string& slot, const char* before_move) {
+  const std::string tmp_link = (fs::path(run_dir) / "state.tmp").string();
+  ::unlink(tmp_link.c_str());
+  VDT_CHECK_SYS(::symlink(slot.c_str(), tmp_link.c_str()), tmp_link, ": cannot create the state link");
+  if (before_move) fault_point(before_move);
+  VDT_CHECK_SYS(::rename(tmp_link.c_str(), (fs::path(run_dir) / "state").c_str()), "cannot move ", tmp_link, " to ",
+                run_dir, "/state");
+  fsync_dir(run_dir);
+}
+
 }  // namespace
 
 std::string run_dir_of(const std::string& path) {
@@ -78,12 +90,7 @@ std::optional<std::string> repair_state_link(const std::string& run_dir, const s
   VDT_CHECK(is_slot_name(name), slot_dir, ": not a state slot (state_A or state_B)");
   const std::string old = link_target(run_dir);
   if (old == name) return std::nullopt;
-  const std::string tmp_link = (fs::path(run_dir) / "state.tmp").string();
-  ::unlink(tmp_link.c_str());
-  VDT_CHECK_SYS(::symlink(name.c_str(), tmp_link.c_str()), tmp_link, ": cannot create the state link");
-  VDT_CHECK_SYS(::rename(tmp_link.c_str(), (fs::path(run_dir) / "state").c_str()), "cannot move ", tmp_link, " to ",
-                run_dir, "/state");
-  fsync_dir(run_dir);
+  swap_state_link(run_dir, name, nullptr);
   return old;
 }
 
@@ -135,13 +142,7 @@ void SlotWriter::commit(const nlohmann::ordered_json& info) {
   const std::string bad = check_slot(dir_);
   VDT_CHECK(bad.empty(), dir_, ": the state slot failed verification right after writing: ", bad,
             "\n---> HINT: the disk or filesystem is corrupting data; the previous state is intact");
-  const std::string tmp_link = (fs::path(run_dir_) / "state.tmp").string();
-  ::unlink(tmp_link.c_str());
-  VDT_CHECK_SYS(::symlink(name_.c_str(), tmp_link.c_str()), tmp_link, ": cannot create the state link");
-  fault_point("slot: verified, link not yet moved");
-  VDT_CHECK_SYS(::rename(tmp_link.c_str(), (fs::path(run_dir_) / "state").c_str()), "cannot move ", tmp_link, " to ",
-                run_dir_, "/state");
-  fsync_dir(run_dir_);
+  swap_state_link(run_dir_, name_, "slot: verified, link not yet moved");
   committed_ = true;
   fault_point("slot: link moved");
 }

@@ -7,7 +7,7 @@
 // so communication overlaps the current module's compute and at most two modules are whole at a time. Every rank must
 // gather in the same order (one model, one traversal). Parameters that require grad (a LoRA's factors) are left
 // alone: they stay whole and replicated.
-// Not here: when to gather (the trainer calls gather/release around every run of a block, train/loop/activation_checkpoint).
+// Not here: when to gather (the trainer calls gather/release around every run of a block, distributed/activation_checkpoint).
 #pragma once
 #include <torch/nn/module.h>
 

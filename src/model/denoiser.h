@@ -66,6 +66,19 @@ struct BlockCall {
 };
 using BlockRunner = std::function<torch::Tensor(const BlockCall&)>;
 
+// A training window as a trainer feeds it, for Denoiser::describe_sequence.
+struct WindowShape {
+  int64_t text_len = 0, frames = 0, latent_h = 0, latent_w = 0, chunk_frames = 0;
+  int64_t copies = 1;        // 2 under teacher forcing: the span and the side streams as [clean | noisy]
+  int64_t cond_rows = 0;     // rows of the conditioning image the data carries (H3: Picture 1)
+  std::string cond_variant;  // which one (H3: --picture1 native | 2048)
+};
+
+// How a LoRA file names its base: metadata "base" (the name the base's own trainers use) and "text_handling".
+struct LoraBaseInfo {
+  std::string base, text_handling;
+};
+
 class KvStream;  // model/kv_stream.h
 struct StreamSpec;
 
@@ -112,6 +125,17 @@ class Denoiser : public torch::nn::Module {
   virtual std::vector<int64_t> side_stream_step_shape(const std::string& stream) const {
     throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
   }
+  // Rows the base runs on besides the video tokens and the text, for a span of `frames` latent frames on a latent_h x
+  // latent_w grid in chunks of `chunk_frames` with its conditioning on the target's grid (H3: Picture 1 and the
+  // audio rows); 0 for a base that runs on those alone (the default).
+  virtual int64_t extra_rows(int64_t frames, int64_t latent_h, int64_t latent_w, int64_t chunk_frames) const {
+    return 0;
+  }
+  // One line on how the base lays out a training window in its sequence, for a trainer's start-up table; empty
+  // (the default) when the sequence is the video tokens with the text beside them.
+  virtual std::string describe_sequence(const WindowShape& window) const { return {}; }
+  // The metadata a LoRA file of this base carries to name it (LoraBaseInfo).
+  virtual LoraBaseInfo lora_base_info() const = 0;
   // Streaming generation with a KV cache (model/kv_stream.h): a stream of chunks over this model; families without
   // one refuse (the default).
   virtual std::unique_ptr<KvStream> open_stream(const StreamSpec& spec);

@@ -33,6 +33,12 @@ std::vector<std::string> family_presets(const std::string& family) {
   return out;
 }
 
+// H3: one VAE clip, 5 latents (docs/h3_model.md §4.1); Wan: 3 latent frames.
+int64_t natural_chunk_frames(const std::string& preset) { return denoiser_family(preset) == "h3" ? 5 : 3; }
+
+// H3's Ref2VA image reference (docs/h3_model.md §2); the Wan bases take none.
+bool takes_picture1(const std::string& preset) { return denoiser_family(preset) == "h3"; }
+
 std::pair<std::string, std::string> detect_base(const SafetensorsSet& files) {
   for (const auto& k : files.keys())  // H3's video input projection, with or without the "model." prefix
     if (k == "video_patch_proj.weight" || k == "model.video_patch_proj.weight")

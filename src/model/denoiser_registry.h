@@ -21,6 +21,10 @@ std::vector<std::string> denoiser_presets();
 std::string denoiser_family(const std::string& preset);
 // The presets of one family ("wan", "h3"), in the registry's order.
 std::vector<std::string> family_presets(const std::string& family);
+// Facts of a preset's family that choices made before the model is built depend on (flags, the data to read):
+// the latent frames of its natural block-causal chunk, and whether its base takes a Picture 1 image.
+int64_t natural_chunk_frames(const std::string& preset);
+bool takes_picture1(const std::string& preset);
 // What base weights are, from their tensor names and shapes alone (no tensor is read): {family, preset}, the preset
 // "custom" when the shapes match none. Keys that are neither a Wan DiT nor a MiniMax-H3 DiT throw (naming the file).
 std::pair<std::string, std::string> detect_base(const SafetensorsSet& files);

@@ -1,7 +1,7 @@
 // The blocks' GEMM and attention calls, marked: an activation-checkpointing policy installed from outside
-// (train/loop/activation_checkpoint, `--checkpointing selective`) keeps their outputs and recomputes only the
+// (distributed/activation_checkpoint, `--checkpointing selective`) keeps their outputs and recomputes only the
 // elementwise work between them (norms, modulation, RoPE, gates, activations) in backward; a linear implementation
-// installed from outside (train/loop/fp8_blocks, `--fp8`) runs the GEMMs of base weights in another number format.
+// installed from outside (distributed/fp8_blocks, `--fp8`) runs the GEMMs of base weights in another number format.
 // With nothing installed (the default) kept_linear is torch::linear and kept_attention calls its function: the model
 // carries no training state. Not here: what is kept or how it is replayed, or how an FP8 GEMM is computed.
 #pragma once

@@ -47,7 +47,7 @@ std::vector<size_t> blocks_to_keep(const std::vector<QueryBlock>& blocks, double
 class RangedAttentionKeep {
  public:
   // Where a kept output waits: stash(o) takes o and hands back a function that gives it back (on o's device), called
-  // once, at the replay. The training side sets it (train/loop/activation_checkpoint.cpp, `--act-offload on`: pinned
+  // once, at the replay. The training side sets it (distributed/activation_checkpoint.cpp, `--act-offload on`: pinned
   // host memory); empty: the outputs stay where they are.
   using Stash = std::function<std::function<torch::Tensor()>(const torch::Tensor&)>;
   explicit RangedAttentionKeep(double fraction, Stash stash = {});  // fraction in (0, 1]

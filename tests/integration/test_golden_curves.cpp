@@ -13,7 +13,9 @@
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
+#include "train/causal_test_util.h"
 #include "train/sft/sft_trainer.h"
+#include "train/sft_test_util.h"
 
 namespace vdt {
 namespace {
@@ -46,37 +48,23 @@ void check_golden(const std::string& name, const nlohmann::json& got) {
   }
 }
 
-class GoldenCurves : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sft;
-    sft.out = dir_->file("sft_data"), sft.train_runs = 3, sft.train_clips_per_run = 4;
-    res_ = synth_root(sft).res;
-    SynthConfig causal;
-    causal.out = dir_->file("causal_data"), causal.latent_frames = 14, causal.train_runs = 3;
-    causal.train_clips_per_run = 3, causal.n_drop = 1;
-    synth_root(causal);
-    SynthConfig h3;  // one 30-latent window per clip: 6 one-clip chunks
-    h3.out = dir_->file("h3_data"), h3.model = "h3", h3.latent_channels = 24, h3.text_dim = 48, h3.latent_frames = 32;
-    h3.latent_h = 4, h3.latent_w = 4, h3.train_runs = 3, h3.train_clips_per_run = 2, h3.val_runs = 1;
-    synth_root(h3);
+class GoldenCurves : public test::SuiteDirTest<GoldenCurves> {
+ public:
+  static void write_suite_files(const test::TempDir& dir) {
+    res_ = test::write_sft_root(dir.file("sft_data"), /*train_runs=*/3, /*clips_per_run=*/4, /*n_drop=*/2);
+    synth_root(test::wan_causal_root(dir.file("causal_data")));
+    synth_root(test::h3_causal_root(dir.file("h3_data"), /*train_runs=*/3));
   }
-  static void TearDownTestSuite() { delete dir_; }
 
+ protected:
   static CausalConfig causal_config(const std::string& objective) {
-    CausalConfig c;
-    c.data_root = dir_->file("causal_data"), c.out = dir_->file("causal_" + objective), c.objective = objective;
-    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
-    c.lora_rank = 4, c.lora_alpha = 4;
-    c.steps = kSteps, c.save_every = 10, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
+    auto c = test::causal_test_run(dir_->file("causal_data"), dir_->file("causal_" + objective), "tiny",
+                                   /*chunk_frames=*/1, kSteps);
+    c.objective = objective, c.save_every = 10;
     return c;
   }
-  static test::TempDir* dir_;
-  static std::string res_;
+  static inline std::string res_;
 };
-test::TempDir* GoldenCurves::dir_ = nullptr;
-std::string GoldenCurves::res_;
 
 TEST_F(GoldenCurves, SftAdapterPerCellTextDropouts) {
   SftConfig c;

@@ -15,36 +15,22 @@
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/sft/sft_trainer.h"
+#include "train/sft_test_util.h"
 
 namespace vdt {
 namespace {
 
 namespace fs = std::filesystem;
 
-class SeedFidelity : public ::testing::Test {
+class SeedFidelity : public test::SftSuiteTest<SeedFidelity> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sc;
-    sc.out = dir_->file("data"), sc.train_runs = 2, sc.train_clips_per_run = 3, sc.n_drop = 1;
-    res_ = synth_root(sc).res;
-  }
-  static void TearDownTestSuite() { delete dir_; }
   static SftConfig config(const std::string& name, int64_t steps) {
-    SftConfig c;
-    c.data_root = dir_->file("data"), c.output = dir_->file(name), c.res = res_;
-    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
-    c.gradient_checkpointing = false;
-    c.max_steps = steps, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
-    c.val_every = 2, c.val_n = 2, c.val_timesteps = "200,500", c.save_every = 2, c.num_workers = 1;
+    auto c = run_config(name, steps);
+    c.val_every = 2, c.val_n = 2, c.val_timesteps = "200,500";
     return c;
   }
   static nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); }
-  static test::TempDir* dir_;
-  static std::string res_;
 };
-test::TempDir* SeedFidelity::dir_ = nullptr;
-std::string SeedFidelity::res_;
 
 // The Python trainer's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to 201.34
 // (val_log.csv) and logs val/mse_t201.

@@ -14,7 +14,7 @@ TEST(KernelBench, SmallShapesOnCpuPass) {
   cfg.device = "cpu", cfg.shapes = "small", cfg.iters = 1, cfg.warmup = 0;
   kernels::set_fused_kernels(false);
   const auto r = run_kernel_bench(cfg);
-  EXPECT_FALSE(kernels::fused_kernels_switch());
+  EXPECT_FALSE(kernels::fused_kernels_on());
   kernels::set_fused_kernels(true);
   ASSERT_EQ(r.size(), 24u);  // 12 ops x 2 dtypes
   int wan_qk = 0;

@@ -9,7 +9,7 @@
 #include "op_counter.h"
 #include "test_util.h"
 #include "train/tiny_grads_test_util.h"
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 #include "train/loop/model_inputs.h"
 #include "tools/synth.h"
 #include "train/sft/sft_config.h"

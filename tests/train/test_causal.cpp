@@ -32,26 +32,15 @@ namespace fs = std::filesystem;
 using test::copy_before_last_save, test::expect_same_lora, test::log_without_time, test::read_jsonl,
     test::run_two_ranks;
 
-class CausalTest : public ::testing::Test {
+class CausalTest : public test::SuiteDirTest<CausalTest> {
+ public:
+  static void write_suite_files(const test::TempDir& dir) { synth_root(test::wan_causal_root(dir.file("data"))); }
+
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sc;
-    sc.out = dir_->file("data"), sc.latent_frames = 14, sc.train_runs = 3, sc.train_clips_per_run = 3, sc.n_drop = 1;
-    synth_root(sc);  // 9 train + 4 val clips, 1 flagged: 12 usable streams of 14 frames -> 2 windows each
-  }
-  static void TearDownTestSuite() { delete dir_; }
   static CausalConfig config(const std::string& name, int64_t steps) {
-    CausalConfig c;
-    c.data_root = dir_->file("data"), c.out = dir_->file(name);
-    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
-    c.lora_rank = 4, c.lora_alpha = 4;
-    c.steps = steps, c.save_every = 4, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
-    return c;
+    return test::causal_test_run(dir_->file("data"), dir_->file(name), "tiny", /*chunk_frames=*/1, steps);
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* CausalTest::dir_ = nullptr;
 
 TEST_F(CausalTest, ShortRunValidationLossFalls) {
   auto c = config("falls", 60);
@@ -170,14 +159,8 @@ TEST_F(CausalTest, SampleCausalWindowWithAPromptConditionsEveryFrameOnIt) {
 
 // A preempted run: the directory as it was after step 8 (lora_step00012 and the slot of step 12 never written).
 TEST_F(CausalTest, ResumeFromTheStateSlotIsExact) {
-  auto full = config("exact_full", 12);
-  const auto ref = train_causal(full);
-  auto cut = config("exact_cut", 12);
-  copy_before_last_save(full.out, cut.out, 12);
-  const auto resumed = train_causal(cut);
-  EXPECT_EQ(resumed.start_step, 8);
-  EXPECT_NE(resumed.resume_how.find("exact"), std::string::npos) << resumed.resume_how;
-  expect_same_lora(ref.lora, resumed.lora);
+  const auto full = config("exact_full", 12), cut = config("exact_cut", 12);
+  test::expect_exact_resume(full, cut, /*start_step=*/8);
   EXPECT_EQ(log_without_time(full.out + "/train_log.jsonl"), log_without_time(cut.out + "/train_log.jsonl"));
   auto a = SafetensorsFile::open(lora_step_path(full.out, 12)), b = SafetensorsFile::open(lora_step_path(cut.out, 12));
   for (const auto& k : a->keys()) EXPECT_TRUE(torch::equal(a->get(k), b->get(k))) << k;

@@ -23,27 +23,21 @@ namespace {
 namespace fs = std::filesystem;
 using test::copy_before_last_save, test::expect_same_lora, test::read_jsonl, test::run_two_ranks;
 
-class CausalH3Test : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sc;  // 7 train (1 flagged) + 2 val clips of 32 latents at 4x4: one 30-latent window each
-    sc.out = dir_->file("h3"), sc.model = "h3", sc.latent_channels = 24, sc.text_dim = 48, sc.latent_frames = 32;
-    sc.latent_h = 4, sc.latent_w = 4, sc.train_runs = 3, sc.train_clips_per_run = 2, sc.val_runs = 1, sc.n_drop = 1;
+class CausalH3Test : public test::SuiteDirTest<CausalH3Test> {
+ public:
+  static void write_suite_files(const test::TempDir& dir) {
+    auto sc = test::h3_causal_root(dir.file("h3"), /*train_runs=*/3);  // 6 train (1 flagged) + 2 val clips
+    sc.n_drop = 1;
     synth_root(sc);
   }
-  static void TearDownTestSuite() { delete dir_; }
+
+ protected:
   static CausalConfig config(const std::string& name, int64_t steps) {
-    CausalConfig c;
-    c.data_root = dir_->file("h3"), c.out = dir_->file(name);
-    c.model = "h3-tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.lora_rank = 4;
-    c.lora_alpha = 4;
-    c.steps = steps, c.save_every = 4, c.val_clips = 2, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
+    auto c = test::causal_test_run(dir_->file("h3"), dir_->file(name), "h3-tiny", /*chunk_frames=*/0, steps);
+    c.val_clips = 2;
     return c;
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* CausalH3Test::dir_ = nullptr;
 
 TEST_F(CausalH3Test, DiffusionForcingValidationLossFalls) {
   auto c = config("df", 40);
@@ -70,14 +64,7 @@ TEST_F(CausalH3Test, TeacherForcingAndPicture2048Train) {
 }
 
 TEST_F(CausalH3Test, ResumeFromTheStateSlotIsExact) {
-  auto full = config("exact_full", 8);
-  const auto ref = train_causal(full);
-  auto cut = config("exact_cut", 8);
-  copy_before_last_save(full.out, cut.out, 8);
-  const auto resumed = train_causal(cut);
-  EXPECT_EQ(resumed.start_step, 4);
-  EXPECT_NE(resumed.resume_how.find("exact"), std::string::npos) << resumed.resume_how;
-  expect_same_lora(ref.lora, resumed.lora);
+  test::expect_exact_resume(config("exact_full", 8), config("exact_cut", 8), /*start_step=*/4);
 }
 
 TEST_F(CausalH3Test, TwoRanksKeepOneLora) {

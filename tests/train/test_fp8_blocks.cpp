@@ -1,4 +1,4 @@
-// FP8 block linears applied from outside (train/loop/fp8_blocks.h), with the emulated backend (the reference numerics,
+// FP8 block linears applied from outside (distributed/fp8_blocks.h), with the emulated backend (the reference numerics,
 // any device): which blocks take FP8, the flag and device errors, gradients that agree under every checkpointing mode
 // (the selective replay's backward is the FP8 one too) for Wan and H3, full-parameter and LoRA on a frozen base, and
 // the trainers running with `--fp8 emulate` close to their bf16-linear curves.
@@ -16,9 +16,11 @@
 #include "train/tiny_grads_test_util.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/fp8_blocks.h"
+#include "train/causal_test_util.h"
+#include "distributed/activation_checkpoint.h"
+#include "distributed/fp8_blocks.h"
 #include "train/sft/sft_trainer.h"
+#include "train/sft_test_util.h"
 
 namespace vdt {
 namespace fp8_blocks_test {
@@ -164,24 +166,16 @@ TEST(Fp8Blocks, HeldFrozenBaseGivesTheSameGradientsAndReleasesItsData) {
 // `--fp8 emulate` through the trainers on the tiny preset (fp32, CPU): finite losses that stay within FP8's error of
 // the same run's bf16-linear losses (the GPU accuracy gate of 2 % on the running mean, in small), and the flag in the
 // recorded config. The golden curves (fp8 off) are checked by GoldenCurves.
-class Fp8Train : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sft;
-    sft.out = dir_->file("sft_data"), sft.train_runs = 2, sft.train_clips_per_run = 4;
-    res_ = synth_root(sft).res;
-    SynthConfig causal;
-    causal.out = dir_->file("causal_data"), causal.latent_frames = 14, causal.train_runs = 3;
-    causal.train_clips_per_run = 3, causal.n_drop = 1;
-    synth_root(causal);
+class Fp8Train : public test::SuiteDirTest<Fp8Train> {
+ public:
+  static void write_suite_files(const test::TempDir& dir) {
+    res_ = test::write_sft_root(dir.file("sft_data"), /*train_runs=*/2, /*clips_per_run=*/4, /*n_drop=*/2);
+    synth_root(test::wan_causal_root(dir.file("causal_data")));
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static test::TempDir* dir_;
-  static std::string res_;
+
+ protected:
+  static inline std::string res_;
 };
-test::TempDir* Fp8Train::dir_ = nullptr;
-std::string Fp8Train::res_;
 
 void expect_close_curves(const std::vector<double>& off, const std::vector<double>& fp8, const std::string& what) {
   ASSERT_EQ(off.size(), fp8.size()) << what;
@@ -219,11 +213,9 @@ TEST_F(Fp8Train, SftWithEmulatedFp8TracksTheBf16Curve) {
 
 TEST_F(Fp8Train, CausalLoraWithEmulatedFp8TracksTheBf16Curve) {
   auto config = [](const std::string& fp8) {
-    CausalConfig c;
-    c.data_root = dir_->file("causal_data"), c.out = dir_->file("causal_" + fp8);
-    c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = 1;
-    c.lora_rank = 4, c.lora_alpha = 4, c.compute.fp8 = fp8;
-    c.steps = 6, c.save_every = 6, c.val_clips = 1, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
+    auto c = test::causal_test_run(dir_->file("causal_data"), dir_->file("causal_" + fp8), "tiny",
+                                   /*chunk_frames=*/1, /*steps=*/6);
+    c.compute.fp8 = fp8, c.save_every = 6, c.val_clips = 1;
     return c;
   };
   const auto off = train_causal(config("off"));

@@ -26,28 +26,18 @@
 #include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
 #include "train/sft/sft_trainer.h"
+#include "train/sft_test_util.h"
 
 namespace vdt {
 namespace {
 
 namespace fs = std::filesystem;
 
-class Reliability : public ::testing::Test {
+class Reliability : public test::SftSuiteTest<Reliability> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    SynthConfig sc;
-    sc.out = dir_->file("data"), sc.train_runs = 2, sc.train_clips_per_run = 3, sc.n_drop = 1;
-    res_ = synth_root(sc).res;
-  }
-  static void TearDownTestSuite() { delete dir_; }
   static SftConfig config(const std::string& name, int64_t steps) {
-    SftConfig c;
-    c.random_init = true;
-    c.data_root = dir_->file("data"), c.output = dir_->file(name), c.res = res_;
-    c.model = "tiny", c.compute.device = "cpu", c.compute.precision = "fp32", c.gradient_checkpointing = false;
-    c.max_steps = steps, c.batch_size = 1, c.grad_accum = 2, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
-    c.val_every = 0, c.save_every = 2, c.num_workers = 1;
+    auto c = run_config(name, steps);
+    c.grad_accum = 2, c.val_every = 0;
     return c;
   }
   static size_t rows(const std::string& csv) { return test::read_csv(csv).size(); }
@@ -59,11 +49,7 @@ class Reliability : public ::testing::Test {
     f.seekp(-100, std::ios::end);
     f.put(static_cast<char>(c ^ 0x55));
   }
-  static test::TempDir* dir_;
-  static std::string res_;
 };
-test::TempDir* Reliability::dir_ = nullptr;
-std::string Reliability::res_;
 
 TEST_F(Reliability, EverySealedSlotCorruptIsAnErrorListingThemUnlessStartingFreshOnPurpose) {
   auto c = config("all_corrupt", 4);  // slots at steps 2 and 4

@@ -17,7 +17,7 @@ from safetensors import safe_open
 
 from .devices import default_dtype, resolve_device
 from .errors import VdtError
-from .prepare import atomic_save
+from .root_files import atomic_save
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:

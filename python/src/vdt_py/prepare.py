@@ -28,10 +28,11 @@ import sys
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from .devices import default_dtype, resolve_device
 from .errors import VdtError
+from .root_files import atomic_save, atomic_text, check_settings
 from .video_io import frame_files, is_video, read_frames, fit
 
 UNKNOWN = 255
@@ -252,19 +253,6 @@ def load_ids(path: str, latent_frames: int, frames: int, hs: int, ws: int, k: in
 # Writing
 
 
-def atomic_save(tensors: dict, path: str, metadata: dict | None = None) -> None:
-    tmp = path + ".partial"
-    save_file(tensors, tmp, metadata=metadata)
-    os.replace(tmp, path)
-
-
-def atomic_text(path: str, text: str) -> None:
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def parse_res(res: str, factor: int) -> tuple[int, int]:
     m = re.fullmatch(r"(\d+)x(\d+)", res)
     if not m:
@@ -328,17 +316,8 @@ def run(args: argparse.Namespace) -> int:
         info["collapse_parts"] = COLLAPSE_PARTS
     ds_path = os.path.join(out, "dataset.json")
     # The settings the latents depend on, recorded before the first clip: a resume with other flags is an error.
-    settings = {k_: v for k_, v in info.items() if k_ != "text_dim"} | {"stride": args.stride, "resize": args.resize}
-    settings_path = os.path.join(out, "prepare.json")
-    if os.path.isfile(settings_path):
-        old = json.load(open(settings_path, encoding="utf-8"))
-        diff = [k_ for k_ in settings if old.get(k_) != settings[k_]]
-        if diff:
-            raise VdtError(f"{settings_path}: this root was prepared with other settings ("
-                           + ", ".join(f"{d}: {old.get(d)!r}, now {settings[d]!r}" for d in diff)
-                           + "); ---> HINT: use a new --out, or the same flags as before to resume")
-    else:
-        atomic_text(settings_path, json.dumps(settings, indent=1) + "\n")
+    check_settings(out, {k_: v for k_, v in info.items() if k_ != "text_dim"} | {"stride": args.stride,
+                                                                                 "resize": args.resize})
 
     # 1) latents and ids, clip by clip; clips whose files exist are done (resume)
     todo = [c for c in clips if not (os.path.isfile(os.path.join(out, "latents", c["clip_id"] + ".safetensors"))

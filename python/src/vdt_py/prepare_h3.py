@@ -31,7 +31,8 @@ from safetensors import safe_open
 
 from .devices import default_dtype, resolve_device
 from .errors import VdtError
-from .prepare import atomic_save, atomic_text, cell_prompts, input_clips, parse_res, sidecar, split_runs
+from .prepare import cell_prompts, input_clips, parse_res, sidecar, split_runs
+from .root_files import atomic_save, atomic_text, check_settings
 from .video_io import fit, read_frames
 
 PICTURE1_SUFFIXES = (".picture1.png", ".picture1.jpg", ".picture1.jpeg", ".picture1.webp")
@@ -135,18 +136,8 @@ def run(args: argparse.Namespace) -> int:
             "text_dim": None, "text_len": args.text_len, "null_prompt": args.null_prompt}
     if edge:
         info["picture1_short_edge"] = edge                           # what `vdt data check` holds picture1_2048 to
-    settings = {k: v for k, v in info.items() if k not in ("text_dim", "audio_channels")} | {
-        "stride": args.stride, "resize": args.resize, "picture1_short_edge": edge, "text_layer": args.text_layer}
-    settings_path = os.path.join(out, "prepare.json")
-    if os.path.isfile(settings_path):
-        old = json.load(open(settings_path, encoding="utf-8"))
-        diff = [k for k in settings if old.get(k) != settings[k]]
-        if diff:
-            raise VdtError(f"{settings_path}: this root was prepared with other settings ("
-                           + ", ".join(f"{d}: {old.get(d)!r}, now {settings[d]!r}" for d in diff)
-                           + "); ---> HINT: use a new --out, or the same flags as before to resume")
-    else:
-        atomic_text(settings_path, json.dumps(settings, indent=1) + "\n")
+    check_settings(out, {k: v for k, v in info.items() if k not in ("text_dim", "audio_channels")} | {
+        "stride": args.stride, "resize": args.resize, "picture1_short_edge": edge, "text_layer": args.text_layer})
 
     def first_frames(c):
         return fit(read_frames(c["source"], frames, args.stride), width, height, args.resize)  # [T, H, W, 3]

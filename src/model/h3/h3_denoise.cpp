@@ -13,14 +13,6 @@
 namespace vdt {
 namespace {
 
-// Model time of each entry of a [n] slice of timesteps on the 0..1000 scale, from its float32 value.
-std::vector<double> model_times(const torch::Tensor& t) {
-  auto host = t.to(torch::kCPU, torch::kFloat32).contiguous();
-  std::vector<double> out;
-  for (int64_t i = 0; i < host.numel(); ++i) out.push_back(1.0 - static_cast<double>(host.data_ptr<float>()[i]) / 1000.0);
-  return out;
-}
-
 const torch::Tensor* find(const DenoiserInputs& in, const std::string& key) {
   auto it = in.extra.find(key);
   return it == in.extra.end() ? nullptr : &it->second;
@@ -77,8 +69,8 @@ torch::Tensor H3DiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
     if (pic) spec.references.push_back({H3RefKind::image, 1, pic->size(3), pic->size(4), 0});
     const auto layout = build_h3_layout(spec);
 
-    const auto t_all = model_times(in.t.dim() == 1 ? in.t[b].expand({F_all}) : in.t[b]);
-    const auto ta_all = audio ? model_times((*audio_t)[b]) : std::vector<double>{};
+    const auto t_all = h3_model_times(in.t.dim() == 1 ? in.t[b].expand({F_all}) : in.t[b]);
+    const auto ta_all = audio ? h3_model_times((*audio_t)[b]) : std::vector<double>{};
     auto half = [&](const std::vector<double>& v, int64_t n, bool second) {
       return std::vector<double>(v.begin() + (second ? n : 0), v.begin() + (second ? 2 * n : n));
     };

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <optional>
 
 #include "core/error.h"
@@ -166,6 +167,23 @@ std::vector<int64_t> H3DiTImpl::side_stream_chunks(const std::string& stream, in
 std::vector<int64_t> H3DiTImpl::side_stream_step_shape(const std::string& stream) const {
   VDT_CHECK(stream == "audio", "the h3 base has no side stream '", stream, "' (it has: audio)");
   return {2, cfg_.audio_channels};  // two channels of Da each: h3_pack_audio's [2, Da, A]
+}
+
+int64_t H3DiTImpl::extra_rows(int64_t frames, int64_t latent_h, int64_t latent_w, int64_t chunk_frames) const {
+  return (latent_h / 2) * (latent_w / 2) + 2 * side_stream_chunks("audio", frames, chunk_frames).back();
+}
+
+std::string H3DiTImpl::describe_sequence(const WindowShape& w) const {
+  const int64_t video = w.copies * w.frames * (w.latent_h / 2) * (w.latent_w / 2);
+  const int64_t audio = w.copies * 2 * side_stream_chunks("audio", w.frames, w.chunk_frames).back();
+  const int64_t rows = w.text_len + w.cond_rows + video + audio;
+  char line[512];
+  std::snprintf(line, sizeof(line), "rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld "
+                "(%lld with padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: "
+                "docs/h3_model.md §4.2 (a))", static_cast<long long>(w.text_len), w.cond_variant.c_str(),
+                static_cast<long long>(w.cond_rows), static_cast<long long>(video), static_cast<long long>(audio),
+                static_cast<long long>(rows), static_cast<long long>((rows + 63) / 64 * 64));
+  return line;
 }
 
 double H3DiTImpl::train_flops(int64_t rows, int64_t text_len, int64_t batch) const {

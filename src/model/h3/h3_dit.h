@@ -131,6 +131,11 @@ class H3DiTImpl : public Denoiser {
   std::string family() const override { return "h3"; }
   std::string preset() const override { return cfg_.preset; }
   std::string config_json() const override { return cfg_.to_json(); }
+  // The Python trainer's name for this base, "cwm"; its text is the prefix cached with Picture 1 (docs/h3_model.md
+  // §4.2 (a)).
+  LoraBaseInfo lora_base_info() const override {
+    return {"cwm", "prefix: text cached with Picture 1 (docs/h3_model.md §4.2 (a))"};
+  }
   std::string architecture_difference(const std::string& config_json) const override;
   int64_t latent_channels() const override { return cfg_.latent_channels; }
   int64_t text_dim() const override { return cfg_.text_dim; }
@@ -140,6 +145,10 @@ class H3DiTImpl : public Denoiser {
   std::vector<int64_t> side_stream_step_shape(const std::string& stream) const override;
   std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames,
                                           int64_t chunk_frames) const override;
+  // Picture 1 on the target's grid and the audio rows.
+  int64_t extra_rows(int64_t frames, int64_t latent_h, int64_t latent_w, int64_t chunk_frames) const override;
+  // Text + Picture 1 + video + audio rows and their padding (docs/h3_model.md §4: the prefix, then the chunks).
+  std::string describe_sequence(const WindowShape& window) const override;
   // A stream of chunks with a KV cache (model/kv_stream.h, h3_stream.cpp).
   std::unique_ptr<KvStream> open_stream(const StreamSpec& spec) override;
   // Bidirectional count over S = tokens + text_len rows (h3_train_flops).

@@ -104,6 +104,14 @@ torch::Tensor h3_unpack_audio(const torch::Tensor& rows, int64_t channels, int64
   return rows.reshape({channels, steps, rows.size(1)}).permute({0, 2, 1}).contiguous();  // -> [Ch, Da, A]
 }
 
+std::vector<double> h3_model_times(const torch::Tensor& t) {
+  auto host = t.to(torch::kCPU, torch::kFloat32).contiguous().reshape({-1});
+  const float* p = host.data_ptr<float>();
+  std::vector<double> out;
+  for (int64_t i = 0; i < host.numel(); ++i) out.push_back(1.0 - static_cast<double>(p[i]) / 1000.0);
+  return out;
+}
+
 torch::Tensor h3_cond_rows(const torch::Tensor& clean, const torch::Tensor& noise, double noise_aug) {
   TORCH_CHECK(clean.sizes() == noise.sizes(), "h3_cond_rows: clean ", clean.sizes(), " and noise ", noise.sizes(),
               " differ");

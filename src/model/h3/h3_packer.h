@@ -24,6 +24,9 @@ torch::Tensor h3_unpatchify_video(const torch::Tensor& rows, int64_t T, int64_t 
 torch::Tensor h3_pack_audio(const torch::Tensor& latent);
 // rows [Ch*A, Da] -> [Ch, Da, A].
 torch::Tensor h3_unpack_audio(const torch::Tensor& rows, int64_t channels, int64_t steps);
+// Model time 1 − t/1000 of each timestep of t (0..1000 scale, any shape, flattened), each from its float32 value as
+// the reference computes it.
+std::vector<double> h3_model_times(const torch::Tensor& t);
 // Conditioning rows of a keyframe/reference: ts*clean + (1-ts)*noise with ts a float32 scalar (noise_aug 0.999 in
 // the reference, fresh CPU randn from the seed; 1.0 returns the clean rows). clean/noise [R, Dv] -> [R, Dv]
 torch::Tensor h3_cond_rows(const torch::Tensor& clean, const torch::Tensor& noise, double noise_aug);

@@ -24,15 +24,6 @@ double at_thirds(int64_t origin3, int64_t offset3) {
   return static_cast<double>(origin3) / 3.0 + static_cast<double>(offset3) / 3.0;
 }
 
-// Model time of timesteps on the 0..1000 scale, each from its float32 value (as H3DiT's forward).
-std::vector<double> model_times(const torch::Tensor& t) {
-  auto host = t.to(torch::kCPU, torch::kFloat32).contiguous().reshape({-1});
-  std::vector<double> out;
-  const float* p = host.data_ptr<float>();
-  for (int64_t i = 0; i < host.numel(); ++i) out.push_back(1.0 - static_cast<double>(p[i]) / 1000.0);
-  return out;
-}
-
 const torch::Tensor* find(const std::map<std::string, torch::Tensor>& m, const std::string& key) {
   auto it = m.find(key);
   return it == m.end() ? nullptr : &it->second;
@@ -221,9 +212,9 @@ class H3Stream : public KvStream {
                     : video;
     // Model times per row (clean: 1) and tags (audio 2, video 0).
     const auto tv = commit ? std::vector<double>(static_cast<size_t>(cf), 1.0)
-                           : model_times(in.t.dim() == 1 ? in.t.expand({cf}) : in.t[0]);
+                           : h3_model_times(in.t.dim() == 1 ? in.t.expand({cf}) : in.t[0]);
     VDT_CHECK(static_cast<int64_t>(tv.size()) == cf, "h3 stream: expected t [1, ", cf, "], got ", in.t.sizes());
-    const auto ta = commit || !audio_ ? std::vector<double>(static_cast<size_t>(A), 1.0) : model_times(*audio_t);
+    const auto ta = commit || !audio_ ? std::vector<double>(static_cast<size_t>(A), 1.0) : h3_model_times(*audio_t);
     std::vector<float> times;
     std::vector<int64_t> tags;
     for (int k = 0; k < (audio_ ? 2 : 0); ++k)

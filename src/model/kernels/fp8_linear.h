@@ -6,7 +6,7 @@
 // (fp8_linear_cols_cuda.cu). Two backends share every formula: cuda (the kernels and _scaled_mm; a GPU of compute
 // capability 8.9+) and emulate (ATen quantization, then the dequantized product in fp32 ops, rounded to bfloat16: the
 // reference, on any device). The bias is added in the forward GEMM's epilogue (to the fp32 product, before the bfloat16
-// rounding; _scaled_mm's bias argument). Not here: which linears take FP8 (train/loop/fp8_blocks.h).
+// rounding; _scaled_mm's bias argument). Not here: which linears take FP8 (distributed/fp8_blocks.h).
 #pragma once
 #include <torch/types.h>
 
@@ -176,7 +176,7 @@ LinearGrads fp8_linear_grads(const torch::Tensor& g, const torch::Tensor& x, con
                              bool want_w, bool want_b, Fp8Backend backend, Fp8FastAccum accum = {},
                              Fp8OperandMemo* memo = nullptr, InputAct act = InputAct::none);
 
-// The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (train/loop/fp8_blocks.h);
+// The FP8 linear as a block GEMM implementation (model/kept_ops.h), installed from outside (distributed/fp8_blocks.h);
 // its memo shares one activation's quantizations between the GEMMs that read it, and a weight's column maxima between
 // its forward and its dgrad.
 class Fp8Linear : public LinearImpl {

@@ -13,8 +13,6 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "model/kernels/reference_ops.h"
 #ifdef VDT_WITH_CUDA_KERNELS
@@ -30,14 +28,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 std::atomic<bool> switch_on{true};
-
-bool env_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("VDT_FUSED");
-    return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
-  }();
-  return off;
-}
 
 // Whether FusedPath::automatic runs the CUDA kernels for x (activations) and mod (a modulation tensor).
 bool use_cuda(const Tensor& x, const Tensor& mod, FusedPath path) {
@@ -302,8 +292,7 @@ void check_same(const char* op, const Tensor& a, const char* a_name, const Tenso
 }  // namespace
 
 void set_fused_kernels(bool on) { switch_on = on; }
-bool fused_kernels_switch() { return switch_on; }
-bool fused_kernels_on() { return switch_on && !env_off(); }
+bool fused_kernels_on() { return switch_on; }
 
 bool cuda_kernels_built() {
 #ifdef VDT_WITH_CUDA_KERNELS

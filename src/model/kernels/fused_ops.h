@@ -15,15 +15,14 @@
 
 namespace vdt::kernels {
 
-// The process-wide switch. On by default; `--fused-kernels off` (both trainers, `vdt bench step`) or VDT_FUSED=0 in
-// the environment (either one is enough) runs the reference path instead.
+// The process-wide switch. On by default; `--fused-kernels off` (both trainers, `vdt bench step`) runs the
+// reference path instead.
 void set_fused_kernels(bool on);
 bool fused_kernels_on();
-bool fused_kernels_switch();  // the value set, without the environment
 // Sets the switch for its lifetime and restores the previous value (a trainer's run).
 class FusedKernelsScope {
  public:
-  explicit FusedKernelsScope(bool on) : previous_(fused_kernels_switch()) { set_fused_kernels(on); }
+  explicit FusedKernelsScope(bool on) : previous_(fused_kernels_on()) { set_fused_kernels(on); }
   ~FusedKernelsScope() { set_fused_kernels(previous_); }
   FusedKernelsScope(const FusedKernelsScope&) = delete;
   FusedKernelsScope& operator=(const FusedKernelsScope&) = delete;

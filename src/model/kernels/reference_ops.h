@@ -1,5 +1,5 @@
 // The reference (autograd) forms of the elementwise chains that fused_ops.h fuses: the slow, obvious path kept beside
-// the fast one (tests compare the two; VDT_FUSED=0 / --fused-kernels off run it). Each is the model code as it was
+// the fast one (tests compare the two; --fused-kernels off runs it). Each is the model code as it was
 // before the fusion, op by op, so autograd derives its backward. Not here: any hand-written gradient.
 #pragma once
 #include <torch/types.h>

@@ -28,8 +28,7 @@ void CausalConfig::validate() const {
   VDT_CHECK(warmup >= 0, "--warmup ", warmup, ": expected >= 0");
   VDT_CHECK(save_every >= 1, "--save-every ", save_every, ": expected >= 1");
   VDT_CHECK(picture1 == "native" || picture1 == "2048", "--picture1: expected native or 2048, got '", picture1, "'");
-  VDT_CHECK(picture1 == "native" || model.empty() || denoiser_family(model) == "h3", "--picture1 2048 applies to a "
-            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
+  check_picture1_base();
   if (!model.empty()) denoiser_family(model);  // an unknown preset is an error listing the known ones
   attention.kernel();
   check_selective_blocks(memory.selective_blocks, checkpointing_mode());
@@ -59,6 +58,11 @@ CausalConfig::Objective CausalConfig::objective_mode() const {
   VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
             "forcing), got '", objective, "'");
   return objective == "tf" ? Objective::tf : Objective::df;
+}
+
+void CausalConfig::check_picture1_base() const {
+  VDT_CHECK(picture1 == "native" || model.empty() || takes_picture1(model), "--picture1 2048 applies to a "
+            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
 }
 
 Checkpointing CausalConfig::checkpointing_mode() const { return memory.checkpointing_mode(kCheckpointing); }

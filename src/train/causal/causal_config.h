@@ -49,8 +49,6 @@ struct CausalConfig {
                                  // steps), its grid in TensorBoard on a root with a preview VAE; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
-  // The natural chunk of a base family: one VAE clip for H3 (5 latents, docs/h3_model.md §4.1), 3 latent frames for Wan.
-  static int64_t natural_chunk_frames(const std::string& family) { return family == "h3" ? 5 : 3; }
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   enum class Objective { df, tf };
   enum class ShardBase { automatic, on, off };
@@ -59,6 +57,8 @@ struct CausalConfig {
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   void validate() const;        // throws naming the flag, the value and what is expected
+  // --picture1 2048 on a base without a Picture 1 input is an error; nothing to check while --model is empty.
+  void check_picture1_base() const;
   std::string to_json() const;  // every field as a string, as the Python trainer's args.json
   static const std::vector<ConfigField<CausalConfig>>& fields();
 };

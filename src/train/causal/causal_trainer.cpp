@@ -36,8 +36,8 @@
 #include "train/eval/preview.h"
 #include "train/eval/stream_preview.h"
 #include "train/eval/sampling.h"
-#include "train/loop/activation_checkpoint.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/activation_checkpoint.h"
+#include "distributed/fp8_blocks.h"
 #include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
 #include "train/loop/run_dir.h"
@@ -108,13 +108,12 @@ void resolve_base(CausalRun& r) {
               " disagrees with --weights ", r.cfg.weights, ", whose shapes are the ", detected, " preset\n---> HINT: "
               "leave --model out (the weights decide), or give ", detected);
   }
-  VDT_CHECK(r.cfg.picture1 == "native" || denoiser_family(r.cfg.model) == "h3", "--picture1 2048 applies to a "
-            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", r.cfg.model, ") take --picture1 native");
+  r.cfg.check_picture1_base();
 }
 
 void build_data(CausalRun& r) {
   const std::string family = denoiser_family(r.cfg.model);
-  if (r.cfg.chunk_frames == 0) r.cfg.chunk_frames = CausalConfig::natural_chunk_frames(family);
+  if (r.cfg.chunk_frames == 0) r.cfg.chunk_frames = natural_chunk_frames(r.cfg.model);
   CausalDataConfig dc;
   dc.root = r.cfg.data_root, dc.text_table = r.cfg.text_table, dc.span_frames = r.cfg.span_frames();
   dc.val_clips = r.cfg.val_clips, dc.max_samples = r.cfg.max_samples, dc.seed = r.cfg.random.seed;
@@ -279,7 +278,7 @@ void build_resume(CausalRun& r) {
                       " have no state: those steps are trained again and their files rewritten";
     const std::string own = lora_step_path(r.cfg.out, st->pos.step);
     if (!fs::exists(own)) {  // killed between sealing the slot and writing its LoRA file: the unit is the slot
-      if (r.ctx->rank == 0) write_lora_file(r.cfg, own, st->pos.step, r.lora);
+      if (r.ctx->rank == 0) write_lora_file(r.cfg, *r.model, own, st->pos.step, r.lora);
       r.resume_how += "; " + own + " was missing (the save was cut after the state) and is written from the state";
     }
     if (r.ctx->rank == 0)
@@ -453,7 +452,7 @@ std::string save(CausalRun& r, int64_t step) {
   const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
   r.state_slot = save_causal_state(r.cfg, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
                                    r.sync->state(), r.ctx->comm);
-  if (r.ctx->rank == 0) write_lora_file(r.cfg, path, step, r.lora);
+  if (r.ctx->rank == 0) write_lora_file(r.cfg, *r.model, path, step, r.lora);
   if (r.ctx->rank == 0) std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
   return path;
 }
@@ -496,18 +495,13 @@ void print_config(const CausalRun& r) {
               r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
               py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
               static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
-  if (r.ds->info().model_family == "h3") {  // the packed sequence of one window (docs/h3_model.md §4: prefix, then chunks)
-    const auto& in = r.ds->info();
-    const int64_t copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
-    const int64_t text = in.text_len, pic = r.ds->picture1_rows(), video = copies * r.cfg.span_frames() *
-                         (in.latent_h / 2) * (in.latent_w / 2), audio = copies * 2 * r.ds->config().audio_steps;
-    const int64_t rows = text + pic + video + audio;
-    std::printf("  rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld (%lld with "
-                "padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: docs/h3_model.md §4.2 (a))\n",
-                static_cast<long long>(text), r.cfg.picture1.c_str(), static_cast<long long>(pic),
-                static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
-                static_cast<long long>((rows + 63) / 64 * 64));
-  }
+  WindowShape window;  // as the base packs it (an H3 base: the prefix, then the chunks)
+  const auto& in = r.ds->info();
+  window.text_len = in.text_len, window.frames = r.cfg.span_frames(), window.chunk_frames = r.cfg.chunk_frames;
+  window.latent_h = in.latent_h, window.latent_w = in.latent_w;
+  window.copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
+  window.cond_rows = r.ds->picture1_rows(), window.cond_variant = r.cfg.picture1;
+  if (const auto line = r.model->describe_sequence(window); !line.empty()) std::printf("  %s\n", line.c_str());
   if (r.lora_start == kFreshLora)
     std::printf("  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
                 "pass that file with --init-lora FILE to train on from it\n");

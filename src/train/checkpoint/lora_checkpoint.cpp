@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "core/state_slots.h"
-#include "model/denoiser_registry.h"
 
 namespace vdt {
 namespace fs = std::filesystem;
@@ -39,7 +38,8 @@ std::pair<int64_t, std::string> newest_lora_step(const std::string& out) {
   return best;
 }
 
-void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora) {
+void write_lora_file(const CausalConfig& cfg, const Denoiser& model, const std::string& path, int64_t step,
+                     const NamedTensors& lora) {
   NamedTensors bf16;
   for (const auto& [n, p] : lora) {
     bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
@@ -50,11 +50,10 @@ void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t s
       bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
                         torch::tensor(static_cast<float>(cfg.lora_alpha), torch::kFloat32));
   }
-  // An H3 base is the Python trainer's "cwm"; "model" names the preset either way. H3 text handling: docs/h3_model.md §4.2 (a).
-  const bool h3 = denoiser_family(cfg.model) == "h3";
-  const std::string text = h3 ? "prefix: text cached with Picture 1 (docs/h3_model.md §4.2 (a))" : "cross-attention per frame";
+  // "base" as the base's own trainers name it (Denoiser::lora_base_info); "model" names the preset either way.
+  const auto info = model.lora_base_info();
   save_safetensors(path, bf16,
-                   {{"format", "pt"}, {"base", h3 ? "cwm" : cfg.model}, {"model", cfg.model}, {"text_handling", text},
+                   {{"format", "pt"}, {"base", info.base}, {"model", cfg.model}, {"text_handling", info.text_handling},
                     {"weights", cfg.weights}, {"step", std::to_string(step)},
                     {"objective", cfg.objective}, {"span_chunks", std::to_string(kSpanChunks)},
                     {"level_shift", py_float(cfg.level_shift)}, {"chunk_frames", std::to_string(cfg.chunk_frames)},

@@ -14,6 +14,7 @@
 
 #include "core/safetensors.h"
 #include "distributed/grad_sync.h"
+#include "model/denoiser.h"
 #include "train/checkpoint/checkpointer.h"
 #include "train/causal/causal_config.h"
 
@@ -32,8 +33,10 @@ struct CausalPosition {
 
 // The Python trainer's LoRA file: `path` in bf16 with the Python trainer's metadata (base, step, objective, span_chunks, level_shift) plus
 // rank, alpha, chunk_frames, seed, val_clips, clean_first_frame, and a float32 `<module>.alpha` beside each module's
-// factors (kohya's convention), so a loader that reads no metadata applies alpha / rank as vdt does. Rank 0 writes it.
-void write_lora_file(const CausalConfig& cfg, const std::string& path, int64_t step, const NamedTensors& lora);
+// factors (kohya's convention), so a loader that reads no metadata applies alpha / rank as vdt does; `base` and
+// `text_handling` come from `model` (Denoiser::lora_base_info). Rank 0 writes it.
+void write_lora_file(const CausalConfig& cfg, const Denoiser& model, const std::string& path, int64_t step,
+                     const NamedTensors& lora);
 
 // The exact-resume state of a step through the checkpointer (train/checkpoint/checkpointer.h): the float32 factors
 // and AdamW moments (the update path's state, replicated: one shard), the position as trainer_state.json, the flags

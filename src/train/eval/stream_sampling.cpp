@@ -16,7 +16,7 @@
 #include "model/kv_stream.h"
 #include "model/pass_graph.h"
 #include "train/eval/validation.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/fp8_blocks.h"
 #include "train/loop/model_inputs.h"
 
 namespace vdt {

@@ -20,7 +20,7 @@ namespace vdt {
 
 // The speed knobs of streaming generation, declared once for `vdt sample --stream` and `vdt bench sample`.
 struct StreamSpeed {
-  std::string fp8 = "off";           // off | on | fast: the blocks' base GEMMs in FP8 (train/loop/fp8_blocks.h)
+  std::string fp8 = "off";           // off | on | fast: the blocks' base GEMMs in FP8 (distributed/fp8_blocks.h)
   std::string cuda_graphs = "auto";  // auto | on | off: each pass's block loop replayed (model/pass_graph.h)
   static const std::vector<ConfigField<StreamSpeed>>& fields();
 };

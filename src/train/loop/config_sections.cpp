@@ -70,8 +70,7 @@ std::vector<ConfigField<ComputeSection>> ComputeSection::fields(const std::vecto
       {"--precision", one_of(precisions), &C::precision},
       {"--fused-kernels", "on: the blocks' elementwise chains (LayerNorm + modulate, gate + residual) run as fused ops "
                           "with a hand-written backward (CUDA kernels on GPUs, their ATen fallback elsewhere; "
-                          "docs/architecture.md \"Fused kernels\"); off: the reference ops. VDT_FUSED=0 in the "
-                          "environment also turns them off", &C::fused_kernels},
+                          "docs/architecture.md \"Fused kernels\"); off: the reference ops", &C::fused_kernels},
       {"--fp8", "FP8 block linears (docs/architecture.md \"FP8 linears\"): the q/k/v/o and FFN GEMMs of every block "
                 "but the first and last as row-wise scaled E4M3 GEMMs, forward and backward: off, on (a CUDA GPU of "
                 "compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or "

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "model/block_causal.h"
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
-#include "train/loop/fp8_blocks.h"
+#include "distributed/fp8_blocks.h"
 
 namespace vdt {
 
@@ -32,7 +32,7 @@ struct ComputeSection {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (core/device_flag.h)
   std::string precision;        // no shared default: each holder names its own (SFT mixed; causal, bench step bf16)
   std::string fused_kernels = "on";  // on | off: the fused elementwise ops or their reference (model/kernels)
-  std::string fp8 = "off";           // off | on | fast | emulate: FP8 block linears (train/loop/fp8_blocks.h)
+  std::string fp8 = "off";           // off | on | fast | emulate: FP8 block linears (distributed/fp8_blocks.h)
 
   // `precisions`: the modes the holder offers; another value is an error listing them.
   Precision precision_mode(const std::vector<PrecisionChoice>& precisions) const;
@@ -42,7 +42,7 @@ struct ComputeSection {
   static std::vector<ConfigField<ComputeSection>> fields(const std::vector<PrecisionChoice>& precisions);
 };
 
-// Memory: what a checkpointed step keeps for backward (train/loop/activation_checkpoint.h).
+// Memory: what a checkpointed step keeps for backward (distributed/activation_checkpoint.h).
 struct MemorySection {
   std::string checkpointing = "block";  // block | selective | none (where the holder offers it)
   int64_t selective_blocks = -1;        // with selective: the first N blocks keep GEMM/attention outputs (-1: all)

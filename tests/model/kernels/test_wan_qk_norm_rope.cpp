@@ -102,16 +102,14 @@ TEST(WanQkNormRope, SwitchPicksFusedOrReference) {
   auto x = torch::randn({1, 24, 36}).requires_grad_();
   auto w = torch::ones({36});
   auto node = [&] { return std::get<0>(wan_qk_norm_rope(x, x, w, w, 1e-6, rope.cos, rope.sin, 3)).grad_fn()->name(); };
-  const bool was = fused_kernels_switch();
-  set_fused_kernels(true);
-  if (!fused_kernels_on()) {
-    set_fused_kernels(was);
-    GTEST_SKIP() << "VDT_FUSED=0 in the environment";
-  }
-  const auto on = node();
-  set_fused_kernels(false);
-  const auto off = node();
-  set_fused_kernels(was);
+  const auto on = [&] {
+    const FusedKernelsScope fused(true);
+    return node();
+  }();
+  const auto off = [&] {
+    const FusedKernelsScope fused(false);
+    return node();
+  }();
   EXPECT_NE(on.find("WanQkNormRopeFn"), std::string::npos) << on;
   EXPECT_EQ(off.find("WanQkNormRopeFn"), std::string::npos) << off;
 }

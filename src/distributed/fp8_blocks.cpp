@@ -1,6 +1,6 @@
 // The FP8 linear implementation outlives every block call that may still replay it: the runner's closure owns it,
 // and a checkpoint keeps a copy of the wrapped call (and so of the closure's pointer) until its backward.
-#include "train/loop/fp8_blocks.h"
+#include "distributed/fp8_blocks.h"
 
 #include <torch/torch.h>
 

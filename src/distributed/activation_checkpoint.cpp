@@ -15,7 +15,7 @@
 // order) on that stream while this block's backward runs: neither copy waits in the compute stream's queue (on it
 // they cost ~60 ms a 1.3B causal step). Stream-generic c10 calls (c10::Event, c10::StreamGuard), so this file needs no
 // CUDA header and builds on a CPU-only LibTorch.
-#include "train/loop/activation_checkpoint.h"
+#include "distributed/activation_checkpoint.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
