@@ -1,4 +1,4 @@
-// Sample order: one global permutation per epoch, a function of (seed, epoch) only (the seed's
+// Sample order: one global permutation per epoch, a function of (seed, epoch) only (the Python trainer's
 // SeedableRandomSampler), sharded over ranks by stride, cut into micro batches with the last partial batch dropped.
 // Because the permutation is global, a resume with a different world size can continue the same sample stream.
 // Not here: loading, threads.

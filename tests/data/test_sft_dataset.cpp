@@ -1,4 +1,4 @@
-// SftDataset: split rules of the seed (drop rows, val, leaks, res), vocab folding, prompt lookup errors, dropout
+// SftDataset: split rules of the Python trainer (drop rows, val, leaks, res), vocab folding, prompt lookup errors, dropout
 // draws as a function of (seed, epoch, index), the world-anchored mask, and collate's text context.
 #include <gtest/gtest.h>
 

@@ -188,7 +188,7 @@ TEST_F(SeedFidelity, TooFewPromptsPerLatentFrameStopBeforeTheModel) {
 }
 
 // argparse's command line: a repeated flag takes the last value, an unambiguous prefix is the flag, an ambiguous one
-// names the candidates, the seed's --cond_type/--cond_key ids are accepted, a negative --seed is an error.
+// names the candidates, the Python trainer's --cond_type/--cond_key ids are accepted, a negative --seed is an error.
 TEST(SeedCommandLine, ParsesAsArgparse) {
   const std::string base = "train sft --output /tmp/vdt_never_written --random-init ";
   auto r = test::run_vdt(base + "--data_root /nonexistent_first --data_root /nonexistent_last");

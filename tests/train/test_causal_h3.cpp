@@ -1,6 +1,6 @@
 // `vdt train causal` on a MiniMax-H3 base (h3-tiny, CPU) and a synthetic H3 root (Picture 1, the silent audio stream,
 // token tags): spans of 6 one-clip chunks, diffusion forcing and teacher forcing train, --picture1 2048 and the
-// seed's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without
+// Python trainer's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without
 // the 2048 Picture 1 is refused up front.
 #include <torch/torch.h>
 

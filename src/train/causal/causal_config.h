@@ -18,7 +18,7 @@ struct CausalConfig {
   // the Python trainer's flags
   std::string out, objective = "df", init_lora;  // init_lora empty: a fresh LoRA (B = 0)
   std::string resume = "auto";  // the SFT trainer's flag: auto (the Python trainer's re-run rule), a LoRA file, or a state
-  bool ignore_corrupt_state = false;  // every sealed slot in --out corrupt: resume as the seed (fresh moments)
+  bool ignore_corrupt_state = false;  // every sealed slot in --out corrupt: resume as the Python trainer (fresh moments)
   int64_t steps = 0;                              // 0: ceil(epochs * samples / world)
   double epochs = 2.0, lr = 2e-5, lr_min = 1e-6;
   int64_t warmup = 10, save_every = 10, val_clips = 12, max_samples = 0;
@@ -41,7 +41,7 @@ struct CausalConfig {
   static constexpr int64_t kDefaultLoraRank = 32;
   bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
-  int64_t val_every = 0;  // beyond the seed: mean loss over the val windows (fixed levels and noise) every N steps
+  int64_t val_every = 0;  // beyond the Python trainer: mean loss over the val windows (fixed levels and noise) every N steps
                           // and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
                               // val window 0 drawn at each validation (previews/, TensorBoard images); 0 = none

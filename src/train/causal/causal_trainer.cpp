@@ -246,7 +246,7 @@ void resume_exactly(CausalRun& r, const CausalState& st) {
 // --resume auto: continue exactly from the newest sealed state slot in --out (its LoRA file is written after it, so
 // a kill between the two leaves the slot, and the missing LoRA file is written again from it); LoRA files newer than
 // that slot (a run of an older vdt killed between its LoRA file and its slot) are trained again. Without any slot, the
-// seed's rule: continue from the newest lora_step file with fresh moments. Every sealed slot corrupt is an error
+// Python trainer's rule: continue from the newest lora_step file with fresh moments. Every sealed slot corrupt is an error
 // unless --ignore-corrupt-state. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from
 // another run's state.
 void build_resume(CausalRun& r) {
@@ -304,7 +304,7 @@ void build_resume(CausalRun& r) {
   r.samples_base = step * r.ctx->world;
   r.resume_how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
                  (notes.empty() ? std::string("none written") : notes.back()) +
-                 "; optimizer moments start afresh, as the seed)";
+                 "; optimizer moments start afresh, as the Python trainer)";
 }
 
 // The random streams of a window: per-chunk levels, the video noise, a side stream's noise and the conditioning

@@ -65,7 +65,7 @@ std::optional<LoadedState> load_trainer_state(const std::string& path, bool allo
 // Where a resumed run starts reading: the Python trainer's resume_position. Unchanged geometry -> the next micro batch of the
 // saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
 // without an epoch -> inferred from the step with the current geometry.
-// Beyond the seed: when only the world size changed, the exact global sample stream continues (when the consumed
+// Beyond the Python trainer: when only the world size changed, the exact global sample stream continues (when the consumed
 // positions split evenly over the new ranks).
 struct ResumePoint {
   int64_t epoch = 0, skip = 0;

@@ -52,8 +52,8 @@ void SftConfig::validate() const {
   VDT_CHECK(!data_root.empty(), "--data_root is required (a data root as in docs/data_format.md)");
   VDT_CHECK(!output.empty(), "--output is required (the run directory)");
   VDT_CHECK(vocab == "parts" || vocab == "ids", "--vocab: expected parts or ids, got '", vocab, "'");
-  VDT_CHECK(cond_type == "ids", "--cond_type: expected ids (semantic id maps, the seed's only choice), got '", cond_type, "'");
-  VDT_CHECK(cond_key == "ids", "--cond_key: expected ids (the key of cond/*.npz, the seed's only choice), got '", cond_key,
+  VDT_CHECK(cond_type == "ids", "--cond_type: expected ids (semantic id maps, the Python trainer's only choice), got '", cond_type, "'");
+  VDT_CHECK(cond_key == "ids", "--cond_key: expected ids (the key of cond/*.npz, the Python trainer's only choice), got '", cond_key,
             "'");
   VDT_CHECK(!model_dir.empty() || random_init, "--model_dir is required: the base weights (a directory of *.safetensors "
             "shards, e.g. Wan2.2-TI2V-5B); without them the DiT would train from random weights\n---> HINT: pass "
