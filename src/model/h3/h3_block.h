@@ -27,8 +27,6 @@ class H3AdaLNImpl : public torch::nn::Module {
   std::vector<torch::Tensor> forward(const torch::Tensor& t_emb);  // [M, time_dim] -> chunks x [M*modalities, D]
   // linear(SiLU(t_emb)) alone: [M, time_dim] -> [M, modalities * chunks * D] (what a stream caches per timestep).
   torch::Tensor project(const torch::Tensor& t_emb);
-  // The cut of forward(): y [M, modalities * chunks * D] -> chunks x [M*modalities, D] (views of y).
-  std::vector<torch::Tensor> split(const torch::Tensor& y) const;
   torch::nn::Linear linear{nullptr};
 
  private:
@@ -50,8 +48,8 @@ struct H3BlockInputs {
   torch::Tensor x;          // [S, D] residual stream
   torch::Tensor t_emb;      // [M, time_dim] time MLP output (no SiLU yet)
   torch::Tensor ada_rows;   // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
-  torch::Tensor ada;        // [M', 18D]: adaln_proj.project of each timestep, precomputed (a stream's cache, whose
-                            // rows ada_rows then index); undefined: computed here from t_emb
+  torch::Tensor ada;        // [6, 3M', D]: the six AdaLN tensors of M' timesteps precomputed, each contiguous (a
+                            // stream's cache, whose rows ada_rows then index); undefined: computed here from t_emb
   H3RopeTable rope;         // [S, 6R]
   H3AttentionLayout attend;  // which rows see which (packed segments, or block-causal chunks)
   KvSlot kv;  // a stream's cache (model/kv_cache.h): x holds the new rows, which attend to the cache and themselves

@@ -81,7 +81,9 @@ class H3Stream : public KvStream {
     VDT_CHECK(s.modulation_slots >= 0, "h3 stream: modulation_slots ", s.modulation_slots, ": expected >= 0");
     if (s.modulation_slots > 0) {  // at a fixed address from here on: recorded passes read it
       const auto& w = m_.blocks[0]->as<H3BlockImpl>()->adaln_proj->linear->weight;
-      ada_ = torch::zeros({c.num_layers, s.modulation_slots, c.adaln_out()}, w.options());  // [L, slots, 18D]
+      // [L, 6, slots * 3, D]: each of a block's six AdaLN tensors contiguous (the modulate and gate kernels take
+      // them as they are), row slot * 3 + modality as adaln_proj lays them out
+      ada_ = torch::zeros({c.num_layers, 6, s.modulation_slots * 3, c.hidden}, w.options());
       slot_time_.assign(static_cast<size_t>(s.modulation_slots), 0.f);
       slot_used_.assign(static_cast<size_t>(s.modulation_slots), -1);
     }
@@ -174,7 +176,7 @@ class H3Stream : public KvStream {
         auto& block = *mod->as<H3BlockImpl>();
         H3BlockInputs rest = b;
         rest.x = rest.t_emb = torch::Tensor();
-        if (cached) rest.ada = ada_[i];  // [slots, 18D]
+        if (cached) rest.ada = ada_[i];  // [6, slots * 3, D]
         rest.kv = {cache_.get(), i++};
         auto fn = [&block, rest](const std::vector<torch::Tensor>& in) {
           H3BlockInputs r = rest;
@@ -234,7 +236,9 @@ class H3Stream : public KvStream {
         auto& block = *mod->as<H3BlockImpl>();
         auto fn = [&block](const std::vector<torch::Tensor>& in) { return block.adaln_proj->project(in[0]); };
         const auto y = runner ? runner({block, {te}, fn}) : fn({te});  // [F, 18D]
-        ada_[i++].index_copy_(0, at, y);
+        const int64_t F = y.size(0), D = m_.config().hidden;
+        // [F, 18D] -> [F, 3, 6, D] (timestep, modality, tensor) -> [6, F, 3, D], into [6, slots, 3, D] at the slots
+        ada_[i++].view({6, slots, 3, D}).index_copy_(1, at, y.view({F, 3, 6, D}).permute({2, 0, 1, 3}));
       }
     }
     return torch::tensor(slot, torch::kLong);
@@ -323,7 +327,7 @@ class H3Stream : public KvStream {
   torch::Tensor prefix_pos_, frame_hw_;  // [P, 3], [fr, 2] float64
   std::array<double, 2> audio_w_{};
   torch::Tensor t_emb_, inverse_;  // the last pass's time embedding and each row's index into it
-  torch::Tensor ada_;              // [L, slots, 18D]: each block's AdaLN projection of the slots' model times
+  torch::Tensor ada_;              // [L, 6, slots * 3, D]: each block's AdaLN tensors of the slots' model times
   std::vector<float> slot_time_;   // the model time each slot holds
   std::vector<int64_t> slot_used_;  // the pass that last used each slot (-1: empty)
   int64_t passes_ = 0;
