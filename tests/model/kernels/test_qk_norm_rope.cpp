@@ -95,8 +95,8 @@ TEST(QkNormRope, IntoTheCacheRowsEqualsTheNode) {
   auto qkv = torch::randn({4, 2, 3, 8});
   auto w = torch::ones({8});
   auto t = torch::zeros({4, 6});
-  test::expect_error([&] { h3_qk_norm_rope_into(qkv, w, w, 1e-6, t, t, torch::zeros({4, 2, 7}), torch::zeros({4, 2, 8})); },
-                     {"k_out, v_out [4, 2, 8]"});
+  const auto k_bad = torch::zeros({4, 2, 7}), v = torch::zeros({4, 2, 8});
+  test::expect_error([&] { h3_qk_norm_rope_into(qkv, w, w, 1e-6, t, t, k_bad, v); }, {"k_out, v_out [4, 2, 8]"});
 }
 
 TEST(QkNormRope, BadShapesAreNamed) {
