@@ -107,10 +107,10 @@ void add_bench(CLI::App& app, int& exit_code) {
   smp->callback([scfg, &exit_code] {
     const auto& c = *scfg;
     std::printf("bench sample: model %s latent %lldx%lld chunks %lld window %lld steps %lld cfg %g device %s "
-                "precision %s fp8 %s cuda-graphs %s\n", c.model.c_str(), static_cast<long long>(c.height),
+                "precision %s fp8 %s cuda-graphs %s merge-lora %s\n", c.model.c_str(), static_cast<long long>(c.height),
                 static_cast<long long>(c.width), static_cast<long long>(c.chunks), static_cast<long long>(c.window),
                 static_cast<long long>(c.steps), c.cfg, c.device.c_str(), c.precision.c_str(), c.speed.fp8.c_str(),
-                c.speed.cuda_graphs.c_str());
+                c.speed.cuda_graphs.c_str(), c.speed.merge_lora.c_str());
     std::fflush(stdout);
     const auto r = run_sample_bench(c);
     for (size_t n = 0; n < r.chunk_s.size(); ++n)

@@ -138,8 +138,10 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   };
   StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP=n: chunk n's steps and commit (1-based)
   auto noise = [&](int64_t n) {
+    const bool exported = trace.traces(n);  // chunk n - 1 was recorded: writing its trace is not chunk n's time
     trace.after_step(n);  // chunk n - 1 (1-based n) with its commits
     trace.before_step(n + 1);
+    if (exported) t0 = std::chrono::steady_clock::now();
     SampleState s{randn({1, C, cf, H, W}), {}};
     for (const auto& name : spec.side_streams) {
       const auto [j0, j1] = pos->side_steps(name, n);

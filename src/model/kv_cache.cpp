@@ -41,8 +41,12 @@ torch::Tensor KvCache::attend(int64_t block, const torch::Tensor& q, const torch
               "KvCache: expected q, k, v [", kb.size(0), ", ", pass_rows_, ", ", kb.size(2), ", ", kb.size(3),
               "], got ", q.sizes(), k.sizes(), v.sizes());
   const int64_t total = kept_ + pass_rows_;
-  kb.narrow(1, kept_, pass_rows_).copy_(k);  // [B, L, N, Dh] after the kept rows
-  v_[static_cast<size_t>(block)].narrow(1, kept_, pass_rows_).copy_(v);
+  auto [k_rows, v_rows] = pass_rows(block);  // [B, L, N, Dh] after the kept rows
+  auto put = [](torch::Tensor& dst, const torch::Tensor& src) {  // nothing to copy when src is dst (pass_rows)
+    if (src.data_ptr() != dst.data_ptr() || src.strides() != dst.strides()) dst.copy_(src);
+  };
+  put(k_rows, k);
+  put(v_rows, v);
   if (pass_raw_) {
     TORCH_CHECK(raw_k.defined() && raw_k.sizes() == k.sizes(), "KvCache: this pass keeps the raw keys; got none");
     pass_raw_k_[static_cast<size_t>(block)] = raw_k.clone();
@@ -51,6 +55,12 @@ torch::Tensor KvCache::attend(int64_t block, const torch::Tensor& q, const torch
   const auto keys = kb.narrow(1, 0, total).transpose(1, 2);
   const auto values = v_[static_cast<size_t>(block)].narrow(1, 0, total).transpose(1, 2);
   return attention(q.transpose(1, 2), keys, values, kernel);  // [B, N, L, Dh]
+}
+
+std::pair<torch::Tensor, torch::Tensor> KvCache::pass_rows(int64_t block) {
+  VDT_CHECK(pass_rows_ > 0, "KvCache: pass_rows outside a pass (begin() first)");
+  const auto b = static_cast<size_t>(block);
+  return {k_.at(b).narrow(1, kept_, pass_rows_), v_.at(b).narrow(1, kept_, pass_rows_)};
 }
 
 void KvCache::end() {

@@ -31,6 +31,9 @@ class KvCache {
   // and values written into the buffer). raw_k [B, L, N, Dh]: the keys before rotation, when wants_raw_keys().
   torch::Tensor attend(int64_t block, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        AttentionKernel kernel, const torch::Tensor& raw_k = {});
+  // Block `block`'s rows of this pass in the buffers, (keys, values) [B, L, N, Dh] contiguous views: a pass may write
+  // its keys and values there itself and hand these views to attend(), which then copies nothing.
+  std::pair<torch::Tensor, torch::Tensor> pass_rows(int64_t block);
   bool wants_raw_keys() const { return pass_raw_; }
   bool in_pass() const { return pass_rows_ > 0; }
   void end();  // every block saw the pass: a committing pass's rows become a segment

@@ -35,6 +35,9 @@ struct StreamSpec {
   std::vector<std::string> side_streams;       // side streams each chunk carries (H3: "audio"); empty: none
   AttentionKernel kernel = AttentionKernel::sdpa;  // eager: the slow reference (tests)
   bool graphs = false;  // each pass's block loop recorded once and replayed as a CUDA graph (model/pass_graph.h)
+  // H3: each block's AdaLN projection of a timestep computed once and kept for this many distinct model times (the
+  // Euler grid's few timesteps and the clean level repeat every chunk); 0: computed in every pass (the reference).
+  int64_t modulation_slots = 32;
 
   // The window in chunks after the sink (every chunk when -1), and whether a chunk is ever dropped.
   int64_t kept_window() const { return window < 0 ? chunks : window; }

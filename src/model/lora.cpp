@@ -283,6 +283,24 @@ void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string
     VDT_CHECK(attached.count(m), where, ": LoRA module '", m, "' matches no attached Linear of the model");
 }
 
+int64_t merge_attached_lora(torch::nn::Module& model) {
+  torch::NoGradGuard ng;
+  std::vector<std::shared_ptr<torch::nn::LinearImpl>> merged;
+  for (const auto& kv : model.named_modules("", /*include_self=*/false))
+    if (auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value()))
+      if (!lin->children().empty() && lin->named_children().contains("lora_A")) merged.push_back(lin);
+  for (auto& lin : merged) {
+    const auto kids = lin->named_children();
+    const auto a = kids["lora_A"]->as<torch::nn::Linear>()->weight.to(torch::kFloat32);  // [r, in]
+    const auto b = kids["lora_B"]->as<torch::nn::Linear>()->weight.to(torch::kFloat32);  // [out, r]
+    const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+    auto& w = lin->weight;  // [out, in]
+    w.copy_(w.to(torch::kFloat32).addmm_(b, a, /*beta=*/1, /*alpha=*/scale));
+    for (const char* name : {"lora_A", "lora_B", "lora_scale"}) lin->unregister_module(name);
+  }
+  return static_cast<int64_t>(merged.size());
+}
+
 torch::Tensor lora_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                           const LoraPair& lora, double scale) {
   auto y = torch::nn::functional::linear(x, w, bias);

@@ -85,6 +85,12 @@ void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string
 // The attached factors by name, for saving.
 std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model);
 
+// Folds every attached LoRA into its Linear for sampling: W <- W + scale * B A (the product and the sum in float32,
+// rounded to W's dtype once, as merge_lora), then removes the factors, so lora_or_linear runs the base GEMM alone
+// (and an FP8 base quantizes the merged weight). Not undone: a model that trains its LoRA must not be merged. Returns
+// how many Linears were merged. The unmerged forward (lora_or_linear with the factors) is the reference.
+int64_t merge_attached_lora(torch::nn::Module& model);
+
 // The unmerged LoRA forward: x W^T + b + scale * (x A^T) B^T (the reference a merge must equal).
 torch::Tensor lora_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                           const LoraPair& lora, double scale);

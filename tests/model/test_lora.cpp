@@ -140,6 +140,39 @@ TEST(Lora, AttachedModelEqualsTheMergedModelOnAForward) {
                      {"partial.safetensors", "blocks.1.ffn.2"});
 }
 
+// merge_attached_lora (streaming's --merge-lora): the attached factors folded into the model's own weights give the
+// unmerged forward, the factors are gone (no LoRA parameter, lora_or_linear runs the base GEMM alone), and the
+// weights equal the file merge's (merge_lora) bit for bit where both sum in float32.
+TEST(Lora, MergingTheAttachedFactorsKeepsTheForwardAndRemovesThem) {
+  torch::manual_seed(0);
+  const auto x = torch::randn({1, 16, 3, 4, 6}), ctx = torch::randn({1, 7, 64}), t = torch::full({1}, 600.0);
+  WanDiT model(preset_config("tiny"));
+  model->init_weights(1);
+  {
+    torch::NoGradGuard ng;
+    model->head->head->weight.normal_(0, 0.05, make_generator(torch::kCPU, 5));
+  }
+  const auto lora_params = attach_lora(*model, LoraConfig{4, 8}, 7);
+  {
+    torch::NoGradGuard ng;
+    for (auto& [n, p] : lora_params) p.normal_(0, 0.1, make_generator(torch::kCPU, 9));
+  }
+  torch::NoGradGuard ng;
+  const auto unmerged = model->forward({x, t, ctx});
+  const auto base_q = model->blocks[0]->as<WanBlockImpl>()->self_attn->q->weight.clone();
+  EXPECT_EQ(merge_attached_lora(*model), 2 * 10);  // 2 blocks x (q, k, v, o of both attentions, ffn.0, ffn.2)
+  EXPECT_TRUE(lora_state(*model).empty());
+  for (const auto& kv : model->named_modules("", false))
+    EXPECT_EQ(kv.key().find(".lora_"), std::string::npos) << kv.key();
+  const auto merged = model->forward({x, t, ctx});
+  EXPECT_GT((unmerged - merged).abs().max().item<double>(), 0);  // the sums are rounded in another order ...
+  EXPECT_LT((unmerged - merged).abs().max().item<double>(), 1e-5);  // ... to the same numbers
+  std::map<std::string, torch::Tensor> f(lora_params.begin(), lora_params.end());
+  const auto expect_q = base_q + 2.0 * torch::matmul(f.at("blocks.0.self_attn.q.lora_B.weight"),
+                                                     f.at("blocks.0.self_attn.q.lora_A.weight"));
+  EXPECT_LT((model->blocks[0]->as<WanBlockImpl>()->self_attn->q->weight - expect_q).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(merge_attached_lora(*model), 0);  // nothing left to merge
+}
 
 // Self-attention's q, k, v LoRA A factors as one GEMM against [A_q; A_k; A_v]: the same outputs and the same
 // gradients (factors and input) as three lora_or_linear calls, on the whole model (bidirectional and block-causal) and

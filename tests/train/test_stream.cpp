@@ -113,6 +113,64 @@ TEST_F(StreamTest, H3StreamEqualsTheRecomputeSampler) {
   }
 }
 
+// --merge-lora on (the default of `vdt sample --stream` and `vdt bench sample`): the LoRA folded into the base weights
+// streams what the factors beside the base stream (float32: within 1e-5), on both families, guidance on and off,
+// past the span with a window; off keeps the factors; a bad value names the flag.
+TEST_F(StreamTest, AMergedLoraStreamsAsTheUnmergedOne) {
+  for (const auto& [preset, root, cf] : {std::tuple<std::string, std::string, int64_t>{"tiny", "wan", 1},
+                                         std::tuple<std::string, std::string, int64_t>{"h3-tiny", "h3", 5}}) {
+    SCOPED_TRACE(preset);
+    auto s = setup(preset, root, cf, 4);
+    StreamOptions so;
+    so.chunks = 8, so.window = 2;  // past the 6-chunk span: the window moves, the sink is rotated again
+    StreamSpeed off;
+    off.merge_lora = "off";
+    apply_stream_speed(*s.model, off);
+    EXPECT_FALSE(lora_state(*s.model).empty());
+    for (double cfg : {1.0, 3.0}) {
+      EulerConfig ec;
+      ec.steps = 2, ec.cfg_scale = cfg;
+      auto r = stream_causal_window(*s.model, *s.ds, 0, cf, ec, 5, false, so);
+      auto m = setup(preset, root, cf, 4);
+      apply_stream_speed(*m.model, StreamSpeed{});  // --merge-lora on
+      EXPECT_TRUE(lora_state(*m.model).empty());
+      auto got = stream_causal_window(*m.model, *m.ds, 0, cf, ec, 5, false, so);
+      EXPECT_LE(max_diff(got.sample, r.sample), 1e-5) << "cfg " << cfg;
+      for (const auto& [name, t] : r.side_sample) EXPECT_LE(max_diff(got.side_sample.at(name), t), 1e-5) << name;
+      auto plain = setup(preset, root, cf, 0);  // the LoRA changes the stream: the comparison can fail
+      const auto without = stream_causal_window(*plain.model, *plain.ds, 0, cf, ec, 5, false, so);
+      EXPECT_GT(max_diff(without.sample, r.sample), 1e-4);
+    }
+  }
+  auto s = setup("tiny", "wan", 1, 4);
+  StreamSpeed bad;
+  bad.merge_lora = "yes";
+  test::expect_error([&] { apply_stream_speed(*s.model, bad); }, {"--merge-lora 'yes'", "on", "off"});
+}
+
+// H3's AdaLN projections cached per model time (StreamSpec::modulation_slots) stream what computing them in every
+// pass streams: with room for every timestep, with one or two slots (a new time evicts the least recently used; a
+// pass with the clean first frame beside the noisy ones has more times than one slot and computes its own), with
+// guidance, past the span.
+TEST_F(StreamTest, CachedModulationStreamsAsComputingItEveryPass) {
+  auto s = setup("h3-tiny", "h3", 5, 4);
+  for (const auto& [clean_first, cfg] : {std::pair<bool, double>{false, 3.0}, std::pair<bool, double>{true, 1.0}}) {
+    EulerConfig ec;
+    ec.steps = 2, ec.cfg_scale = cfg;
+    StreamOptions so;
+    so.chunks = 7, so.window = 2, so.modulation_slots = 0;
+    const auto ref = stream_causal_window(*s.model, *s.ds, 0, 5, ec, 5, clean_first, so);
+    for (int64_t slots : {1, 2, 32}) {
+      so.modulation_slots = slots;
+      const auto got = stream_causal_window(*s.model, *s.ds, 0, 5, ec, 5, clean_first, so);
+      const std::string what = "slots " + std::to_string(slots) + " cfg " + std::to_string(cfg) +
+                               (clean_first ? " clean first frame" : "");
+      EXPECT_LE(max_diff(got.sample, ref.sample), 1e-5) << what;
+      EXPECT_LE(max_diff(got.side_sample.at("audio"), ref.side_sample.at("audio")), 1e-5) << what;
+    }
+  }
+}
+
 // A new prompt: the conditioned branch takes it in every frame, as the recompute sampler does with it.
 TEST_F(StreamTest, ANewPromptStreamsAsTheRecomputeSamplerSamplesIt) {
   auto s = setup("tiny", "wan", 1, 4);

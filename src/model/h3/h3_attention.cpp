@@ -131,6 +131,15 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
   // Rows per head are [q | k | v] (the original checkpoint's order, docs/h3_model.md §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
   torch::Tensor q, k, v;  // [S, N, Dh]
+  if (kv && rope) {  // a stream: k and v written straight into the cache's rows of this pass, then attention over it
+    auto [k_rows, v_rows] = kv.cache->pass_rows(kv.block);  // [1, S, N, Dh] views of the cache
+    q = kernels::h3_qk_norm_rope_into(qkv, q_norm->weight, k_norm->weight, qk_eps_, rope->cos, rope->sin, k_rows[0],
+                                      v_rows[0]);
+    // the sink's keys before rotation [1, S, N, Dh], rotated again as the window moves
+    const auto raw = kv.cache->wants_raw_keys() ? k_norm(qkv.select(2, 1)).unsqueeze(0) : torch::Tensor();
+    const auto a = kv.cache->attend(kv.block, q.unsqueeze(0), k_rows, v_rows, kernel, raw);
+    return lora_or_linear(out_proj, a[0].transpose(0, 1).reshape({S, heads_ * head_dim_}));  // [N, S, Dh] -> [S, D]
+  }
   if (rope) {  // per-head RMSNorm, weight and RoPE of q and k as one node (model/kernels/qk_norm_rope.h)
     std::tie(q, k, v) = kernels::h3_qk_norm_rope(qkv, q_norm->weight, k_norm->weight, qk_eps_, rope->cos, rope->sin);
   } else {

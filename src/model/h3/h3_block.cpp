@@ -28,8 +28,11 @@ H3AdaLNImpl::H3AdaLNImpl(int64_t dim, int64_t time_dim, int64_t chunks, int64_t 
 
 std::vector<torch::Tensor> H3AdaLNImpl::forward(const torch::Tensor& t_emb) {
   const int64_t M = t_emb.size(0);
-  auto y = linear(torch::silu(t_emb).to(linear->weight.scalar_type()));  // [M, modalities * chunks * D]
-  return y.view({M * modalities_, chunks_ * dim_}).chunk(chunks_, -1);   // -> chunks x [M * modalities, D]
+  return project(t_emb).view({M * modalities_, chunks_ * dim_}).chunk(chunks_, -1);  // -> chunks x [M * modalities, D]
+}
+
+torch::Tensor H3AdaLNImpl::project(const torch::Tensor& t_emb) {
+  return linear(torch::silu(t_emb).to(linear->weight.scalar_type()));  // [M, modalities * chunks * D]
 }
 
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
@@ -66,7 +69,7 @@ H3BlockImpl::H3BlockImpl(int64_t dim, int64_t heads, int64_t head_dim, int64_t f
 torch::Tensor H3BlockImpl::forward(const H3BlockInputs& in) {
   TORCH_CHECK(in.x.dim() == 2 && in.ada_rows.dim() == 1 && in.ada_rows.size(0) == in.x.size(0), "H3Block: expected ",
               "x [S, D] and ada_rows [S], got ", in.x.sizes(), " and ", in.ada_rows.sizes());
-  auto mod = adaln_proj(in.t_emb);  // 6 x [3M, D]
+  auto mod = in.ada.defined() ? in.ada.unbind(0) : adaln_proj(in.t_emb);  // 6 x [3M, D]
   const auto& rows = in.ada_rows;
   auto h = attn(h3_modulate(norm1(in.x), mod[0], mod[1], rows), &in.rope, in.attend, in.kv);
   auto x = h3_gate(in.x, mod[2], h, rows);

@@ -25,6 +25,8 @@ class H3AdaLNImpl : public torch::nn::Module {
  public:
   H3AdaLNImpl(int64_t dim, int64_t time_dim, int64_t chunks, int64_t modalities);
   std::vector<torch::Tensor> forward(const torch::Tensor& t_emb);  // [M, time_dim] -> chunks x [M*modalities, D]
+  // linear(SiLU(t_emb)) alone: [M, time_dim] -> [M, modalities * chunks * D] (what a stream caches per timestep).
+  torch::Tensor project(const torch::Tensor& t_emb);
   torch::nn::Linear linear{nullptr};
 
  private:
@@ -46,6 +48,8 @@ struct H3BlockInputs {
   torch::Tensor x;          // [S, D] residual stream
   torch::Tensor t_emb;      // [M, time_dim] time MLP output (no SiLU yet)
   torch::Tensor ada_rows;   // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
+  torch::Tensor ada;        // [6, 3M', D]: the six AdaLN tensors of M' timesteps precomputed, each contiguous (a
+                            // stream's cache, whose rows ada_rows then index); undefined: computed here from t_emb
   H3RopeTable rope;         // [S, 6R]
   H3AttentionLayout attend;  // which rows see which (packed segments, or block-causal chunks)
   KvSlot kv;  // a stream's cache (model/kv_cache.h): x holds the new rows, which attend to the cache and themselves

@@ -78,6 +78,15 @@ class H3Stream : public KvStream {
     const int64_t kept = std::min(s.chunks, s.sink_chunks + s.kept_window() + 1);
     const auto opts = torch::TensorOptions().device(m_.device()).dtype(m_.compute_dtype());
     cache_ = std::make_unique<KvCache>(c.num_layers, 1, prefix_rows_ + kept * chunk_rows, c.heads, c.head_dim, opts);
+    VDT_CHECK(s.modulation_slots >= 0, "h3 stream: modulation_slots ", s.modulation_slots, ": expected >= 0");
+    if (s.modulation_slots > 0) {  // at a fixed address from here on: recorded passes read it
+      const auto& w = m_.blocks[0]->as<H3BlockImpl>()->adaln_proj->linear->weight;
+      // [L, 6, slots * 3, D]: each of a block's six AdaLN tensors contiguous (the modulate and gate kernels take
+      // them as they are), row slot * 3 + modality as adaln_proj lays them out
+      ada_ = torch::zeros({c.num_layers, 6, s.modulation_slots * 3, c.hidden}, w.options());
+      slot_time_.assign(static_cast<size_t>(s.modulation_slots), 0.f);
+      slot_used_.assign(static_cast<size_t>(s.modulation_slots), -1);
+    }
 
     // The prefix, once: refined text rows and Picture 1's conditioning rows, all at model time 0.999.
     torch::NoGradGuard ng;
@@ -150,12 +159,16 @@ class H3Stream : public KvStream {
     bin.t_emb = m_.time_embedder(unique.to(device));  // [M, time_dim]
     inverse_ = inverse.reshape({-1}).to(device, torch::kLong);
     t_emb_ = bin.t_emb;
-    bin.ada_rows = inverse_ * 3 + torch::tensor(tags, torch::kLong).to(device);
+    // Each row's AdaLN row: its timestep's row of t_emb (computed in the blocks), or of the cached projections.
+    const auto slots = modulation_slots(unique, bin.t_emb);  // [M] host int64, or undefined
+    const bool cached = slots.defined();
+    const auto ts = cached ? slots.index_select(0, inverse.reshape({-1})).to(device) : inverse_;  // [S]
+    bin.ada_rows = ts * 3 + torch::tensor(tags, torch::kLong).to(device);
     bin.rope = h3_rope_table(positions.to(device), m_.config().rope_len);
     bin.x = h;
     cache_->begin(h.size(0), chunk, commit, keep_raw);
     // The block loop over [x, t_emb, ada_rows, rope cos, rope sin]: one CUDA graph per kept-rows count when on.
-    auto blocks_of = [this, bin](const std::vector<torch::Tensor>& v) {
+    auto blocks_of = [this, bin, cached](const std::vector<torch::Tensor>& v) {
       H3BlockInputs b = bin;
       b.x = v[0], b.t_emb = v[1], b.ada_rows = v[2], b.rope = {v[3], v[4]};
       int64_t i = 0;
@@ -163,6 +176,7 @@ class H3Stream : public KvStream {
         auto& block = *mod->as<H3BlockImpl>();
         H3BlockInputs rest = b;
         rest.x = rest.t_emb = torch::Tensor();
+        if (cached) rest.ada = ada_[i];  // [6, slots * 3, D]
         rest.kv = {cache_.get(), i++};
         auto fn = [&block, rest](const std::vector<torch::Tensor>& in) {
           H3BlockInputs r = rest;
@@ -176,13 +190,58 @@ class H3Stream : public KvStream {
     };
     try {
       const std::vector<torch::Tensor> inputs{bin.x, bin.t_emb, bin.ada_rows, bin.rope.cos, bin.rope.sin};
-      bin.x = keep_raw || chunk < 0 ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
+      // A pass past the modulation cache's slots runs eagerly: the recorded passes read the cache.
+      const bool eager = keep_raw || chunk < 0 || (!cached && spec_.modulation_slots > 0);
+      bin.x = eager ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
     } catch (...) {
       cache_->end_without_commit();
       throw;
     }
     cache_->end();
     return bin.x;
+  }
+
+  // The cache slots of a pass's distinct model times `unique` [M] (float32, host) with time embeddings t_emb
+  // [M, time_dim]: a time seen before keeps its slot; a new one takes a free slot or the least recently used one not
+  // in this pass, and every block's projection of it is computed once, through the block runner (a sharded base
+  // gathers the block), into ada_. Undefined when caching is off or the pass has more distinct times than slots.
+  torch::Tensor modulation_slots(const torch::Tensor& unique, const torch::Tensor& t_emb) {
+    const int64_t M = unique.size(0), slots = spec_.modulation_slots;
+    if (slots == 0 || M > slots) return {};
+    ++passes_;
+    const auto u = unique.contiguous();
+    const float* value = u.data_ptr<float>();
+    std::vector<int64_t> slot(static_cast<size_t>(M), -1), new_rows, new_slots;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < slots; ++k)
+        if (slot_used_[k] >= 0 && slot_time_[k] == value[m]) {
+          slot[m] = k, slot_used_[k] = passes_;
+          break;
+        }
+    for (int64_t m = 0; m < M; ++m) {
+      if (slot[m] >= 0) continue;
+      int64_t k = 0;  // a free slot, else the least recently used (never one of this pass: M <= slots)
+      for (int64_t j = 1; j < slots; ++j)
+        if (slot_used_[j] < slot_used_[k]) k = j;
+      slot[m] = k, slot_used_[k] = passes_, slot_time_[k] = value[m];
+      new_rows.push_back(m), new_slots.push_back(k);
+    }
+    if (!new_rows.empty()) {
+      const auto device = t_emb.device();
+      const auto te = t_emb.index_select(0, torch::tensor(new_rows, torch::kLong).to(device));  // [F, time_dim]
+      const auto at = torch::tensor(new_slots, torch::kLong).to(device);
+      const auto runner = m_.block_runner();
+      int64_t i = 0;
+      for (auto& mod : *m_.blocks) {
+        auto& block = *mod->as<H3BlockImpl>();
+        auto fn = [&block](const std::vector<torch::Tensor>& in) { return block.adaln_proj->project(in[0]); };
+        const auto y = runner ? runner({block, {te}, fn}) : fn({te});  // [F, 18D]
+        const int64_t F = y.size(0), D = m_.config().hidden;
+        // [F, 18D] -> [F, 3, 6, D] (timestep, modality, tensor) -> [6, F, 3, D], into [6, slots, 3, D] at the slots
+        ada_[i++].view({6, slots, 3, D}).index_copy_(1, at, y.view({F, 3, 6, D}).permute({2, 0, 1, 3}));
+      }
+    }
+    return torch::tensor(slot, torch::kLong);
   }
 
   // Chunk done_: video and, with audio, its audio steps -> the prediction of noise − x0 (undefined when committing).
@@ -268,6 +327,10 @@ class H3Stream : public KvStream {
   torch::Tensor prefix_pos_, frame_hw_;  // [P, 3], [fr, 2] float64
   std::array<double, 2> audio_w_{};
   torch::Tensor t_emb_, inverse_;  // the last pass's time embedding and each row's index into it
+  torch::Tensor ada_;              // [L, 6, slots * 3, D]: each block's AdaLN tensors of the slots' model times
+  std::vector<float> slot_time_;   // the model time each slot holds
+  std::vector<int64_t> slot_used_;  // the pass that last used each slot (-1: empty)
+  int64_t passes_ = 0;
 };
 
 }  // namespace

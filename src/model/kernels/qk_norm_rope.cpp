@@ -141,4 +141,26 @@ Triple h3_qk_norm_rope(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, 
   return fused_h3_qk_norm_rope(qkv, w_q, w_k, eps, cos, sin, /*aten=*/false);
 }
 
+Tensor h3_qk_norm_rope_into(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, double eps, const Tensor& cos,
+                            const Tensor& sin, const Tensor& k_out, const Tensor& v_out) {
+  check_shapes(qkv, w_q, w_k, cos, sin);
+  const std::vector<int64_t> shape{qkv.size(0), qkv.size(1), qkv.size(3)};
+  TORCH_CHECK(k_out.sizes() == shape && v_out.sizes() == shape, "h3_qk_norm_rope_into: expected k_out, v_out [",
+              shape[0], ", ", shape[1], ", ", shape[2], "], got ", k_out.sizes(), " and ", v_out.sizes());
+  TORCH_CHECK(!torch::GradMode::is_enabled() || !qkv.requires_grad(), "h3_qk_norm_rope_into: inference only (the "
+              "cache's rows keep no graph); use h3_qk_norm_rope under autograd");
+#ifdef VDT_WITH_CUDA_KERNELS
+  if (fused_kernels_on() && use_cuda(qkv, w_q, w_k, false) && k_out.is_contiguous() &&
+      k_out.scalar_type() == qkv.scalar_type()) {
+    auto q = std::get<0>(cuda::qk_norm_rope_forward(qkv, w_q, w_k, eps, cos, sin, k_out));
+    v_out.copy_(qkv.select(2, 2));  // [S, N, 3, Dh] -> [S, N, Dh]
+    return q;
+  }
+#endif
+  auto [q, k, v] = h3_qk_norm_rope(qkv, w_q, w_k, eps, cos, sin);
+  k_out.copy_(k);
+  v_out.copy_(v);
+  return q;
+}
+
 }  // namespace vdt::kernels

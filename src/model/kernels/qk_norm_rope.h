@@ -24,6 +24,12 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> h3_qk_norm_rope(const to
                                                                        const torch::Tensor& w_k, double eps,
                                                                        const torch::Tensor& cos,
                                                                        const torch::Tensor& sin);
+// A stream's pass (no autograd): k and v written into k_out / v_out [S, N, Dh] (contiguous rows of the KV cache), q
+// returned [S, N, Dh]. The numbers of h3_qk_norm_rope: on CUDA with the fused kernels its kernel writes k there itself
+// and v is copied once from qkv; otherwise h3_qk_norm_rope's outputs are copied in (the reference).
+torch::Tensor h3_qk_norm_rope_into(const torch::Tensor& qkv, const torch::Tensor& w_q, const torch::Tensor& w_k,
+                                   double eps, const torch::Tensor& cos, const torch::Tensor& sin,
+                                   const torch::Tensor& k_out, const torch::Tensor& v_out);
 // The fused node whatever the switch says (aten: the fallback even on CUDA; tests and `vdt bench kernels`).
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> fused_h3_qk_norm_rope(const torch::Tensor& qkv,
                                                                              const torch::Tensor& w_q,

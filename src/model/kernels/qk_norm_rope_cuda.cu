@@ -117,13 +117,19 @@ Geometry geometry(const Tensor& qkv, const Tensor& cos) {
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> qk_norm_rope_forward(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k,
-                                                        double eps, const Tensor& cos_in, const Tensor& sin_in) {
+                                                        double eps, const Tensor& cos_in, const Tensor& sin_in,
+                                                        const Tensor& k_out) {
   TORCH_CHECK(qkv.dim() == 4 && qkv.size(2) == 3 && qkv.stride(3) == 1 && qkv.size(3) <= 256, "qk_norm_rope: expected ",
               "qkv [S, N, 3, Dh <= 256] with Dh contiguous, got ", qkv.sizes(), " strides ", qkv.strides());
   const c10::cuda::CUDAGuard guard(qkv.device());
   const auto cos = cos_in.contiguous(), sin = sin_in.contiguous();
   const auto g = geometry(qkv, cos);
-  auto q = at::empty({g.S, g.N, g.Dh}, qkv.options()), k = at::empty_like(q);
+  auto q = at::empty({g.S, g.N, g.Dh}, qkv.options());
+  TORCH_CHECK(!k_out.defined() || (k_out.sizes() == q.sizes() && k_out.is_contiguous() &&
+                                   k_out.scalar_type() == q.scalar_type() && k_out.device() == q.device()),
+              "qk_norm_rope: k_out must be [", g.S, ", ", g.N, ", ", g.Dh, "] contiguous in qkv's dtype, got ",
+              k_out.sizes());
+  auto k = k_out.defined() ? k_out : at::empty_like(q);
   auto rstd = at::empty({2, g.S, g.N}, qkv.options().dtype(at::kFloat));
   const int64_t rows = 2 * g.S * g.N;
   const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), block(kWarps * 32);

@@ -8,10 +8,12 @@
 
 namespace vdt::kernels::cuda {
 
-// -> (q [S, N, Dh], k [S, N, Dh] in qkv's dtype, rstd [2, S, N] float32)
+// -> (q [S, N, Dh], k [S, N, Dh] in qkv's dtype, rstd [2, S, N] float32); k is written into k_out when given
+// ([S, N, Dh] contiguous in qkv's dtype: a stream's KV cache rows) and returned as it.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> qk_norm_rope_forward(const at::Tensor& qkv, const at::Tensor& w_q,
                                                                     const at::Tensor& w_k, double eps,
-                                                                    const at::Tensor& cos, const at::Tensor& sin);
+                                                                    const at::Tensor& cos, const at::Tensor& sin,
+                                                                    const at::Tensor& k_out = at::Tensor());
 // Writes dq_in, dk_in into dqkv[:, :, 0] and dqkv[:, :, 1] (dqkv [S, N, 3, Dh] contiguous, qkv's dtype) from the
 // gradients of q and k ([S, N, Dh] contiguous, qkv's dtype).
 void qk_norm_rope_backward(const at::Tensor& gq, const at::Tensor& gk, const at::Tensor& qkv, const at::Tensor& w_q,

@@ -14,6 +14,7 @@
 #include "diffusion/forcing.h"
 #include "diffusion/stream_sampler.h"
 #include "model/kv_stream.h"
+#include "model/lora.h"
 #include "model/pass_graph.h"
 #include "train/eval/validation.h"
 #include "distributed/fp8_blocks.h"
@@ -43,6 +44,9 @@ const std::vector<ConfigField<StreamSpeed>>& StreamSpeed::fields() {
                 "(fast accumulation); a GPU of compute capability 8.9+", &C::fp8},
       {"--cuda-graphs", "each pass's block loop recorded once and replayed as a CUDA graph: auto (on for a CUDA "
                         "device), on, off", &C::cuda_graphs},
+      {"--merge-lora", "the LoRA folded into the base weights once before the stream (W + scale B A, rounded to the "
+                       "weights' dtype; no factor GEMMs in the passes): on, or off (the factors run beside the base)",
+       &C::merge_lora},
   };
   return f;
 }
@@ -52,6 +56,9 @@ bool apply_stream_speed(Denoiser& model, const StreamSpeed& speed) {
   const auto fp8 = parse_fp8(speed.fp8, "--fp8");
   VDT_CHECK(fp8 != Fp8Mode::emulate, "--fp8 emulate is for training checks; streaming takes --fp8 off, on or fast");
   check_fp8_device(fp8, model.device(), "--fp8");
+  VDT_CHECK(speed.merge_lora == "on" || speed.merge_lora == "off", "--merge-lora '", speed.merge_lora,
+            "': expected on (the LoRA folded into the base weights) or off (the factors run beside them)");
+  if (speed.merge_lora == "on") merge_attached_lora(model);  // before FP8 holds the frozen weights quantized
   if (fp8 != Fp8Mode::off)
     enable_fp8_linears(model, fp8, fp8_block_indices(static_cast<int64_t>(model.block_modules().size())),
                        /*hold_frozen=*/true);
@@ -102,7 +109,7 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
   StreamSpec spec;
   spec.chunk_frames = cf, spec.height = x0.size(3), spec.width = x0.size(4), spec.chunks = chunks;
   spec.window = opts.window, spec.sink_chunks = opts.sink_chunks, spec.span_chunks = opts.span_chunks;
-  spec.kernel = opts.kernel, spec.graphs = opts.graphs;
+  spec.kernel = opts.kernel, spec.graphs = opts.graphs, spec.modulation_slots = opts.modulation_slots;
   for (const auto& [name, s] : side_x0) spec.side_streams.push_back(name);
   struct Branch {
     std::unique_ptr<KvStream> stream;

@@ -22,10 +22,13 @@ namespace vdt {
 struct StreamSpeed {
   std::string fp8 = "off";           // off | on | fast: the blocks' base GEMMs in FP8 (distributed/fp8_blocks.h)
   std::string cuda_graphs = "auto";  // auto | on | off: each pass's block loop replayed (model/pass_graph.h)
+  std::string merge_lora = "on";     // on | off: the LoRA folded into the base weights once (model/lora.h)
   static const std::vector<ConfigField<StreamSpeed>>& fields();
 };
-// Routes the model's blocks through --fp8 (their frozen weights held quantized) and resolves --cuda-graphs for the
-// model's device: returns whether streams record CUDA graphs. Errors name the flag and the fix. Call once per model.
+// Folds an attached LoRA into the base weights (--merge-lora on, before any FP8 quantization), routes the model's
+// blocks through --fp8 (their frozen weights held quantized) and resolves --cuda-graphs for the model's device:
+// returns whether streams record CUDA graphs. Errors name the flag and the fix. Call once per model, after its LoRA
+// is loaded; the model is for sampling from then on (a merged LoRA is not undone).
 bool apply_stream_speed(Denoiser& model, const StreamSpeed& speed);
 
 struct StreamOptions {
@@ -35,6 +38,7 @@ struct StreamOptions {
   int64_t span_chunks = 6;   // the trained span in chunks (the LoRA's span_chunks)
   AttentionKernel kernel = AttentionKernel::sdpa;
   bool graphs = false;  // CUDA graphs of the passes (apply_stream_speed)
+  int64_t modulation_slots = 32;  // H3's AdaLN projections cached per model time (0: every pass; model/kv_stream.h)
 };
 
 struct StreamChunk {

@@ -64,6 +64,41 @@ TEST(QkNormRope, CudaKernelEqualsTheReference) {
   }
 }
 
+// A stream's pass (h3_qk_norm_rope_into): k and v land in the cache's rows, q is returned, with the node's numbers bit
+// for bit (the CPU copies the node's outputs in; on a GPU the kernel writes k into the rows itself).
+TEST(QkNormRope, IntoTheCacheRowsEqualsTheNode) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available() && cuda_kernels_built()) devices.push_back(torch::kCUDA);
+  for (const auto& device : devices)
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      torch::manual_seed(5);
+      const int64_t S = 7, N = 3, Dh = 20, R = 3;
+      auto opt = torch::TensorOptions().dtype(dtype).device(device);
+      auto qkv = torch::randn({S, N * 3 * Dh}).to(opt).view({S, N, 3, Dh});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
+      auto wq = (1 + 0.3 * torch::randn({Dh})).to(opt), wk = (1 + 0.3 * torch::randn({Dh})).to(opt);
+      auto table = h3_rope_table(torch::randn({S, 3}) * 20, R);
+      auto cos = table.cos.to(device), sin = table.sin.to(device);
+      auto cache = torch::full({2, 1, S + 4, N, Dh}, 7.0, opt);  // [K|V, B, rows, N, Dh]: 2 kept rows, 2 after
+      auto k_rows = cache[0][0].narrow(0, 2, S), v_rows = cache[1][0].narrow(0, 2, S);
+      const auto q = h3_qk_norm_rope_into(qkv, wq, wk, 1e-6, cos, sin, k_rows, v_rows);
+      auto [q_ref, k_ref, v_ref] = h3_qk_norm_rope(qkv, wq, wk, 1e-6, cos, sin);
+      const std::string what = std::string(device.is_cuda() ? "cuda " : "cpu ") + c10::toString(dtype);
+      EXPECT_TRUE(torch::equal(q, q_ref)) << what;
+      EXPECT_TRUE(torch::equal(k_rows, k_ref)) << what;
+      EXPECT_TRUE(torch::equal(v_rows, v_ref)) << what;
+      for (int i = 0; i < 2; ++i)  // the rows around the pass's are untouched
+        EXPECT_TRUE(torch::equal(torch::cat({cache[i][0].narrow(0, 0, 2), cache[i][0].narrow(0, 2 + S, 2)}),
+                                 torch::full({4, N, Dh}, 7.0, opt)))
+            << what;
+    }
+  auto qkv = torch::randn({4, 2, 3, 8});
+  auto w = torch::ones({8});
+  auto t = torch::zeros({4, 6});
+  const auto k_bad = torch::zeros({4, 2, 7}), v = torch::zeros({4, 2, 8});
+  test::expect_error([&] { h3_qk_norm_rope_into(qkv, w, w, 1e-6, t, t, k_bad, v); }, {"k_out, v_out [4, 2, 8]"});
+}
+
 TEST(QkNormRope, BadShapesAreNamed) {
   auto qkv = torch::randn({4, 2, 3, 8});
   auto w = torch::ones({8});
