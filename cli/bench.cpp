@@ -1,17 +1,23 @@
 // `vdt bench step`: times the trainers' own steps at the given geometry (docs/BENCHMARKS.md, tools/step_bench.h). Fixed-format
 // output: one line per step, then a `result` line of key=value pairs (parsed by benchmarks/ scripts). Under torchrun
 // it runs sharded as training does; rank 0 prints.
+// `vdt bench plan`: measures the memory planner's cost table for one preset on this device (tools/plan_bench.h,
+// docs/planner.md); one line per measured row, then the table's path.
 // `vdt bench kernels`: the fused CUDA kernels against their references at real shapes (tools/kernel_bench.h); exit
 // code 1 when any check fails.
 // `vdt bench sample`: streaming generation with the KV cache timed per chunk (tools/sample_bench.h): latency, video
 // frames per second, cache memory.
 #include <cstdio>
+#include <ctime>
 
 #include "cli/commands.h"
 #include "model/kernels/fused_ops.h"
+#include "core/device_flag.h"
 #include "tools/kernel_bench.h"
+#include "tools/plan_bench.h"
 #include "tools/sample_bench.h"
 #include "tools/step_bench.h"
+#include "train/plan/startup_plan.h"
 
 namespace vdt::cli {
 
@@ -22,16 +28,18 @@ void add_bench(CLI::App& app, int& exit_code) {
   auto* step = bench->add_subcommand("step", "The trainer's own steps (train sft or train causal) on a synthetic root "
                                              "with random weights");
   bind_fields(step, cfg, StepBenchConfig::fields());  // its own flags and the trainers' sections
-  step->callback([cfg, &exit_code] {
+  step->callback([cfg, step, &exit_code] {
+    cfg->memory.given = given_flags(*step, StepBenchConfig::fields());  // the memory plan keeps these
     const auto env = LaunchEnv::from_env();
     std::string device = cfg->compute.device;
     const auto comm = communicator_for(env, device);
     if (env.rank == 0) {
       std::printf("bench step: trainer %s model %s geometry %lldx%lldx%lld text %lld checkpointing %s precision %s "
-                  "fp8 %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
+                  "fp8 %s memory %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
                   static_cast<long long>(cfg->height), static_cast<long long>(cfg->width),
                   static_cast<long long>(cfg->text_len), cfg->memory.checkpointing.c_str(),
-                  cfg->compute.precision.c_str(), cfg->compute.fp8.c_str(), cfg->compute.device.c_str(), env.world);
+                  cfg->compute.precision.c_str(), cfg->compute.fp8.c_str(), cfg->memory.memory.c_str(),
+                  cfg->compute.device.c_str(), env.world);
       std::fflush(stdout);
     }
     const auto r = run_step_bench(*cfg, *comm, env.local_rank);
@@ -40,10 +48,37 @@ void add_bench(CLI::App& app, int& exit_code) {
         std::printf("  step %2zu  %.3f s  loss %.5f%s\n", s, r.step_s[s], r.losses[s],
                     static_cast<int>(s) < cfg->warmup ? "  (warm-up)" : "");
       std::printf("result median_s=%.4f min_s=%.4f max_s=%.4f peak_gib=%.2f tflop_per_step=%.1f mfu=%.3f params=%lld "
-                  "tokens=%lld rows=%lld world=%d\n", r.median_s, r.min_s, r.max_s, r.peak_gib, r.tflop_per_step, r.mfu,
-                  static_cast<long long>(r.params), static_cast<long long>(r.tokens), static_cast<long long>(r.rows),
-                  env.world);
+                  "tokens=%lld rows=%lld world=%d predicted_peak_gib=%.2f\n", r.median_s, r.min_s, r.max_s, r.peak_gib,
+                  r.tflop_per_step, r.mfu, static_cast<long long>(r.params), static_cast<long long>(r.tokens),
+                  static_cast<long long>(r.rows), env.world, r.predicted_peak_gib);
     }
+    exit_code = 0;
+  });
+
+  auto pcfg = std::make_shared<PlanBenchConfig>();
+  auto* plan = bench->add_subcommand("plan", "The memory planner's cost table for one preset on this device: per "
+                                             "block, the bytes kept and the time of each checkpointing mode at a few "
+                                             "sizes, into plans/<card>/<preset>.json (docs/planner.md)");
+  bind_fields(plan, pcfg, PlanBenchConfig::fields());
+  plan->callback([pcfg, &exit_code] {
+    auto& c = *pcfg;
+    const auto dev = resolve_device(c.device, 0, 1, "--device");
+    c.card = device_memory_info(dev).name;
+    char date[32];
+    const auto now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    c.measured = std::string(build_commit()) + ", " + date;
+    std::printf("bench plan: model %s training %s attention %s frames %s latent %lldx%lld text %lld precision %s "
+                "device %s (%s)\n", c.model.c_str(), c.training.c_str(), c.attention.c_str(),
+                c.frames.empty() ? "(default)" : c.frames.c_str(), static_cast<long long>(c.height),
+                static_cast<long long>(c.width), static_cast<long long>(c.text_len), c.precision.c_str(),
+                c.device.c_str(), c.card.c_str());
+    std::fflush(stdout);
+    const auto r = run_plan_bench(c, [](const std::string& line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    });
+    std::printf("result table=%s rows=%zu measured=%zu\n", r.path.c_str(), r.table.rows.size(), r.lines.size());
     exit_code = 0;
   });
 

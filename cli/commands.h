@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "distributed/communicator.h"
@@ -61,6 +62,16 @@ void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<C
           if (f.required) o->required();
         },
         f.member);
+}
+
+// The flags of `fields` that this command line gave (either spelling, --no-<flag> too), after parsing: what the memory
+// plan keeps (train/loop/config_sections.h MemorySection::given).
+template <class C>
+std::set<std::string> given_flags(const CLI::App& app, const std::vector<ConfigField<C>>& fields) {
+  std::set<std::string> out;
+  for (const auto& f : fields)
+    if (const auto* o = app.get_option_no_throw(f.flag); o != nullptr && o->count() > 0) out.insert(f.flag);
+  return out;
 }
 
 // argv after the program name with every abbreviated long flag spelled out, as argparse accepts them: an

@@ -59,6 +59,13 @@ std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string
                                               : torch::Device(torch::kCPU));
 }
 
+// " (predicted X GiB)" beside a measured peak, when a memory plan predicted one.
+static std::string predicted_peak_text(double gib) {
+  char b[48] = "";
+  if (gib > 0) std::snprintf(b, sizeof b, " (predicted %.1f GiB)", gib);
+  return b;
+}
+
 void add_train(CLI::App& app, int& exit_code) {
   auto* train = app.add_subcommand("train", "Train a model");
   train->require_subcommand(1);
@@ -66,7 +73,8 @@ void add_train(CLI::App& app, int& exit_code) {
   if (const char* res = std::getenv("GC_RES")) c->res = res;  // the Python trainer's environment override
   auto* s = train->add_subcommand("sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (the flags of gc25d/train.py)");
   bind_fields(s, c, SftConfig::fields());
-  s->callback([c, &exit_code] {
+  s->callback([c, s, &exit_code] {
+    c->memory.given = given_flags(*s, SftConfig::fields());  // the memory plan keeps these (docs/planner.md)
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
     const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_sft(*c, *comm, env.local_rank);
@@ -91,15 +99,17 @@ void add_train_causal(CLI::App& train, int& exit_code) {
                                            "the weights) with diffusion forcing on block-causal 6-chunk spans (the "
                                            "flags of rtcwm/train/train.py)");
   bind_fields(s, c, CausalConfig::fields());
-  s->callback([c, &exit_code] {
+  s->callback([c, s, &exit_code] {
+    c->memory.given = given_flags(*s, CausalConfig::fields());  // the memory plan keeps these (docs/planner.md)
     const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
     const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_causal(*c, *comm, env.local_rank);
     if (env.rank == 0 && sum.steps > sum.start_step)
-      std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB; last LoRA %s\n",
+      std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB%s; last LoRA %s\n",
                   sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
                   static_cast<long long>(sum.steps), static_cast<long long>(sum.total_steps), sum.first_loss,
-                  sum.last_loss, sum.s_per_step, sum.peak_mem_gb, sum.last_lora.c_str());
+                  sum.last_loss, sum.s_per_step, sum.peak_mem_gb, predicted_peak_text(sum.predicted_peak_gb).c_str(),
+                  sum.last_lora.c_str());
     else if (env.rank == 0 && !sum.stopped)
       std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
                   static_cast<long long>(sum.total_steps));

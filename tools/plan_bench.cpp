@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <unordered_map>
 
 #include "core/device_flag.h"
@@ -154,6 +155,49 @@ std::string gib_text(double bytes) {
 
 }  // namespace
 
+std::vector<int64_t> PlanBenchConfig::frame_list() const {
+  if (frames.empty()) return attention == "causal" ? std::vector<int64_t>{6, 12, 18} : std::vector<int64_t>{5, 11, 21};
+  std::vector<int64_t> out;
+  std::stringstream ss(frames);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int64_t f = 0;
+    try {
+      f = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VDT_CHECK(used > 0 && used == item.size(), "--frames '", frames, "': '", item, "' is not an integer (expected a "
+              "comma-separated list like 5,11,21)");
+    out.push_back(f);
+  }
+  return out;
+}
+
+const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
+  using C = PlanBenchConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"--model", "model preset (the trainers' registry): a two-block model of it with random weights", &C::model},
+      {"--training", "full (every weight trains: the SFT trainer) or lora (a frozen base: the causal trainer)",
+       &C::training},
+      {"--attention", "full (bidirectional: the SFT trainer) or causal (block-causal 6-chunk spans: the causal "
+                      "trainer; prefix and mask kernels, --attn-keep 0, 0.5, 1, offload off and on)", &C::attention},
+      {"--frames", "latent frames of each measured size, comma-separated (empty: 5,11,21 for full attention, 6,12,18 "
+                   "for causal, multiples of 6); bracket the runs you plan for", &C::frames},
+      {"--height", "latent height", &C::height},
+      {"--width", "latent width", &C::width},
+      {"--text-len", "text tokens", &C::text_len},
+      {"--precision", "bf16 or fp32", &C::precision},
+      {"--device", "cuda, cuda:N or cpu (times only: the bytes are not measured)", &C::device},
+      {"--lora-rank", "with --training lora: rank of the float32 LoRA factors", &C::lora_rank},
+      {"--repeats", "timed runs per mode and size (the median)", &C::repeats},
+      {"--warmup", "untimed runs per mode and size", &C::warmup},
+      {"--plans-dir", "where the table goes: <dir>/<card>/<preset>.json", &C::plans_dir},
+      {"--out", "the table file instead (rows merged into it when it exists)", &C::out},
+  };
+  return f;
+}
+
 void PlanBenchConfig::validate() const {
   denoiser_family(model);  // throws listing the presets
   VDT_CHECK(training == "full" || training == "lora", "--training: expected full or lora, got '", training, "'");
@@ -163,7 +207,7 @@ void PlanBenchConfig::validate() const {
   VDT_CHECK(height > 0 && width > 0 && height % 2 == 0 && width % 2 == 0 && text_len > 0,
             "--height and --width (even, latent) and --text-len must be positive, got ", height, ", ", width, ", ",
             text_len);
-  for (int64_t f : frames)
+  for (int64_t f : frame_list())
     VDT_CHECK(f > 0 && (attention != "causal" || f % kChunks == 0), "--frames ", f, ": expected a positive count",
               attention == "causal" ? " divisible by the span's 6 chunks" : "");
   VDT_CHECK(repeats > 0 && warmup >= 0, "--repeats must be > 0 and --warmup >= 0");
@@ -176,8 +220,6 @@ void PlanBenchConfig::validate() const {
 PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::function<void(const std::string&)>& log) {
   cfg_in.validate();
   PlanBenchConfig cfg = cfg_in;
-  if (cfg.frames.empty()) cfg.frames = cfg.attention == "causal" ? std::vector<int64_t>{6, 12, 18}
-                                                                 : std::vector<int64_t>{5, 11, 21};
   const auto dev = resolve_device(cfg.device);
   const DeviceMemory mem{dev};
   const auto dtype = cfg.precision == "fp32" ? torch::kFloat32 : torch::kBFloat16;
@@ -205,7 +247,7 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
   measured.preset = cfg.model, measured.card = card, measured.device_name = dev.is_cuda() ? cfg.card : "cpu";
   measured.dtype = cfg.precision, measured.memory_measured = dev.is_cuda(), measured.measured = cfg.measured;
   PlanBenchResult result;
-  for (int64_t frames : cfg.frames) {
+  for (int64_t frames : cfg.frame_list()) {
     const auto in = make_inputs(*model, cfg, frames, dtype, dev);
     for (const auto& key : keys_to_measure(cfg)) {
       if (key.attn != "full") model->set_causal_kernel(causal_kernel_from_string(key.attn));

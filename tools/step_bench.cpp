@@ -33,6 +33,7 @@ void StepBenchConfig::validate() const {
   const auto mode = memory.checkpointing_mode(kCheckpointing);
   check_selective_blocks(memory.selective_blocks, mode);
   causal_memory.validate(attention, memory, mode);
+  memory.check_memory();
   VDT_CHECK(causal_memory.attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer "
             "(--trainer causal)");
   VDT_CHECK(trainer != "causal" || mode != Checkpointing::none, "--checkpointing none: the causal trainer always "
@@ -108,6 +109,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     fs::remove_all(c.output);
     const auto s = train_sft(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
+    r.predicted_peak_gib = s.predicted_peak_gb;
     r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12;
   } else {
     CausalConfig c;
@@ -118,6 +120,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
+    r.predicted_peak_gib = s.predicted_peak_gb;
     // A frozen base: backward computes input gradients only (forward + 1x, not + 2x), bidirectional attention counted.
     r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12 * 2.0 / 3.0;
   }

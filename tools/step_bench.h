@@ -27,7 +27,7 @@ struct StepBenchConfig {
   // trainer whole. Precision: sft bf16 (weights and AdamW moments, as the peer), mixed or fp32; causal bf16 (a frozen
   // base) or fp32. Checkpointing none: sft only (the causal trainer always checkpoints).
   ComputeSection compute{.device = "cuda", .precision = "bf16"};
-  MemorySection memory;
+  MemorySection memory;               // --checkpointing, --selective-blocks, --memory: planned as the trainer plans
   CausalMemorySection causal_memory;  // causal only
   AttentionSection attention;         // causal only
   void validate() const;
@@ -41,6 +41,7 @@ struct StepBenchResult {
   int64_t params = 0, tokens = 0;  // tokens: video tokens
   int64_t rows = 0;                 // every row the base runs on, text included (H3: + Picture 1 + audio)
   double last_loss = 0;
+  double predicted_peak_gib = 0;    // the memory plan's (0: no plan; docs/planner.md)
   std::vector<double> step_s, losses;  // every step, warm-up included
 };
 

@@ -71,7 +71,7 @@ TEST(ConfigFields, JsonKeysKeepTheirOrder) {
                 "data_root", "text_table", "vocab", "cond_type", "cond_key", "res", "text_dropout", "cond_dropout",
                 "mask_p", "include_dropped", "first_frame_cond", "limit", "num_workers", "model", "model_dir",
                 "random_init", "precision", "device", "gradient_checkpointing", "fused_kernels", "fp8",
-                "checkpointing", "selective_blocks", "sem_hidden", "lr", "cond_lr", "weight_decay", "grad_clip",
+                "checkpointing", "selective_blocks", "memory", "sem_hidden", "lr", "cond_lr", "weight_decay", "grad_clip",
                 "warmup_steps", "max_steps", "batch_size", "grad_accum", "save_every", "save_state", "val_every",
                 "val_n", "val_timesteps", "val_uncond", "log_every", "preview_steps", "output", "resume",
                 "ignore_corrupt_state", "seed"}));
@@ -79,7 +79,7 @@ TEST(ConfigFields, JsonKeysKeepTheirOrder) {
             (std::vector<std::string>{
                 "out", "objective", "init_lora", "resume", "ignore_corrupt_state", "steps", "epochs", "lr", "lr_min",
                 "warmup", "save_every", "val_clips", "max_samples", "seed", "picture1", "attn", "level_shift",
-                "act_offload", "checkpointing", "selective_blocks", "attn_keep", "data_root", "text_table", "model",
+                "act_offload", "checkpointing", "selective_blocks", "attn_keep", "memory", "data_root", "text_table", "model",
                 "weights", "random_init", "device", "precision", "chunk_frames", "lora_rank", "lora_alpha",
                 "clean_first_frame", "shard_base", "fused_kernels", "fp8", "val_every", "preview_steps",
                 "val_sample_every"}));

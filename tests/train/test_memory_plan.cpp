@@ -304,14 +304,14 @@ TEST(PlanBench, TinyPresetWritesATableTheLoaderReads) {
   test::TempDir dir;
   PlanBenchConfig cfg;
   cfg.model = "tiny", cfg.device = "cpu", cfg.precision = "fp32";
-  cfg.frames = {2, 4}, cfg.height = 4, cfg.width = 4, cfg.text_len = 5;
+  cfg.frames = "2,4", cfg.height = 4, cfg.width = 4, cfg.text_len = 5;
   cfg.repeats = 1, cfg.warmup = 0, cfg.plans_dir = dir.path().string(), cfg.measured = "test";
   auto r = run_plan_bench(cfg);
   EXPECT_EQ(r.path, cost_table_path(dir.path().string(), "cpu", "tiny"));
   EXPECT_EQ(r.lines.size(), 6u);  // none, block, selective at two sizes
 
   // the causal kinds go into the same file beside the full ones
-  cfg.training = "lora", cfg.attention = "causal", cfg.frames = {6};
+  cfg.training = "lora", cfg.attention = "causal", cfg.frames = "6";
   r = run_plan_bench(cfg);
   EXPECT_EQ(r.lines.size(), 10u);
 

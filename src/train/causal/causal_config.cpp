@@ -33,6 +33,7 @@ void CausalConfig::validate() const {
   attention.kernel();
   check_selective_blocks(memory.selective_blocks, checkpointing_mode());
   causal_memory.validate(attention, memory, checkpointing_mode());
+  memory.check_memory();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   compute.validate(kPrecisions);
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
@@ -106,6 +107,7 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       lift(&C::memory, memory, "--checkpointing"),
       lift(&C::memory, memory, kSelectiveBlocksFlag),
       lift(&C::causal_memory, CausalMemorySection::fields(), kAttnKeepFlag),
+      lift(&C::memory, memory, "--memory"),
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "

@@ -44,6 +44,7 @@
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
 #include "train/loop/train_loop.h"
+#include "train/plan/startup_plan.h"
 
 namespace vdt {
 namespace {
@@ -70,6 +71,7 @@ struct CausalRun {
   int64_t perm_epoch = -1;
   std::unique_ptr<TbWriter> tb;             // rank 0: <out>/tensorboard
   std::shared_ptr<SynthVae> preview_vae;    // the root's vae.safetensors (synthetic roots), for --preview-steps
+  std::optional<Plan> plan;                 // the memory plan (none: no budget, --memory auto on the CPU)
 };
 
 // The ranks one copy of the frozen base is sharded over (1: not sharded).
@@ -165,6 +167,25 @@ void resolve_lora_shape(CausalRun& r) {
   r.cfg.lora_rank = file.rank, r.cfg.lora_alpha = file.alpha;
 }
 
+// The memory plan (train/plan/startup_plan.h) sets the memory flags the command line left out, before they apply.
+void plan_causal_memory(CausalRun& r) {
+  const auto& in = r.ds->info();
+  const int64_t frames = r.cfg.span_frames(), copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
+  RunShape shape;
+  shape.training = "lora", shape.chunks = kSpanChunks;
+  shape.video_rows = copies * frames * (in.latent_h / 2) * (in.latent_w / 2) +  // 1x2x2 patches
+                     r.model->extra_rows(frames, in.latent_h, in.latent_w, r.cfg.chunk_frames);
+  shape.text_len = in.text_len;
+  shape.world = r.ctx->world;
+  if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off)  // as build_model shards the blocks
+    shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
+  PlanTargets t;
+  t.memory = &r.cfg.memory, t.causal_memory = &r.cfg.causal_memory, t.attention = &r.cfg.attention;
+  t.mode = r.cfg.checkpointing_mode(), t.allow_none = false;
+  r.plan = plan_memory(*r.model, r.ctx->device, shape, t, r.ctx->rank);
+  if (r.plan) r.cfg.validate();  // the plan's choices pass the flags' own checks
+}
+
 void build_model(CausalRun& r) {
   resolve_lora_shape(r);
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
@@ -177,6 +198,7 @@ void build_model(CausalRun& r) {
   for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
   torch::NoGradGuard ng;
   for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
+  plan_causal_memory(r);
   r.model->set_causal_kernel(r.cfg.attention.kernel());
   CheckpointOptions co;
   co.offload_inputs = r.cfg.causal_memory.act_offload_on();
@@ -466,6 +488,7 @@ void write_run_files(const CausalRun& r) {
   write_file_atomic((fs::path(r.cfg.out) / "val_samples.json").string(), val.dump());
   auto args = nlohmann::ordered_json::parse(r.cfg.to_json());
   args["lora_start"] = r.lora_start;  // beside the flags: where this run's LoRA came from (fresh, loudly)
+  if (r.plan) args["memory_plan"] = plan_json(*r.plan);
   write_file_atomic((fs::path(r.cfg.out) / "args.json").string(), args.dump(1));
 }
 
@@ -515,6 +538,8 @@ void print_config(const CausalRun& r) {
       std::printf("  weights %s (%llu bytes, crc32 %s)\n", f.path.c_str(), static_cast<unsigned long long>(f.bytes),
                   f.crc_hex().c_str());
   std::printf("  flags %s\n", changed_fields(r.cfg, CausalConfig::fields()).c_str());
+  if (r.plan)  // each choice with its reason, the predicted peak and s/step
+    for (const auto& line : r.plan->table_lines()) std::printf("  %s\n", line.c_str());
   std::fflush(stdout);
 }
 
@@ -645,6 +670,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   sum.params = r.base_params;  // counted before sharding
   sum.shard_ranks = shard_ranks(r);
   sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;
+  if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
   CausalLoop loop(r, sum);
   static_cast<LoopResult&>(sum) =

@@ -30,6 +30,7 @@ struct CausalSummary : LoopResult {
   int64_t params = 0;  // the frozen base's and the LoRA's parameter count
   int shard_ranks = 1;      // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
   int64_t shard_bytes = 0;  // of the frozen blocks, held by this rank (0: not sharded)
+  double predicted_peak_gb = 0;  // the memory plan's predicted peak per GPU (0: no plan)
 };
 
 // The frozen base the trainer trains on, without a LoRA: the preset with --weights (a file or a directory of shards),

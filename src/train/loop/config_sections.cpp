@@ -5,6 +5,7 @@
 
 #include "core/device_flag.h"
 #include "core/error.h"
+#include "train/plan/memory_plan.h"
 
 namespace vdt {
 namespace {
@@ -82,6 +83,10 @@ Checkpointing MemorySection::checkpointing_mode(const std::vector<Checkpointing>
   return parse_checkpointing(checkpointing, "--checkpointing", modes);
 }
 
+void MemorySection::check_memory() const {
+  parse_memory_budget(memory, /*device_total_bytes=*/int64_t{1} << 50, "--memory");  // any device: the spelling only
+}
+
 std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<Checkpointing>& modes) {
   using C = MemorySection;
   return {
@@ -89,6 +94,11 @@ std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<
       {kSelectiveBlocksFlag, "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
                              "outputs, the rest recompute whole (-1: all; what fits in memory); another value without "
                              "selective is an error", &C::selective_blocks},
+      {"--memory", "memory budget per GPU for the memory plan (docs/planner.md): auto (the device's memory less "
+                   "max(2 GiB, 3 %); on the CPU no plan: the memory flags as given or their defaults) or GiB (e.g. "
+                   "80); the plan picks the fastest --checkpointing, --selective-blocks (and the causal trainer's "
+                   "--act-offload, --attn-keep, --attn) whose predicted peak fits, keeping those given",
+       &C::memory},
   };
 }
 

@@ -8,6 +8,7 @@
 // --data-root, --lr): those stay in the trainer's config (docs/cli.md "Flags, once").
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,13 +43,22 @@ struct ComputeSection {
   static std::vector<ConfigField<ComputeSection>> fields(const std::vector<PrecisionChoice>& precisions);
 };
 
-// Memory: what a checkpointed step keeps for backward (distributed/activation_checkpoint.h).
+// Memory: what a checkpointed step keeps for backward (distributed/activation_checkpoint.h), and the budget per GPU
+// the memory plan picks the memory flags left out for (docs/planner.md; train/plan/startup_plan.h).
 struct MemorySection {
   std::string checkpointing = "block";  // block | selective | none (where the holder offers it)
   int64_t selective_blocks = -1;        // with selective: the first N blocks keep GEMM/attention outputs (-1: all)
+  std::string memory = "auto";          // --memory: auto (the device's memory less a margin; no plan on the CPU) | GiB
+  // Not a flag: the flags this command line gave (cli/commands.h given_flags), whose values the plan keeps. A config
+  // built in code leaves it empty: there a value that differs from its default counts as given (flag_given).
+  std::set<std::string> given;
 
+  bool flag_given(const std::string& flag, bool differs_from_default) const {
+    return differs_from_default || given.count(flag) > 0;
+  }
   // `modes`: the checkpointing modes the holder offers (the causal trainer always checkpoints: no none).
   Checkpointing checkpointing_mode(const std::vector<Checkpointing>& modes) const;
+  void check_memory() const;  // --memory's spelling (auto or a positive number of GiB): no device is touched
   static std::vector<ConfigField<MemorySection>> fields(const std::vector<Checkpointing>& modes);
 };
 

@@ -172,6 +172,8 @@ void RunLog::open(const SftConfig& cfg, const nlohmann::ordered_json& facts, int
               static_cast<long long>(cfg.save_every), cfg.save_state ? " with state" : "",
               static_cast<long long>(cfg.val_every), cfg.val_timesteps.c_str());
   std::printf("| flags     %s\n", changed_fields(cfg, SftConfig::fields()).c_str());
+  if (facts.contains("memory_plan"))  // train/plan/startup_plan.h: each choice with its reason, the predictions
+    for (const auto& line : facts["memory_plan"]["table"]) std::printf("| %s\n", line.get<std::string>().c_str());
   if (resumed_step > 0) std::printf("| resume    from step %lld (%s)\n", static_cast<long long>(resumed_step),
                                     facts["resume"]["resumed_from"].get<std::string>().c_str());
   std::printf("+-------------------------------------------------------------------\n");
@@ -285,14 +287,18 @@ void RunLog::done(const Done& x) {
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  write_json((std::filesystem::path(out_) / "done.json").string(),
-             {{"step", x.steps}, {"start_step", x.start_step}, {"peak_mem_gb_main", x.peak_gb_main},
+  nlohmann::ordered_json done = {{"step", x.steps}, {"start_step", x.start_step}, {"peak_mem_gb_main", x.peak_gb_main},
               {"peak_mem_gb_max", x.peak_gb_max}, {"s_per_step_mean", s}, {"data_s_per_step_mean", d},
               {"n_steps_timed", step_times_.size() > 2 ? step_times_.size() - 2 : step_times_.size()},
               {"data_pos", {{"epoch", x.epoch}, {"epoch_micro", x.epoch_micro}}}, {"finished", buf},
-              {"peak_mem_gb", x.peak_gb_main}, {"last_export", x.last_export}});
-  std::printf("[done] step %lld, peak memory %.2f GB (largest over the ranks %.2f GB), %.3f s/step (data %.3f s/step); "
-              "outputs in %s\n", static_cast<long long>(x.steps), x.peak_gb_main, x.peak_gb_max, s, d, out_.c_str());
+              {"peak_mem_gb", x.peak_gb_main}, {"last_export", x.last_export}};
+  if (x.predicted_peak_gb > 0) done["peak_mem_gb_predicted"] = x.predicted_peak_gb;
+  write_json((std::filesystem::path(out_) / "done.json").string(), done);
+  char predicted[48] = "";
+  if (x.predicted_peak_gb > 0) std::snprintf(predicted, sizeof predicted, " (predicted %.2f GB)", x.predicted_peak_gb);
+  std::printf("[done] step %lld, peak memory %.2f GB%s (largest over the ranks %.2f GB), %.3f s/step (data %.3f "
+              "s/step); outputs in %s\n", static_cast<long long>(x.steps), x.peak_gb_main, predicted,
+              x.peak_gb_max, s, d, out_.c_str());
 }
 
 }  // namespace vdt

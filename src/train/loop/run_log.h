@@ -59,12 +59,14 @@ class RunLog {
   void preview(int64_t step, const std::string& clip_id, const Png& png);
   std::pair<double, double> mean_times() const;  // s/step and data s/step, first 2 steps excluded when possible
   // done.json: the Python trainer's keys (step, start_step, peak_mem_gb_main, peak_mem_gb_max, s_per_step_mean,
-  // data_s_per_step_mean, n_steps_timed, data_pos, finished) plus ours (peak_mem_gb, last_export).
+  // data_s_per_step_mean, n_steps_timed, data_pos, finished) plus ours (peak_mem_gb, last_export, and with a memory
+  // plan peak_mem_gb_predicted).
   struct Done {
     int64_t steps = 0, start_step = 0;
     double peak_gb_main = 0, peak_gb_max = 0;  // this process's peak; the largest over the ranks
     int64_t epoch = 0, epoch_micro = 0;        // the data position after the last step
     std::string last_export;
+    double predicted_peak_gb = 0;  // the memory plan's (0: no plan; then done.json has no peak_mem_gb_predicted)
   };
   void done(const Done& d);
 

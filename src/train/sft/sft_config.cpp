@@ -64,6 +64,7 @@ void SftConfig::validate() const {
     VDT_CHECK(p >= 0 && p <= 1, name, ": ", p, " is not a probability in [0, 1]");
   compute.validate(kPrecisions);
   check_selective_blocks(memory.selective_blocks, checkpointing_mode());
+  memory.check_memory();
   VDT_CHECK(lr > 0 && cond_lr > 0, "--lr and --cond_lr must be positive");
   VDT_CHECK(weight_decay >= 0, "--weight_decay must be >= 0");
   VDT_CHECK(std::isfinite(grad_clip) && grad_clip >= 0, "--grad_clip ", grad_clip, ": expected a finite number >= 0 "
@@ -118,6 +119,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
       lift(&C::compute, compute, "--fp8"),
       lift(&C::memory, memory, "--checkpointing"),
       lift(&C::memory, memory, kSelectiveBlocksFlag),
+      lift(&C::memory, memory, "--memory"),
       {"--sem_hidden", "gc_sem_cond width (0 = min(512, model dim); negative is an error)", &C::sem_hidden},
       {"--lr", "AdamW learning rate of the DiT", &C::lr},
       {"--cond_lr", "AdamW learning rate of gc_sem_cond.*", &C::cond_lr},

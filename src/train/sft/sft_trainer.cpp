@@ -40,6 +40,7 @@
 #include "train/loop/run_log.h"
 #include "train/loop/schedule.h"
 #include "train/loop/train_loop.h"
+#include "train/plan/startup_plan.h"
 
 namespace vdt {
 namespace {
@@ -64,6 +65,7 @@ struct SftRun {
   RunLog log;
   std::string init_ckpt;
   std::vector<std::string> base_files;  // --model_dir's weight files (empty: --random-init)
+  std::optional<Plan> plan;  // the memory plan (none: no budget, --memory auto on the CPU)
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
   std::vector<std::vector<int64_t>> epoch_batches;
@@ -117,6 +119,22 @@ bool is_warm_start(const std::string& resume) {
   return resume.size() > 12 && resume.substr(resume.size() - 12) == ".safetensors";
 }
 
+// The memory plan (train/plan/startup_plan.h) sets the memory flags the command line left out, before they apply.
+void plan_sft_memory(SftRun& r) {
+  const auto& in = r.train_ds->info();
+  const auto precision = r.cfg.precision_mode();
+  RunShape shape;
+  shape.video_rows = r.cfg.batch_size * in.latent_frames * (in.latent_h / 2) * (in.latent_w / 2);  // 1x2x2 patches
+  shape.text_len = in.text_len;
+  shape.fp32_masters = precision == Precision::mixed, shape.moment_bytes = precision == Precision::bf16 ? 2 : 4;
+  shape.world = r.ctx->world, shape.zero2 = r.ctx->world > 1, shape.grad_accum = r.cfg.grad_accum;
+  PlanTargets t;
+  t.memory = &r.cfg.memory, t.mode = r.cfg.checkpointing_mode();
+  t.mode_given = r.cfg.memory.flag_given("--gradient_checkpointing", !r.cfg.gradient_checkpointing);
+  r.plan = plan_memory(*r.model, r.ctx->device, shape, t, r.ctx->rank);
+  if (r.plan) r.cfg.validate();  // the plan's choices pass the flags' own checks
+}
+
 void build_model(SftRun& r) {
   r.base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{} : weight_files(r.cfg.model_dir, "--model_dir");
   const auto& base_files = r.base_files;
@@ -155,6 +173,7 @@ void build_model(SftRun& r) {
   r.sync = make_grad_sync(named_parameters(*r.model), o, r.ctx->comm);
   if (o.fp32_masters) r.model->to(r.ctx->dtype);
   r.sync->attach(named_parameters(*r.model));
+  plan_sft_memory(r);
   if (const auto mode = r.cfg.checkpointing_mode(); mode != Checkpointing::none) {
     CheckpointOptions co;
     co.selective = mode == Checkpointing::selective;
@@ -430,6 +449,7 @@ void open_log(SftRun& r) {
   facts["model"]["start_step"] = r.start_step;  // the Python trainer's key
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
+  if (r.plan) facts["memory_plan"] = plan_json(*r.plan);
   r.log.open(r.cfg, facts, r.start_step);
 }
 
@@ -506,7 +526,8 @@ SftSummary finish(SftRun& r, SftSummary& sum) {
     peak_max = t.cpu().item<double>();
   }
   if (r.ctx->rank == 0)
-    r.log.done({sum.steps, r.start_step, sum.peak_mem_gb, peak_max, r.epoch, r.epoch_micro, sum.last_export});
+    r.log.done({sum.steps, r.start_step, sum.peak_mem_gb, peak_max, r.epoch, r.epoch_micro, sum.last_export,
+                sum.predicted_peak_gb});
   return sum;
 }
 
@@ -539,6 +560,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   SftSummary sum;
   sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
+  if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
   start_epoch(r, r.skip_micro);
   SftLoop loop(r, sum);

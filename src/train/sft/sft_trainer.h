@@ -21,6 +21,7 @@ struct SftSummary : LoopResult {
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
   uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
   int64_t params = 0;  // the model's parameter count (the adapter included)
+  double predicted_peak_gb = 0;  // the memory plan's predicted peak per GPU (0: no plan)
 };
 
 // One process (CPU or one GPU).

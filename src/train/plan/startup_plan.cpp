@@ -1,0 +1,158 @@
+// The trainers' memory plan at start-up (startup_plan.h): the request from the built model and the run's shape, the
+// cost table for this card (or the analytic estimate), the choices written into the flags' sections.
+#include "train/plan/startup_plan.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "train/plan/cost_table.h"
+
+#if __has_include(<c10/cuda/CUDACachingAllocator.h>)  // LibTorch with CUDA (as train/loop/run_context.cpp)
+#include <ATen/cuda/CUDAContext.h>
+#define VDT_PLAN_DEVICE_PROPERTIES 1
+#endif
+
+namespace vdt {
+namespace {
+
+constexpr double kGiB = double(int64_t{1} << 30);
+// The analytic estimate's sustained bf16 rate: about 40 % of a current datacenter GPU's dense peak (the H200's
+// 989 TFLOP/s). It orders the candidates; a measured table replaces it (docs/planner.md, "No table for the card").
+constexpr double kAnalyticTflops = 400;
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", bytes / kGiB);
+  return b;
+}
+
+// Parameter counts as the fixed part takes them: trainable (requires grad), frozen, and frozen in the blocks, with
+// the bytes of a trainable weight (a float32 LoRA beside a bf16 base: 4).
+FixedMemoryInputs parameter_counts(Denoiser& model) {
+  FixedMemoryInputs in;
+  for (const auto& p : model.parameters()) {
+    if (p.requires_grad()) {
+      in.trainable_params += p.numel();
+      in.trainable_bytes = static_cast<int64_t>(p.element_size());
+    } else {
+      in.frozen_params += p.numel();
+    }
+  }
+  const auto blocks = model.block_modules();
+  for (auto* b : blocks)
+    for (const auto& p : b->parameters()) in.frozen_block_params += p.requires_grad() ? 0 : p.numel();
+  in.blocks = static_cast<int64_t>(blocks.size());
+  in.compute_bytes = static_cast<int64_t>(c10::elementSize(model.compute_dtype()));
+  return in;
+}
+
+// This card's table with rows of the run's kind, its bytes estimated when it has none (measured on the CPU);
+// else the analytic estimate.
+CostTable costs_for(Denoiser& model, const std::string& card, const RunShape& shape, const ModelDims& dims,
+                    int64_t rows) {
+  const bool causal = shape.chunks > 0;
+  const auto estimate = [&] { return analytic_cost_table(dims, shape.training, shape.chunks, {rows}, kAnalyticTflops); };
+  const std::string path = find_cost_table(plans_dirs(), card, model.preset());
+  if (path.empty()) return estimate();
+  CostTable table = load_cost_table(path);
+  if (!table.has_kind(shape.training, causal)) return estimate();
+  return table.memory_measured ? table : with_memory_from(table, estimate());
+}
+
+const char* checkpointing_name(Checkpointing m) {
+  return m == Checkpointing::none ? "none" : m == Checkpointing::block ? "block" : "selective";
+}
+
+}  // namespace
+
+DeviceMemoryInfo device_memory_info(const torch::Device& device) {
+  if (!device.is_cuda()) return {"cpu", 0};
+#ifdef VDT_PLAN_DEVICE_PROPERTIES
+  const auto* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+  return {p->name, static_cast<int64_t>(p->totalGlobalMem)};
+#else
+  return {"cuda", 0};
+#endif
+}
+
+std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape,
+                                const PlanTargets& t, int rank) {
+  VDT_CHECK(t.memory != nullptr, "plan_memory: no memory section to plan for");
+  MemorySection& memory = *t.memory;
+  const bool budget_given = memory.flag_given("--memory", memory.memory != "auto");
+  const DeviceMemoryInfo dev = device_memory_info(device);
+  if (memory.memory == "auto" && dev.total_bytes <= 0) return std::nullopt;  // the CPU: no budget, the flags as given
+
+  PlanRequest req;
+  req.budget_bytes = parse_memory_budget(memory.memory, dev.total_bytes, "--memory");
+  req.budget_note = memory.memory == "auto" ? "auto: " + gib(static_cast<double>(dev.total_bytes)) + " GiB on " +
+                                                  dev.name + " less " +
+                                                  gib(static_cast<double>(dev.total_bytes - req.budget_bytes)) + " GiB"
+                                            : "--memory " + memory.memory;
+  FixedMemoryInputs in = parameter_counts(model);
+  in.fp32_masters = shape.fp32_masters, in.moment_bytes = shape.moment_bytes, in.world = shape.world;
+  in.zero2 = shape.zero2, in.shard_ranks = shape.shard_ranks, in.grad_accum = shape.grad_accum;
+  req.fixed = fixed_memory(in);
+  const ModelDims dims = model_dims(model, shape.text_len);
+  req.blocks = in.blocks;
+  req.rows = shape.video_rows + (dims.text_len > 0 ? 0 : shape.text_len);  // no cross-attention: the text is in the rows
+  req.training = shape.training;
+  req.causal = shape.chunks > 0;
+  req.allow_none = t.allow_none;
+  req.allow_offload = t.causal_memory != nullptr;
+  req.world = shape.world;
+
+  // The choices the user fixed: given on the command line, or (a config built in code) set to another value than
+  // the default.
+  const MemorySection mem0;
+  auto& g = req.given;
+  if (t.mode_given || memory.flag_given("--checkpointing", memory.checkpointing != mem0.checkpointing)) g.checkpointing = t.mode;
+  if (memory.flag_given(kSelectiveBlocksFlag, memory.selective_blocks != mem0.selective_blocks))
+    g.selective_blocks = memory.selective_blocks;
+  if (t.causal_memory) {
+    const CausalMemorySection cm0;
+    if (memory.flag_given("--act-offload", t.causal_memory->act_offload != cm0.act_offload))
+      g.act_offload = t.causal_memory->act_offload_on();
+    if (memory.flag_given(kAttnKeepFlag, t.causal_memory->attn_keep != cm0.attn_keep))
+      g.attn_keep = t.causal_memory->attn_keep;
+  }
+  if (t.attention && memory.flag_given("--attn", t.attention->attn != AttentionSection{}.attn))
+    g.attn = t.attention->kernel();
+
+  const std::string card = device.is_cuda() ? card_slug(dev.name) : "cpu";
+  Plan plan;
+  try {
+    plan = make_plan(req, costs_for(model, card, shape, dims, req.rows));
+  } catch (const Error& e) {
+    if (budget_given) throw;
+    if (rank == 0)
+      std::printf("[memory plan] warning (--memory auto): %s\n---> the memory flags stay as given (or their "
+                  "defaults); pass --memory GiB to make this an error\n", e.what());
+    return std::nullopt;
+  }
+
+  memory.checkpointing = checkpointing_name(plan.checkpointing);
+  memory.selective_blocks = plan.selective_blocks;
+  if (t.causal_memory) {
+    t.causal_memory->act_offload = plan.act_offload ? "on" : "off";
+    t.causal_memory->attn_keep = plan.attn_keep;
+  }
+  if (t.attention && plan.attn) t.attention->attn = *plan.attn == CausalKernel::mask ? "mask" : "prefix";
+  return plan;
+}
+
+nlohmann::ordered_json plan_json(const Plan& plan) {
+  return {{"budget_gib", static_cast<double>(plan.budget_bytes) / kGiB},
+          {"budget", plan.budget_note},
+          {"flags", plan.flags()},
+          {"predicted_peak_gib", static_cast<double>(plan.peak_bytes) / kGiB},
+          {"predicted_step_s", plan.step_seconds},
+          {"host_gib", static_cast<double>(plan.host_bytes) / kGiB},
+          {"costs", plan.costs},
+          {"table", plan.table_lines()}};
+}
+
+}  // namespace vdt
