@@ -35,7 +35,8 @@ void add_bench(CLI::App& app, int& exit_code) {
     const auto comm = communicator_for(env, device);
     if (env.rank == 0) {
       std::printf("bench step: trainer %s model %s geometry %lldx%lldx%lld text %lld checkpointing %s precision %s "
-                  "fp8 %s memory %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(), static_cast<long long>(cfg->frames),
+                  "fp8 %s memory %s device %s world %d\n", cfg->trainer.c_str(), cfg->model.c_str(),
+                  static_cast<long long>(cfg->frames),
                   static_cast<long long>(cfg->height), static_cast<long long>(cfg->width),
                   static_cast<long long>(cfg->text_len), cfg->memory.checkpointing.c_str(),
                   cfg->compute.precision.c_str(), cfg->compute.fp8.c_str(), cfg->memory.memory.c_str(),

@@ -38,7 +38,7 @@ void write_made_up_table(const std::string& plans_dir, const std::string& traini
   save_cost_table(t, cost_table_path(plans_dir, "cpu", "tiny"));
 }
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json plan_test_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
 }
@@ -68,12 +68,12 @@ TEST_F(StartupPlanCli, TrainSftPrintsAndRecordsThePlan) {
   EXPECT_NE(r.output.find("|   --checkpointing   none  (plan: fastest that fits"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("|   predicted peak    "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(predicted "), std::string::npos) << r.output;  // the [done] line
-  const auto config = read_json(dir_.file("run/config.json"));
+  const auto config = plan_test_json(dir_.file("run/config.json"));
   ASSERT_TRUE(config.contains("memory_plan")) << config.dump(1);
   EXPECT_EQ(config["memory_plan"]["flags"], "--checkpointing none");
   EXPECT_GT(config["memory_plan"]["predicted_peak_gib"].get<double>(), 0);
   EXPECT_FALSE(config["memory_plan"]["table"].empty());
-  const auto done = read_json(dir_.file("run/done.json"));
+  const auto done = plan_test_json(dir_.file("run/done.json"));
   EXPECT_GT(done["peak_mem_gb_predicted"].get<double>(), 0);
 }
 
@@ -82,7 +82,7 @@ TEST_F(StartupPlanCli, GivenFlagsWinThroughTheCommandLine) {
   const auto r = train("given", "--memory 1 --checkpointing block");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("|   --checkpointing   block  (given)"), std::string::npos) << r.output;
-  EXPECT_EQ(read_json(dir_.file("given/config.json"))["memory_plan"]["flags"], "--checkpointing block");
+  EXPECT_EQ(plan_test_json(dir_.file("given/config.json"))["memory_plan"]["flags"], "--checkpointing block");
   const auto off = train("off", "--memory 1 --no-gradient_checkpointing");
   ASSERT_EQ(off.code, 0) << off.output;
   EXPECT_NE(off.output.find("|   --checkpointing   none  (given)"), std::string::npos) << off.output;
@@ -94,8 +94,8 @@ TEST_F(StartupPlanCli, AutoOnTheCpuPlansNothing) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.find("memory plan"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checkpointing block"), std::string::npos) << r.output;
-  EXPECT_FALSE(read_json(dir_.file("auto/config.json")).contains("memory_plan"));
-  EXPECT_FALSE(read_json(dir_.file("auto/done.json")).contains("peak_mem_gb_predicted"));
+  EXPECT_FALSE(plan_test_json(dir_.file("auto/config.json")).contains("memory_plan"));
+  EXPECT_FALSE(plan_test_json(dir_.file("auto/done.json")).contains("peak_mem_gb_predicted"));
 }
 
 TEST(StartupPlan, BadMemoryNamesTheFlag) {
@@ -103,7 +103,7 @@ TEST(StartupPlan, BadMemoryNamesTheFlag) {
   for (const std::string& args :
        {"train sft --data_root /nonexistent --output " + d.file("s") + " --random-init --device cpu --memory lots",
         "train causal --data-root /nonexistent --out " + d.file("c") + " --random-init --device cpu --memory=-3",
-        "bench step --trainer sft --model tiny --device cpu --memory 0"}) {
+        std::string("bench step --trainer sft --model tiny --device cpu --memory 0")}) {
     const auto r = test::run_vdt(args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_NE(r.output.find("--memory '"), std::string::npos) << args << "\n" << r.output;
@@ -124,9 +124,10 @@ TEST(StartupPlan, CausalTrainerPlansAndRecords) {
   const auto sum = train_causal(c);
   ::unsetenv("VDT_PLANS");
   EXPECT_GT(sum.predicted_peak_gb, 0);
-  const auto args = read_json(dir.file("run/args.json"));
+  const auto args = plan_test_json(dir.file("run/args.json"));
   ASSERT_TRUE(args.contains("memory_plan")) << args.dump(1);
-  EXPECT_EQ(args["memory_plan"]["flags"], "--checkpointing selective --selective-blocks -1 --attn-keep 0 --attn prefix");
+  EXPECT_EQ(args["memory_plan"]["flags"],
+            "--checkpointing selective --selective-blocks -1 --attn-keep 0 --attn prefix");
   EXPECT_EQ(args["checkpointing"], "selective");  // the plan's choice, in the run's flags
 }
 

@@ -18,14 +18,14 @@
 namespace vdt {
 namespace {
 
-constexpr double kGiB = double(int64_t{1} << 30);
+constexpr double kBytesPerGiB = double(int64_t{1} << 30);
 // The analytic estimate's sustained bf16 rate: about 40 % of a current datacenter GPU's dense peak (the H200's
 // 989 TFLOP/s). It orders the candidates; a measured table replaces it (docs/planner.md, "No table for the card").
 constexpr double kAnalyticTflops = 400;
 
-std::string gib(double bytes) {
+std::string gib_text(double bytes) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.1f", bytes / kGiB);
+  std::snprintf(b, sizeof b, "%.1f", bytes / kBytesPerGiB);
   return b;
 }
 
@@ -54,7 +54,9 @@ FixedMemoryInputs parameter_counts(Denoiser& model) {
 CostTable costs_for(Denoiser& model, const std::string& card, const RunShape& shape, const ModelDims& dims,
                     int64_t rows) {
   const bool causal = shape.chunks > 0;
-  const auto estimate = [&] { return analytic_cost_table(dims, shape.training, shape.chunks, {rows}, kAnalyticTflops); };
+  const auto estimate = [&] {
+    return analytic_cost_table(dims, shape.training, shape.chunks, {rows}, kAnalyticTflops);
+  };
   const std::string path = find_cost_table(plans_dirs(), card, model.preset());
   if (path.empty()) return estimate();
   CostTable table = load_cost_table(path);
@@ -88,9 +90,9 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
 
   PlanRequest req;
   req.budget_bytes = parse_memory_budget(memory.memory, dev.total_bytes, "--memory");
-  req.budget_note = memory.memory == "auto" ? "auto: " + gib(static_cast<double>(dev.total_bytes)) + " GiB on " +
-                                                  dev.name + " less " +
-                                                  gib(static_cast<double>(dev.total_bytes - req.budget_bytes)) + " GiB"
+  const double reserve = static_cast<double>(dev.total_bytes - req.budget_bytes);
+  req.budget_note = memory.memory == "auto" ? "auto: " + gib_text(static_cast<double>(dev.total_bytes)) + " GiB on " +
+                                                  dev.name + " less " + gib_text(reserve) + " GiB"
                                             : "--memory " + memory.memory;
   FixedMemoryInputs in = parameter_counts(model);
   in.fp32_masters = shape.fp32_masters, in.moment_bytes = shape.moment_bytes, in.world = shape.world;
@@ -98,7 +100,7 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
   req.fixed = fixed_memory(in);
   const ModelDims dims = model_dims(model, shape.text_len);
   req.blocks = in.blocks;
-  req.rows = shape.video_rows + (dims.text_len > 0 ? 0 : shape.text_len);  // no cross-attention: the text is in the rows
+  req.rows = shape.video_rows + (dims.text_len > 0 ? 0 : shape.text_len);  // no cross-attention: text in the rows
   req.training = shape.training;
   req.causal = shape.chunks > 0;
   req.allow_none = t.allow_none;
@@ -109,7 +111,8 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
   // the default.
   const MemorySection mem0;
   auto& g = req.given;
-  if (t.mode_given || memory.flag_given("--checkpointing", memory.checkpointing != mem0.checkpointing)) g.checkpointing = t.mode;
+  if (t.mode_given || memory.flag_given("--checkpointing", memory.checkpointing != mem0.checkpointing))
+    g.checkpointing = t.mode;
   if (memory.flag_given(kSelectiveBlocksFlag, memory.selective_blocks != mem0.selective_blocks))
     g.selective_blocks = memory.selective_blocks;
   if (t.causal_memory) {
@@ -145,12 +148,12 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
 }
 
 nlohmann::ordered_json plan_json(const Plan& plan) {
-  return {{"budget_gib", static_cast<double>(plan.budget_bytes) / kGiB},
+  return {{"budget_gib", static_cast<double>(plan.budget_bytes) / kBytesPerGiB},
           {"budget", plan.budget_note},
           {"flags", plan.flags()},
-          {"predicted_peak_gib", static_cast<double>(plan.peak_bytes) / kGiB},
+          {"predicted_peak_gib", static_cast<double>(plan.peak_bytes) / kBytesPerGiB},
           {"predicted_step_s", plan.step_seconds},
-          {"host_gib", static_cast<double>(plan.host_bytes) / kGiB},
+          {"host_gib", static_cast<double>(plan.host_bytes) / kBytesPerGiB},
           {"costs", plan.costs},
           {"table", plan.table_lines()}};
 }
