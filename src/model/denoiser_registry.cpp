@@ -71,6 +71,19 @@ std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::Tensor
   VDT_FAIL("model family '", family, "' of preset '", preset, "' has no constructor");
 }
 
+std::shared_ptr<Denoiser> denoiser_for_weights(const SafetensorsSet& files, torch::TensorOptions options) {
+  if (detect_base(files).first == "h3") {
+    H3BuildOptions bo;
+    bo.device = options.device(), bo.dtype = options.dtype().toScalarType(), bo.fp32_islands = true;
+    bo.init = false;  // zeros: the caller loads every parameter
+    return H3DiT(detect_h3_config(files), bo).ptr();
+  }
+  ModelConfig mc = detect_config(files);
+  const auto& meta = files.metadata();
+  if (meta.count("model_config")) mc = ModelConfig::from_json(meta.at("model_config"), files.files().front()->path());
+  return WanDiT(mc, options).ptr();
+}
+
 LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const std::string& where) {
   if (const auto* h3 = dynamic_cast<const H3DiTImpl*>(&model); h3 && h3_lora_is_split(w))
     return h3_lora_from_split(w, h3->config().head_dim, where);

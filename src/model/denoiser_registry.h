@@ -37,6 +37,11 @@ double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t t
 std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::TensorOptions options = {},
                                         int64_t layers = 0);
 
+// The denoiser that weights describe (detect_base), built on `options` and not yet loaded: the architecture from the
+// tensor shapes, or from the files' `model_config` metadata where a checkpoint recorded it (a Wan export). Custom
+// shapes build too; the caller loads the weights (model/weights_io.h).
+std::shared_ptr<Denoiser> denoiser_for_weights(const SafetensorsSet& files, torch::TensorOptions options = {});
+
 // A LoRA file's modules in `model`'s naming: an H3 LoRA in diffusers' split q/k/v naming fused into the checkpoint's
 // (model/h3/h3_lora.h); anything else unchanged. `where` names the file in errors.
 LoraWeights lora_for_model(const Denoiser& model, const LoraWeights& w, const std::string& where);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "model/denoiser_registry.h"
 #include "model/weights_io.h"
 
 namespace vdt {
@@ -37,12 +38,10 @@ SemCondConfig sem_cond_config_of(const SafetensorsSet& files) {
   return c;
 }
 
-WanDiT load_checkpoint_model(const std::vector<std::string>& paths, torch::Device device, torch::ScalarType dtype) {
+std::shared_ptr<Denoiser> load_checkpoint_model(const std::vector<std::string>& paths, torch::Device device,
+                                                torch::ScalarType dtype) {
   auto files = SafetensorsSet::open(paths);
-  ModelConfig mc = detect_config(files);
-  const auto& meta = files.metadata();
-  if (meta.count("model_config")) mc = ModelConfig::from_json(meta.at("model_config"), paths.front());
-  WanDiT model(mc, torch::TensorOptions().device(device).dtype(dtype));
+  auto model = denoiser_for_weights(files, torch::TensorOptions().device(device).dtype(dtype));
   if (files.contains("gc_sem_cond.patch.weight")) model->install_sem_cond(sem_cond_config_of(files));
   load_weights(*model, files);
   return model;
