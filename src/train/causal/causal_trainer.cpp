@@ -1,7 +1,7 @@
 // The causal trainer, in torchtitan's shape: build_* set-up, then the one training loop (train/loop/train_loop.h)
 // over this trainer's step, log, validation and files. The LoRA's gradient all-reduce, clipping and the update go
 // through the update path (distributed/grad_sync.h); the base through the base-model seam (model/denoiser.h); files
-// in train/checkpoint/lora_checkpoint.
+// in train/checkpoint/lora_checkpoint, logs through train/loop/run_log, where a run continues from in causal_resume.
 #include "train/causal/causal_trainer.h"
 
 #include <torch/torch.h>
@@ -11,16 +11,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file_checksum.h"
 #include "core/rng.h"
 #include "core/rng_purposes.h"
-#include "core/state_slots.h"
 #include "core/stop_signal.h"
-#include "core/tb_writer.h"
 #include "data/causal_dataset.h"
 #include "data/data_root.h"
 #include "data/sampler.h"
@@ -32,6 +28,7 @@
 #include "model/kernels/fused_ops.h"
 #include "model/lora.h"
 #include "model/weights_io.h"
+#include "train/causal/causal_resume.h"
 #include "train/checkpoint/lora_checkpoint.h"
 #include "train/eval/preview.h"
 #include "train/eval/stream_preview.h"
@@ -69,7 +66,7 @@ struct CausalRun {
   std::string lora_start;  // args.json and the start-up table: fresh, the --init-lora file, or continued
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
-  std::unique_ptr<TbWriter> tb;             // rank 0: <out>/tensorboard
+  RunLog log;                               // rank 0: train_log.jsonl, val_log.jsonl, tensorboard/
   std::shared_ptr<SynthVae> preview_vae;    // the root's vae.safetensors (synthetic roots), for --preview-steps
   std::optional<Plan> plan;                 // the memory plan (none: no budget, --memory auto on the CPU)
 };
@@ -128,45 +125,6 @@ void build_data(CausalRun& r) {
   r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
 }
 
-bool is_lora_file(const std::string& s) { return s.size() > 12 && s.substr(s.size() - 12) == ".safetensors"; }
-
-// The LoRA this run starts from decides its rank and alpha (the rule build_resume follows: the newest lora_step in
-// --out, else --resume X.safetensors, else another run's state, else --init-lora); a --lora-rank / --lora-alpha that
-// disagrees is an error naming both values. Without a starting LoRA: the flags, else rank 32, alpha 32. The resolved
-// values go into every file the run writes, so a re-run after preemption applies what the uninterrupted run applied.
-void resolve_lora_shape(CausalRun& r) {
-  std::string source;
-  LoraShape file;
-  const auto newest = newest_lora_step(r.cfg.out);
-  if (newest.first > 0 || is_lora_file(r.cfg.resume) || (r.cfg.resume == "auto" && !r.cfg.init_lora.empty())) {
-    source = newest.first > 0 ? newest.second : is_lora_file(r.cfg.resume) ? r.cfg.resume : r.cfg.init_lora;
-    file = lora_shape_for(r.cfg.model, source);  // e.g. an H3 LoRA in diffusers' split naming: rank 3r
-  } else if (r.cfg.resume != "auto") {  // another run's state: its flags (config.json) beside its factors
-    std::vector<std::string> notes;
-    if (auto st = find_causal_state(r.cfg.resume, -1, &notes)) {
-      std::ifstream in(fs::path(st->dir) / "config.json");
-      const auto j = nlohmann::json::parse(in, nullptr, false);
-      auto num = [&](const char* k) {
-        return j.is_object() && j.contains(k) && j[k].is_string() ? std::stod(j[k].get<std::string>()) : 0.0;
-      };
-      file = {static_cast<int64_t>(num("lora_rank")), num("lora_alpha")};
-      if (file.rank > 0 && file.alpha > 0) source = st->dir;
-    }
-  }
-  if (source.empty()) {
-    if (r.cfg.lora_rank < 0) r.cfg.lora_rank = CausalConfig::kDefaultLoraRank;
-    if (r.cfg.lora_alpha < 0) r.cfg.lora_alpha = static_cast<double>(CausalConfig::kDefaultLoraRank);
-    return;
-  }
-  VDT_CHECK(r.cfg.lora_rank < 0 || r.cfg.lora_rank == file.rank, "--lora-rank ", r.cfg.lora_rank, " disagrees with ",
-            source, ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out (the LoRA the run starts "
-            "from decides), or give its rank");
-  VDT_CHECK(r.cfg.lora_alpha < 0 || r.cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(r.cfg.lora_alpha),
-            " disagrees with ", source, ", whose LoRA has alpha ", py_float(file.alpha), "\n---> HINT: leave "
-            "--lora-alpha out (the LoRA the run starts from decides), or give its alpha");
-  r.cfg.lora_rank = file.rank, r.cfg.lora_alpha = file.alpha;
-}
-
 // The memory plan (train/plan/startup_plan.h) sets the memory flags the command line left out, before they apply.
 void plan_causal_memory(CausalRun& r) {
   const auto& in = r.ds->info();
@@ -187,7 +145,7 @@ void plan_causal_memory(CausalRun& r) {
 }
 
 void build_model(CausalRun& r) {
-  resolve_lora_shape(r);
+  resolve_lora_shape(r.cfg);
   r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
@@ -239,94 +197,11 @@ void build_update(CausalRun& r) {
   r.sync->attach(r.lora);
 }
 
-// Said on its own start-up line and in args.json: the Python trainer continues the released CWM LoRA when --init-lora is
-// not given; vdt ships no release, so without --init-lora it starts a new one.
-constexpr const char* kFreshLora = "fresh: a new LoRA (B = 0), no --init-lora";
-
-// Exactly from a state: the float32 factors, the AdamW moments and the sample position.
-void resume_exactly(CausalRun& r, const CausalState& st) {
-  const std::string differs = st.pos.model_config.empty() ? "" : r.model->architecture_difference(st.pos.model_config);
-  VDT_CHECK(differs.empty(), st.dir, ": the state's base is not this run's --model ", r.cfg.model, ": ", differs,
-            "\n---> HINT: re-run with the --model the LoRA was trained on, or use another --out");
-  for (const auto& [name, p] : r.lora) {
-    const auto t = st.full("weight", name);  // an error names the slot when the factor is missing
-    VDT_CHECK(t.sizes() == p.sizes(), st.dir, ": factor ", name, " is ", t.sizes(), ", this run's is ", p.sizes(),
-              " (--lora-rank ", r.cfg.lora_rank, ")");
-  }
-  r.sync->load([&](const std::string& kind, const std::string& name) { return st.full(kind, name); },
-               st.optimizer_steps(), st.dir);
-  r.start_step = st.pos.step;
-  r.samples_base = st.pos.samples_seen;
-  r.resume_how = "exact resume after step " + std::to_string(st.pos.step) + " from " + st.dir + " (float32 LoRA, "
-                 "AdamW moments, sample position " + std::to_string(st.pos.samples_seen) + ")";
-  if (st.pos.world != r.ctx->world)
-    r.resume_how += "; world size " + std::to_string(st.pos.world) + " -> " + std::to_string(r.ctx->world) +
-                    ": the same global sample stream continues";
-}
-
-
-// --resume auto: continue exactly from the newest sealed state slot in --out (its LoRA file is written after it, so
-// a kill between the two leaves the slot, and the missing LoRA file is written again from it); LoRA files newer than
-// that slot (a run of an older vdt killed between its LoRA file and its slot) are trained again. Without any slot, the
-// Python trainer's rule: continue from the newest lora_step file with fresh moments. Every sealed slot corrupt is an error
-// unless --ignore-corrupt-state. --resume X.safetensors: start from that LoRA. --resume DIR: continue exactly from
-// another run's state.
+// Where the run continues from (causal_resume.h), once the model and the update path are built.
 void build_resume(CausalRun& r) {
-  r.lora_start = "continued: the LoRA of the run being resumed";
-  const auto [step, path] = newest_lora_step(r.cfg.out);
-  const std::string& resume = r.cfg.resume;
-  const bool from_state = resume != "auto" && !is_lora_file(resume);
-  VDT_CHECK(step == 0 || !from_state, "--resume ", resume, ": --out ", r.cfg.out, " already holds ", path,
-            "\n---> HINT: re-run without --resume to continue that run, or give a fresh --out");
-  if (from_state) {
-    std::vector<std::string> notes;
-    auto st = find_causal_state(resume, -1, &notes);
-    VDT_CHECK(st.has_value(), "--resume ", resume, ": no complete causal state slot",
-              notes.empty() ? std::string() : " (" + notes.back() + ")");
-    VDT_CHECK(st->pos.step <= r.total_steps, "--resume ", resume, ": its step ", st->pos.step, " is past this run's ",
-              r.total_steps, " steps");
-    return resume_exactly(r, *st);
-  }
-  VDT_CHECK(step <= r.total_steps, r.cfg.out, " already holds ", path, " (step ", step, ") past this run's ",
-            r.total_steps, " steps; use another --out or more --steps/--epochs");
-  std::vector<std::string> notes;
-  if (auto st = find_causal_state(r.cfg.out, -1, &notes, r.cfg.ignore_corrupt_state)) {
-    VDT_CHECK(st->pos.step <= r.total_steps, r.cfg.out, ": its state ", st->dir, " is at step ", st->pos.step,
-              ", past this run's ", r.total_steps, " steps; use another --out or more --steps/--epochs");
-    resume_exactly(r, *st);
-    r.state_slot = st->dir;
-    if (step > st->pos.step)
-      r.resume_how += "; " + path + " and any LoRA file after step " + std::to_string(st->pos.step) +
-                      " have no state: those steps are trained again and their files rewritten";
-    const std::string own = lora_step_path(r.cfg.out, st->pos.step);
-    if (!fs::exists(own)) {  // killed between sealing the slot and writing its LoRA file: the unit is the slot
-      if (r.ctx->rank == 0) write_lora_file(r.cfg, *r.model, own, st->pos.step, r.lora);
-      r.resume_how += "; " + own + " was missing (the save was cut after the state) and is written from the state";
-    }
-    if (r.ctx->rank == 0)
-      if (const auto old = repair_state_link(r.cfg.out, st->dir))
-        r.resume_how += "; the state link pointed at " + (old->empty() ? std::string("nothing") : *old) +
-                        " and now points at the newest sealed slot " + fs::path(st->dir).filename().string();
-    return;
-  }
-  if (step == 0) {
-    const std::string init = is_lora_file(resume) ? resume : r.cfg.init_lora;
-    if (!init.empty()) {
-      load_lora(*r.model, lora_for_model(*r.model, read_lora(init), init), init);
-      r.resume_how = "fresh run from the LoRA " + init;
-      r.lora_start = init;
-    } else {
-      r.resume_how = "fresh run, new LoRA (B = 0)";
-      r.lora_start = kFreshLora;
-    }
-    return;
-  }
-  r.start_step = step;
-  load_lora(*r.model, read_lora(path), path);
-  r.samples_base = step * r.ctx->world;
-  r.resume_how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
-                 (notes.empty() ? std::string("none written") : notes.back()) +
-                 "; optimizer moments start afresh, as the Python trainer)";
+  const auto res = resume_causal({r.cfg, r.total_steps, *r.model, r.lora, *r.sync, r.ctx->rank, r.ctx->world});
+  r.start_step = res.start_step, r.samples_base = res.samples_base, r.state_slot = res.state_slot;
+  r.resume_how = res.how, r.lora_start = res.lora_start;
 }
 
 // The random streams of a window: per-chunk levels, the video noise, a side stream's noise and the conditioning
@@ -404,9 +279,8 @@ void draw_preview(CausalRun& r, int64_t step) {
       sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.random.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
   const auto grid = frame_grid({r.preview_vae->decode(s.ground_truth), r.preview_vae->decode(s.sample)}, 2, 4);
-  r.tb->add_image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid),
-                  step);
-  r.tb->flush();
+  r.log.image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid),
+              step);
 }
 
 // --val-sample-every: val window 0 streamed with the KV cache on every rank (as draw_preview), logged by rank 0.
@@ -414,20 +288,18 @@ void draw_stream_preview(CausalRun& r, int64_t step) {
   const auto p = stream_preview(*r.model, *r.ds, r.cfg.data_root, r.cfg.chunk_frames, r.cfg.preview_steps,
                                 r.cfg.random.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
-  r.tb->add_scalar("val/stream_chunk_s", p.seconds_per_chunk, step);
-  if (p.grid.defined()) r.tb->add_image(p.tag, encode_png(p.grid), step);
-  r.tb->flush();
+  r.log.scalar("val/stream_chunk_s", p.seconds_per_chunk, step);
+  if (p.grid.defined()) r.log.image(p.tag, encode_png(p.grid), step);
 }
 
 void log_validation(CausalRun& r, int64_t step) {
   const double v = validate(r);
   draw_preview(r, step);
   if (r.ctx->rank != 0) return;
-  std::printf("val step %lld: loss %.4f over %zu windows\n", static_cast<long long>(step), v, r.ds->val().size());
-  append_jsonl((fs::path(r.cfg.out) / "val_log.jsonl").string(),
-               {{"step", step}, {"val_loss", v}, {"windows", r.ds->val().size()}});
-  r.tb->add_scalar("val/loss", v, step);
-  r.tb->flush();
+  const nlohmann::json row = {{"step", step}, {"val_loss", v}, {"windows", r.ds->val().size()}};
+  r.log.validation(step, {row}, {{"val/loss", v}},
+                   string_format("val step %lld: loss %.4f over %zu windows", static_cast<long long>(step), v,
+                                 r.ds->val().size()));
 }
 
 struct StepStats {
@@ -479,68 +351,69 @@ std::string save(CausalRun& r, int64_t step) {
   return path;
 }
 
-void write_run_files(const CausalRun& r) {
-  fs::create_directories(r.cfg.out);
+// val_samples.json (the val windows: clip id, start) and args.json (the flags), as the Python trainer writes them.
+std::vector<std::pair<std::string, std::string>> run_files(const CausalRun& r) {
   nlohmann::json val = nlohmann::json::array();
   for (size_t i = 0; i < r.ds->val().size(); ++i)
     val.push_back({r.ds->clips()[static_cast<size_t>(r.ds->val()[i].clip)].clip_id,
                    r.ds->val_start(static_cast<int64_t>(i))});
-  write_file_atomic((fs::path(r.cfg.out) / "val_samples.json").string(), val.dump());
   auto args = nlohmann::ordered_json::parse(r.cfg.to_json());
   args["lora_start"] = r.lora_start;  // beside the flags: where this run's LoRA came from (fresh, loudly)
   if (r.plan) args["memory_plan"] = plan_json(*r.plan);
-  write_file_atomic((fs::path(r.cfg.out) / "args.json").string(), args.dump(1));
+  return {{"val_samples.json", val.dump()}, {"args.json", args.dump(1)}};
 }
 
-void print_config(const CausalRun& r) {
+// The start-up table: one screen with what this run will do.
+std::string startup_table(const CausalRun& r) {
   int64_t trainable = 0;
   for (const auto& [n, p] : r.lora) trainable += p.numel();
-  std::printf("vdt train causal\n"
-              "  objective %s  span %lld chunks x %lld frames  level_shift %s  attn %s  act_offload %s  clean first %s\n"
-              "  model %s%s%s  device %s  precision %s  world %d (%s; %s)\n"
-              "  data %s: train %zu windows, val %zu (val_samples.json), flagged clips dropped %lld, too short %lld\n"
-              "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
-              "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
-              r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
-              py_float(r.cfg.level_shift).c_str(), r.cfg.attention.attn.c_str(),
-              r.cfg.causal_memory.act_offload.c_str(),
-              r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(), r.cfg.weights.empty() ? " (random base, non-zero head)" : " ",
-              r.cfg.weights.c_str(), r.ctx->device.str().c_str(), r.cfg.compute.precision.c_str(), r.ctx->world,
-              r.ctx->comm.describe().c_str(), r.sync->describe().c_str(), r.cfg.data_root.c_str(),
-              r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
-              static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
-              py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6,
-              r.shards ? (", blocks sharded over the " + std::to_string(shard_ranks(r)) + " ranks of " +
-                          (r.node_comm ? "each node" : "the world") + ": " +
-                          std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
-                          std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank").c_str()
-                       : "", static_cast<long long>(r.total_steps),
-              r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
-              py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
-              static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
+  const std::string shards =
+      !r.shards ? "" : ", blocks sharded over the " + std::to_string(shard_ranks(r)) + " ranks of " +
+                           (r.node_comm ? "each node" : "the world") + ": " +
+                           std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
+                           std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank";
+  std::string t = string_format(
+      "vdt train causal\n"
+      "  objective %s  span %lld chunks x %lld frames  level_shift %s  attn %s  act_offload %s  clean first %s\n"
+      "  model %s%s%s  device %s  precision %s  world %d (%s; %s)\n"
+      "  data %s: train %zu windows, val %zu (val_samples.json), flagged clips dropped %lld, too short %lld\n"
+      "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
+      "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
+      r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
+      py_float(r.cfg.level_shift).c_str(), r.cfg.attention.attn.c_str(), r.cfg.causal_memory.act_offload.c_str(),
+      r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(),
+      r.cfg.weights.empty() ? " (random base, non-zero head)" : " ", r.cfg.weights.c_str(),
+      r.ctx->device.str().c_str(), r.cfg.compute.precision.c_str(), r.ctx->world, r.ctx->comm.describe().c_str(),
+      r.sync->describe().c_str(), r.cfg.data_root.c_str(), r.ds->train().size(), r.ds->val().size(),
+      static_cast<long long>(r.ds->n_flagged()), static_cast<long long>(r.ds->n_short()),
+      static_cast<long long>(r.cfg.lora_rank), py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6,
+      r.base_params / 1e6, shards.c_str(), static_cast<long long>(r.total_steps),
+      r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
+      py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup), static_cast<long long>(r.cfg.save_every),
+      r.resume_how.c_str());
   WindowShape window;  // as the base packs it (an H3 base: the prefix, then the chunks)
   const auto& in = r.ds->info();
   window.text_len = in.text_len, window.frames = r.cfg.span_frames(), window.chunk_frames = r.cfg.chunk_frames;
   window.latent_h = in.latent_h, window.latent_w = in.latent_w;
   window.copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
   window.cond_rows = r.ds->picture1_rows(), window.cond_variant = r.cfg.picture1;
-  if (const auto line = r.model->describe_sequence(window); !line.empty()) std::printf("  %s\n", line.c_str());
+  if (const auto line = r.model->describe_sequence(window); !line.empty()) t += "  " + line + "\n";
   if (r.lora_start == kFreshLora)
-    std::printf("  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
-                "pass that file with --init-lora FILE to train on from it\n");
+    t += "  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
+         "pass that file with --init-lora FILE to train on from it\n";
   else
-    std::printf("  LoRA from %s\n", r.lora_start.c_str());
+    t += "  LoRA from " + r.lora_start + "\n";
   if (r.cfg.random_init)
-    std::printf("  weights RANDOM INIT (--random-init): a random frozen base from seed %llu\n",
-                static_cast<unsigned long long>(r.cfg.random.seed));
+    t += string_format("  weights RANDOM INIT (--random-init): a random frozen base from seed %llu\n",
+                       static_cast<unsigned long long>(r.cfg.random.seed));
   else
     for (const auto& f : file_checksums(weight_files(r.cfg.weights, "--weights")))
-      std::printf("  weights %s (%llu bytes, crc32 %s)\n", f.path.c_str(), static_cast<unsigned long long>(f.bytes),
-                  f.crc_hex().c_str());
-  std::printf("  flags %s\n", changed_fields(r.cfg, CausalConfig::fields()).c_str());
+      t += string_format("  weights %s (%llu bytes, crc32 %s)\n", f.path.c_str(),
+                         static_cast<unsigned long long>(f.bytes), f.crc_hex().c_str());
+  t += "  flags " + changed_fields(r.cfg, CausalConfig::fields()) + "\n";
   if (r.plan)  // each choice with its reason, the predicted peak and s/step
-    for (const auto& line : r.plan->table_lines()) std::printf("  %s\n", line.c_str());
-  std::fflush(stdout);
+    for (const auto& line : r.plan->table_lines()) t += "  " + line + "\n";
+  return t;
 }
 
 void open_logs(CausalRun& r) {
@@ -549,34 +422,29 @@ void open_logs(CausalRun& r) {
       fs::exists(fs::path(r.cfg.data_root) / "vae.safetensors"))
     r.preview_vae = std::make_shared<SynthVae>(SynthVae::open(r.cfg.data_root));
   if (r.ctx->rank != 0) return;
-  write_run_files(r);
-  prepare_logs({(fs::path(r.cfg.out) / "train_log.jsonl").string(), (fs::path(r.cfg.out) / "val_log.jsonl").string()},
-               r.start_step, /*jsonl=*/true);
-  // TensorBoard as the SFT trainer writes it: a resumed run marks the steps after its start stale (purge), the
-  // HParams dashboard gets every flag (typed) with the loss metrics.
-  r.tb = std::make_unique<TbWriter>((fs::path(r.cfg.out) / "tensorboard").string());
-  if (r.start_step > 0) r.tb->purge_from(r.start_step + 1);
-  r.tb->add_hparams(fields_to_json(r.cfg, CausalConfig::fields(), JsonValues::typed), {"train/loss_v", "val/loss"});
-  r.tb->flush();
-  print_config(r);
+  // The Python trainer's JSON-lines logs; TensorBoard as the SFT trainer writes it (every flag, typed, in the HParams
+  // dashboard with the loss metrics).
+  RunLogSpec spec;
+  spec.dir = r.cfg.out, spec.format = LogFormat::jsonl;
+  spec.train_columns = {"step", "loss_v", "gnorm", "lr", "sec"}, spec.val_columns = {"step", "val_loss", "windows"};
+  spec.table = startup_table(r), spec.files = run_files(r);
+  spec.hparams = fields_to_json(r.cfg, CausalConfig::fields(), JsonValues::typed);
+  spec.hparam_metrics = {"train/loss_v", "val/loss"};
+  r.log.open(spec, r.start_step);
 }
 
-// The Python trainer's console line and train_log.jsonl row, and TensorBoard's train/ scalars; `elapsed`: seconds since this
-// process's first step, `step_time`: this step's.
+// The Python trainer's console line and train_log.jsonl row, and TensorBoard's train/ scalars; `elapsed`: seconds
+// since this process's first step, `step_time`: this step's.
 void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed, double step_time) {
   if (r.ctx->rank != 0) return;
-  const double per_step = elapsed / static_cast<double>(step - r.start_step);
-  std::printf("step %lld/%lld loss_v=%.4f gnorm=%s lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s\n",
-              static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss, fmt_gnorm(st.grad_norm).c_str(), st.lr,
-              r.ctx->peak_memory_gb(), per_step, (r.total_steps - step) * per_step / 3600, st.data_time,
-              st.clip.c_str());
-  append_jsonl((fs::path(r.cfg.out) / "train_log.jsonl").string(),
-               {{"step", step}, {"loss_v", st.loss}, {"gnorm", st.grad_norm}, {"lr", st.lr}, {"sec", elapsed}});
-  for (const auto& [k, v] : {std::pair<const char*, double>{"loss_v", st.loss}, {"grad_norm", st.grad_norm},
-                             {"lr", st.lr}, {"step_time", step_time}, {"data_time", st.data_time},
-                             {"mem_gb", r.ctx->peak_memory_gb()}})
-    r.tb->add_scalar(std::string("train/") + k, v, step);
-  r.tb->flush();
+  const double per_step = elapsed / static_cast<double>(step - r.start_step), mem = r.ctx->peak_memory_gb();
+  r.log.step(step, {{"step", step}, {"loss_v", st.loss}, {"gnorm", st.grad_norm}, {"lr", st.lr}, {"sec", elapsed}},
+             {{"train/loss_v", st.loss}, {"train/grad_norm", st.grad_norm}, {"train/lr", st.lr},
+              {"train/step_time", step_time}, {"train/data_time", st.data_time}, {"train/mem_gb", mem}},
+             string_format("step %lld/%lld loss_v=%.4f gnorm=%s lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s",
+                           static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss,
+                           fmt_gnorm(st.grad_norm).c_str(), st.lr, mem, per_step,
+                           (r.total_steps - step) * per_step / 3600, st.data_time, st.clip.c_str()));
 }
 
 // The causal trainer as the loop sees it: its step, its log, its validation, its files (the LoRA and its state).

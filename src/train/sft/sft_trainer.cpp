@@ -41,6 +41,7 @@
 #include "train/loop/schedule.h"
 #include "train/loop/train_loop.h"
 #include "train/plan/startup_plan.h"
+#include "train/sft/sft_log.h"
 
 namespace vdt {
 namespace {
@@ -400,7 +401,7 @@ void do_validation(SftRun& r, int64_t step) {
       rows[i].gap_uncond = rows[i].mse_uncond - rows[i].mse, rows[i].gap_nulltext = rows[i].mse_nulltext - rows[i].mse;
     }
   }
-  if (r.ctx->rank == 0) r.log.validation(step, rows, r.cfg.val_uncond);
+  if (r.ctx->rank == 0) log_sft_validation(r.log, step, rows, r.cfg.val_uncond);
   // The preview: val clip 0 sampled (Euler, --preview_steps, CFG as `vdt sample`) by rank 0 (every rank holds the
   // whole model), decoded with the root's VAE: rows ground truth, with conditions, without.
   if (r.ctx->rank == 0 && r.preview_vae) {
@@ -410,22 +411,20 @@ void do_validation(SftRun& r, int64_t step) {
     const auto& vae = *r.preview_vae;
     const auto grid = frame_grid({vae.decode(s.ground_truth), vae.decode(s.conditioned), vae.decode(s.unconditioned)},
                                  2, 4);
-    r.log.preview(step, s.clip_id, write_step_preview(r.cfg.output, step, grid));
+    r.log.image("preview/" + s.clip_id, write_step_preview(r.cfg.output, step, grid), step);
   }
 }
 
 void log_step(SftRun& r, int64_t step, const StepStats& st, double step_time) {
-  if (r.ctx->rank != 0 || (step % r.cfg.log_every != 0 && step != r.cfg.max_steps)) {
-    r.log.time_only(step_time, st.data_time);
-    return;
-  }
-  r.log.step(step, r.cfg.max_steps,
-             {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.sync->lr(0)},
-              {"cond_lr", r.sync->lr(1)}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms}, {"x_rms", st.x_rms},
-              {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop}, {"mask_frac", st.mask_frac},
-              {"step_time", step_time}, {"data_time", st.data_time}, {"mem_gb", r.ctx->peak_memory_gb()},
-              {"epoch", static_cast<double>(r.epoch)}, {"loss_mean", st.loss_mean}, {"mse_mean", st.mse_mean}},
-             st.clips);
+  r.log.add_time(step_time, st.data_time);
+  if (r.ctx->rank != 0 || (step % r.cfg.log_every != 0 && step != r.cfg.max_steps)) return;
+  log_sft_step(r.log, step, r.cfg.max_steps,
+               {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.sync->lr(0)},
+                {"cond_lr", r.sync->lr(1)}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms}, {"x_rms", st.x_rms},
+                {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop}, {"mask_frac", st.mask_frac},
+                {"step_time", step_time}, {"data_time", st.data_time}, {"mem_gb", r.ctx->peak_memory_gb()},
+                {"epoch", static_cast<double>(r.epoch)}, {"loss_mean", st.loss_mean}, {"mse_mean", st.mse_mean}},
+               st.clips);
 }
 
 void open_log(SftRun& r) {
@@ -450,7 +449,7 @@ void open_log(SftRun& r) {
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
   if (r.plan) facts["memory_plan"] = plan_json(*r.plan);
-  r.log.open(r.cfg, facts, r.start_step);
+  r.log.open(sft_log_spec(r.cfg, facts, r.start_step), r.start_step);
 }
 
 // The state is at or past --max_steps: a run killed after its last save and before done.json (or a re-queued job
