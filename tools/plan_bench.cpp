@@ -262,7 +262,7 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
       const auto inner = model->block_runner();
       model->set_block_runner([inner, probe, mem](const BlockCall& call) {
         const int i = probe->index.at(&call.block);
-        probe->rows = call.inputs[0].size(1);  // [B, L, D]
+        probe->rows = call.inputs[0].numel() / call.inputs[0].size(-1);  // [B, L, D] (Wan) or [R, D] (H3): B*L or R
         if (probe->skip_second && i == 1) return call.inputs[0];
         const int64_t before = mem.allocated();
         auto out = inner ? inner(call) : call.run(call.inputs);
