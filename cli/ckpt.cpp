@@ -1,4 +1,5 @@
-// `vdt ckpt inspect|check|diff|merge-lora` (docs/design.md §7): look into checkpoints and fold a LoRA into base weights.
+// `vdt ckpt inspect|check|diff|merge-lora` (docs/design.md §7): look into checkpoints and fold a LoRA into base
+// weights.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -10,7 +11,8 @@
 namespace vdt::cli {
 
 void add_ckpt(CLI::App& app, int& exit_code) {
-  auto* ckpt = app.add_subcommand("ckpt", "Inspect, check, compare checkpoints; merge a LoRA; export to diffusers / ComfyUI");
+  auto* ckpt =
+      app.add_subcommand("ckpt", "Inspect, check, compare checkpoints; merge a LoRA; export to diffusers / ComfyUI");
   ckpt->require_subcommand(1);
   add_ckpt_export(*ckpt, exit_code);
 

@@ -11,7 +11,8 @@ void add_ckpt_export(CLI::App& ckpt, int& exit_code) {
   auto c = std::make_shared<ExportConfig>();
   auto* e = ckpt.add_subcommand("export", "Write a DiT checkpoint or a LoRA in diffusers' or ComfyUI's layout");
   e->add_option("files", c->files, "safetensors file(s): an SFT export, Wan DiT shards, or one LoRA file")->required();
-  e->add_option(spellings("--format"), c->format, "diffusers (WanTransformer3DModel dir / PEFT LoRA) or comfy")->required();
+  e->add_option(spellings("--format"), c->format, "diffusers (WanTransformer3DModel dir / PEFT LoRA) or comfy")
+      ->required();
   e->add_option(spellings("--out"), c->out,
                 "diffusers DiT: output directory; otherwise a .safetensors file (a directory gets a default name)")
       ->required();

@@ -90,14 +90,14 @@ void add_train_causal(CLI::App& train, int& exit_code);  // under `vdt train`
 void add_sample(CLI::App& app, int& exit_code);
 void add_demo(CLI::App& app, int& exit_code);
 void add_ckpt(CLI::App& app, int& exit_code);
-void add_data_synth(CLI::App& data_cmd, int& exit_code);  // cli/data_synth.cpp, called by add_data
+void add_data_synth(CLI::App& data_cmd, int& exit_code);    // cli/data_synth.cpp, called by add_data
 void add_data_prepare(CLI::App& data_cmd, int& exit_code);  // cli/python_tool.cpp, called by add_data
 void add_decode(CLI::App& app, int& exit_code);             // cli/python_tool.cpp
 // Runs `python -m vdt_py <command> <args...>` (vdt's Python package, docs/python.md) as a child; its exit code.
 int run_python_tool(const std::string& command, const std::vector<std::string>& args);
-void add_ckpt_export(CLI::App& ckpt, int& exit_code);       // cli/ckpt_export.cpp, called by add_ckpt
-void add_env(CLI::App& app, int& exit_code);                // cli/env.cpp
-void add_flag_tables(CLI::App& app, int& exit_code);        // cli/flag_tables.cpp (hidden)
+void add_ckpt_export(CLI::App& ckpt, int& exit_code);  // cli/ckpt_export.cpp, called by add_ckpt
+void add_env(CLI::App& app, int& exit_code);           // cli/env.cpp
+void add_flag_tables(CLI::App& app, int& exit_code);   // cli/flag_tables.cpp (hidden)
 // The directory holding python/src and scripts/py_env.sh (<prefix>/share/vdt installed, else the checkout this binary
 // was built from); "" when neither has them.
 std::string python_tool_root();

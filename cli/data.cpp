@@ -29,13 +29,13 @@ void run_check(const DataCheckArgs& a, int& exit_code) {
   std::map<std::string, int64_t> per_split;
   for (const auto& r : root.rows()) ++per_split[r.split];
   const auto table = TextTable::open(a.text_table.empty() ? root.default_text_table() : a.text_table);
-  std::printf("ok: %s  res %s  %zu clips (train %lld, val %lld)  latents [%lld, >=%lld, %lld, %lld]  vocab %s  "
-              "text table %lld prompts\n",
-              root.root().c_str(), root.info().res.c_str(), root.rows().size(),
-              static_cast<long long>(per_split["train"]), static_cast<long long>(per_split["val"]),
-              static_cast<long long>(root.info().latent_channels), static_cast<long long>(root.info().latent_frames),
-              static_cast<long long>(root.info().latent_h), static_cast<long long>(root.info().latent_w),
-              root.info().vocab.c_str(), static_cast<long long>(table->size()));
+  std::printf(
+      "ok: %s  res %s  %zu clips (train %lld, val %lld)  latents [%lld, >=%lld, %lld, %lld]  vocab %s  "
+      "text table %lld prompts\n",
+      root.root().c_str(), root.info().res.c_str(), root.rows().size(), static_cast<long long>(per_split["train"]),
+      static_cast<long long>(per_split["val"]), static_cast<long long>(root.info().latent_channels),
+      static_cast<long long>(root.info().latent_frames), static_cast<long long>(root.info().latent_h),
+      static_cast<long long>(root.info().latent_w), root.info().vocab.c_str(), static_cast<long long>(table->size()));
   exit_code = 0;
 }
 
@@ -54,8 +54,7 @@ void run_inspect(const std::string& path) {
     std::set<std::string> runs;
     for (const auto& r : root.rows())
       if (r.split == split) ++n, dropped += r.drop, runs.insert(r.run);
-    std::printf("  %-5s %lld clips (%lld drop:true)  %zu runs\n", split, (long long)n, (long long)dropped,
-                runs.size());
+    std::printf("  %-5s %lld clips (%lld drop:true)  %zu runs\n", split, (long long)n, (long long)dropped, runs.size());
   }
   const auto table = TextTable::open(root.default_text_table());
   std::printf("  text table %s: %lld prompts x [%lld, %lld]\n", table->path().c_str(), (long long)table->size(),
@@ -70,11 +69,12 @@ void run_inspect(const std::string& path) {
     SftDataset ds(cfg, table);
     if (ds.size() == 0) continue;
     const auto s = ds.get_with(0, false, false);
-    std::printf("  sample %s[0] '%s': latents [%lld, %lld, %lld, %lld] %s  ids [%lld, %lld, %lld] uint8  "
-                "text rows %zu\n",
-                split, s.clip_id.c_str(), (long long)s.latents.size(0), (long long)s.latents.size(1),
-                (long long)s.latents.size(2), (long long)s.latents.size(3), c10::toString(s.latents.scalar_type()),
-                (long long)s.ids.size(0), (long long)s.ids.size(1), (long long)s.ids.size(2), s.text_rows.size());
+    std::printf(
+        "  sample %s[0] '%s': latents [%lld, %lld, %lld, %lld] %s  ids [%lld, %lld, %lld] uint8  "
+        "text rows %zu\n",
+        split, s.clip_id.c_str(), (long long)s.latents.size(0), (long long)s.latents.size(1),
+        (long long)s.latents.size(2), (long long)s.latents.size(3), c10::toString(s.latents.scalar_type()),
+        (long long)s.ids.size(0), (long long)s.ids.size(1), (long long)s.ids.size(2), s.text_rows.size());
     break;
   }
 }

@@ -53,7 +53,8 @@ void add_demo(CLI::App& app, int& exit_code) {
     std::string resume;
   };
   auto o = std::make_shared<Opts>();
-  auto* d = app.add_subcommand("demo", "Synthetic data -> train the tiny model on the CPU -> validate, export, sample, preview");
+  auto* d = app.add_subcommand(
+      "demo", "Synthetic data -> train the tiny model on the CPU -> validate, export, sample, preview");
   d->add_option(spellings("--out"), o->out, "demo directory (data/, run/, samples/, plot.png)")->capture_default_str();
   d->add_option(spellings("--steps"), o->steps, "training steps")->capture_default_str();
   d->add_option(spellings("--seed"), o->seed, "seed of data and training")->capture_default_str();
@@ -83,10 +84,11 @@ void add_demo(CLI::App& app, int& exit_code) {
     if (o->resume.empty()) fs::remove_all(c.output);
     const auto sum = train_sft(c);
     if (sum.stopped) {
-      std::printf("\n[demo] training stopped at step %lld of %lld; its state is in %s.\n"
-                  "       Continue where it stopped:  scripts/demo.sh --resume auto%s\n",
-                  static_cast<long long>(sum.steps), static_cast<long long>(o->steps), sum.state_dir.c_str(),
-                  o->steps == 400 ? "" : (" --steps " + std::to_string(o->steps)).c_str());
+      std::printf(
+          "\n[demo] training stopped at step %lld of %lld; its state is in %s.\n"
+          "       Continue where it stopped:  scripts/demo.sh --resume auto%s\n",
+          static_cast<long long>(sum.steps), static_cast<long long>(o->steps), sum.state_dir.c_str(),
+          o->steps == 400 ? "" : (" --steps " + std::to_string(o->steps)).c_str());
       exit_code = 0;
       return;
     }
@@ -136,11 +138,14 @@ void add_demo(CLI::App& app, int& exit_code) {
     if (plot_rc != 0) std::printf("[demo] plot.png was not drawn (python -m vdt_py plot failed; see above)\n");
     const double final_gap = gu.y.empty() ? 0 : gu.y.back();
     std::printf("\n[demo] done in %s\n", out.c_str());
-    std::printf("  data        %s\n  run logs    %s (train_log.csv, val_log.csv, tensorboard/, config.json, done.json)\n",
-                sc.out.c_str(), c.output.c_str());
+    std::printf(
+        "  data        %s\n  run logs    %s (train_log.csv, val_log.csv, tensorboard/, config.json, done.json)\n",
+        sc.out.c_str(), c.output.c_str());
     std::printf("  export      %s\n", sum.last_export.c_str());
-    std::printf("  preview     %s (per val clip 3 rows: ground truth, generated with conditions, without)\n", preview.c_str());
-    std::printf("  plot        %s (top: train loss and its running mean, val mse; bottom: the val gaps)\n", plot.c_str());
+    std::printf("  preview     %s (per val clip 3 rows: ground truth, generated with conditions, without)\n",
+                preview.c_str());
+    std::printf("  plot        %s (top: train loss and its running mean, val mse; bottom: the val gaps)\n",
+                plot.c_str());
     std::printf("  val mse     %.4f (step %.0f) -> %.4f (step %.0f)\n", vmse.y.front(), vmse.x.front(), vmse.y.back(),
                 vmse.x.back());
     std::printf("  final gaps  uncond-cond %.4f, nulltext-cond %.4f  %s\n", final_gap, gn.y.empty() ? 0 : gn.y.back(),

@@ -1,7 +1,7 @@
 // `vdt env`: what a bug report or a speed question needs, in one place: vdt's commit and build, LibTorch and its CUDA,
-// cuDNN and NCCL, every visible GPU (memory, compute capability, whether vdt's CUDA kernels and the FP8 path run on it),
-// the cache and venv paths and the environment variables vdt and its libraries read; `--json` for tools.
-// Its own translation unit (not in a unity batch): only it sees the CUDA / NCCL / kernel-architecture defines that
+// cuDNN and NCCL, every visible GPU (memory, compute capability, whether vdt's CUDA kernels and the FP8 path run on
+// it), the cache and venv paths and the environment variables vdt and its libraries read; `--json` for tools. Its own
+// translation unit (not in a unity batch): only it sees the CUDA / NCCL / kernel-architecture defines that
 // CMakeLists.txt sets on it. It reads; it changes nothing (no venv is created, no GPU memory is kept).
 #include <dlfcn.h>
 #include <unistd.h>
@@ -109,9 +109,19 @@ json gpus_info() {
 // The variables vdt, LibTorch, NCCL, CUDA and the launchers read (docs/distributed.md, docs/python.md).
 json env_vars() {
   static const char* prefixes[] = {"VDT_", "CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "GC_"};
-  static const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-                                "LD_LIBRARY_PATH", "PYTHONPATH", "TORCHELASTIC_USE_AGENT_STORE"};
+  static const char* names[] = {"RANK",
+                                "WORLD_SIZE",
+                                "LOCAL_RANK",
+                                "LOCAL_WORLD_SIZE",
+                                "MASTER_ADDR",
+                                "MASTER_PORT",
+                                "SLURM_PROCID",
+                                "SLURM_NTASKS",
+                                "SLURM_LOCALID",
+                                "SLURM_NTASKS_PER_NODE",
+                                "LD_LIBRARY_PATH",
+                                "PYTHONPATH",
+                                "TORCHELASTIC_USE_AGENT_STORE"};
   std::vector<std::pair<std::string, std::string>> out;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
@@ -159,7 +169,8 @@ json collect() {
               {"compiler", __VERSION__},
               {"cuda_kernels", kernels::cuda_kernels_built()},
               {"cuda_kernel_archs", VDT_CUDA_KERNEL_ARCHS}};
-  j["host"] = {{"name", host}, {"cpus", static_cast<int64_t>(sysconf(_SC_NPROCESSORS_ONLN))},
+  j["host"] = {{"name", host},
+               {"cpus", static_cast<int64_t>(sysconf(_SC_NPROCESSORS_ONLN))},
                {"memory_gib", static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1ull << 30)}};
   j["libtorch"] = libtorch_info();
   j["gpus"] = gpus_info();
@@ -182,15 +193,15 @@ void print_text(const json& j) {
               t["library"].get<std::string>().c_str(), t["cuda_build"].get<bool>() ? "CUDA build" : "CPU-only build",
               t["threads"].get<int>());
   std::printf("cuda       runtime %s, cuDNN %s, NCCL %s\n", str_or(t["cuda_runtime"], "none").c_str(),
-              str_or(t["cudnn"], "none").c_str(),
-              str_or(t["nccl"], "not built (single process only)").c_str());
+              str_or(t["cudnn"], "none").c_str(), str_or(t["nccl"], "not built (single process only)").c_str());
   std::printf("kernels    vdt's CUDA kernels: %s\n",
               v["cuda_kernels"].get<bool>()
                   ? ("built for " + v["cuda_kernel_archs"].get<std::string>()).c_str()
                   : "not built (no nvcc or a CPU-only LibTorch at configure time): the ATen fallbacks run");
   const auto& gpus = j["gpus"];
-  if (gpus.empty()) std::printf("gpus       none visible (CUDA_VISIBLE_DEVICES=%s)\n",
-                                str_or(j["env"].value("CUDA_VISIBLE_DEVICES", json()), "unset").c_str());
+  if (gpus.empty())
+    std::printf("gpus       none visible (CUDA_VISIBLE_DEVICES=%s)\n",
+                str_or(j["env"].value("CUDA_VISIBLE_DEVICES", json()), "unset").c_str());
   for (const auto& g : gpus) {
     std::printf("%-10s %s, %.1f GiB, compute capability %s; vdt kernels %s; FP8 %s\n",
                 g["device"].get<std::string>().c_str(), str_or(g.value("name", json()), "?").c_str(),
@@ -201,7 +212,8 @@ void print_text(const json& j) {
   const auto& p = j["paths"];
   std::printf("cache      %s\n", p["cache"].get<std::string>().c_str());
   std::printf("python     package %s; venv %s\n", str_or(p["python_package"], "?").c_str(),
-              !p["vdt_python"].get<std::string>().empty() ? ("$VDT_PYTHON " + p["vdt_python"].get<std::string>()).c_str()
+              !p["vdt_python"].get<std::string>().empty()
+                  ? ("$VDT_PYTHON " + p["vdt_python"].get<std::string>()).c_str()
               : p["venvs"].empty() ? "none yet (scripts/py_env.sh makes it on first use)"
                                    : p["venvs"][0].get<std::string>().c_str());
   std::printf("env%s\n", j["env"].empty() ? "        none of the variables vdt and its libraries read is set" : "");
@@ -212,8 +224,9 @@ void print_text(const json& j) {
 
 void add_env(CLI::App& app, int& exit_code) {
   auto json_out = std::make_shared<bool>(false);
-  auto* sub = app.add_subcommand("env", "What vdt sees: commit, LibTorch/CUDA/cuDNN/NCCL, GPUs, kernels, FP8, paths, "
-                                        "environment (paste it into a bug report)");
+  auto* sub = app.add_subcommand("env",
+                                 "What vdt sees: commit, LibTorch/CUDA/cuDNN/NCCL, GPUs, kernels, FP8, paths, "
+                                 "environment (paste it into a bug report)");
   sub->add_flag("--json", *json_out, "one JSON object instead of the text (for tools)");
   sub->callback([json_out, &exit_code] {
     const json j = collect();

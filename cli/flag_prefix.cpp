@@ -1,7 +1,7 @@
 // argparse's abbreviations for CLI11 (which has none): a long flag may be shortened to any unambiguous prefix of one
-// of the subcommand's flags (`--max_step` = `--max_steps`), after '-' / '_' are made equal, as the Python trainers' argparse
-// command lines do. An ambiguous prefix is an error listing the candidates, as argparse's. Repeated flags and the
-// last-value rule are CLI11's (MultiOptionPolicy::TakeLast, set in main).
+// of the subcommand's flags (`--max_step` = `--max_steps`), after '-' / '_' are made equal, as the Python trainers'
+// argparse command lines do. An ambiguous prefix is an error listing the candidates, as argparse's. Repeated flags and
+// the last-value rule are CLI11's (MultiOptionPolicy::TakeLast, set in main).
 #include <algorithm>
 #include <map>
 #include <set>

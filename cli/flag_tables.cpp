@@ -14,8 +14,9 @@ namespace vdt::cli {
 void add_flag_tables(CLI::App& app, int& exit_code) {
   auto pages = std::make_shared<std::vector<std::string>>();
   auto check = std::make_shared<bool>(false);
-  auto* s = app.add_subcommand("flag-tables", "Rewrite the flag tables of docs pages (docs/cli.md) from the flags' "
-                                              "declarations");
+  auto* s = app.add_subcommand("flag-tables",
+                               "Rewrite the flag tables of docs pages (docs/cli.md) from the flags' "
+                               "declarations");
   s->group("");  // hidden: a maintenance step, not a user's command
   s->add_option("pages", *pages, "markdown pages holding flag tables")->required();
   s->add_flag("--check", *check, "write nothing; print the differences and exit 1 when a page is out of date");
@@ -29,8 +30,10 @@ void add_flag_tables(CLI::App& app, int& exit_code) {
       const auto rendered = render_flag_tables(text.str());
       if (rendered == text.str()) continue;
       if (*check) {
-        std::printf("%s: the flag tables differ from the declarations (-N: line N of the page, +N: line N of the "
-                    "rendering):\n%s", page.c_str(), line_diff(text.str(), rendered).c_str());
+        std::printf(
+            "%s: the flag tables differ from the declarations (-N: line N of the page, +N: line N of the "
+            "rendering):\n%s",
+            page.c_str(), line_diff(text.str(), rendered).c_str());
         exit_code = 1;
       } else {
         write_file_atomic(page, rendered);

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   app.formatter(std::make_shared<vdt::cli::HelpFormatter>());
   app.footer("Every long flag takes '-' or '_' between its words (--data-root = --data_root).");
   app.set_version_flag("--version", std::string("vdt ") + vdt::build_commit());
-  // argparse's rule for a repeated flag (wrapper scripts append overrides): the last value wins. Subcommands inherit it.
+  // argparse's rule for a repeated flag (wrapper scripts append overrides): the last value wins. Subcommands inherit
+  // it.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   int exit_code = 0;
   vdt::cli::add_parity(app, exit_code);

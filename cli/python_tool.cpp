@@ -32,7 +32,8 @@ fs::path tool_root() {
     if (fs::exists(installed / "python" / "src" / "vdt_py" / "__main__.py")) return installed;
   }
   const fs::path src = VDT_SOURCE_DIR;
-  VDT_CHECK(fs::exists(src / "python" / "src" / "vdt_py" / "__main__.py"), "vdt's Python package is not at ", src.string(),
+  VDT_CHECK(fs::exists(src / "python" / "src" / "vdt_py" / "__main__.py"), "vdt's Python package is not at ",
+            src.string(),
             "/python/src (this binary was built there) nor in ../share/vdt beside it\n---> HINT: run the binary from "
             "its build tree, or install it with cmake --install");
   return src;
@@ -92,7 +93,8 @@ void exec_python(const std::string& command, const std::string& prog, const std:
   auto envp = c_strings(env);
   std::fflush(stdout);
   execve(python.c_str(), argv.data(), envp.data());
-  VDT_FAIL("cannot run ", python, " (", std::strerror(errno), ")\n---> HINT: set VDT_PYTHON to a python with vdt's "
+  VDT_FAIL("cannot run ", python, " (", std::strerror(errno),
+           ")\n---> HINT: set VDT_PYTHON to a python with vdt's "
            "Python dependencies, or rerun scripts/py_env.sh");
 }
 

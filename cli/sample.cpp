@@ -38,11 +38,11 @@ struct Opts {
   double cfg = 5.0, shift = 0;  // shift 0: the base's (flow_schedule)
   uint64_t seed = 0;
   bool causal = false;
-  bool stream = false;                                 // --stream
-  int64_t chunks = 0, window = -1, sink_chunks = -1;   // --chunks, --window, --sink-chunks (with --stream)
-  std::vector<std::string> prompt;     // --prompt, repeatable
-  std::string prompts, text_encoder;   // --prompts FILE, --text-encoder DIR
-  StreamSpeed speed;                   // --fp8, --cuda-graphs (with --stream)
+  bool stream = false;                                // --stream
+  int64_t chunks = 0, window = -1, sink_chunks = -1;  // --chunks, --window, --sink-chunks (with --stream)
+  std::vector<std::string> prompt;                    // --prompt, repeatable
+  std::string prompts, text_encoder;                  // --prompts FILE, --text-encoder DIR
+  StreamSpeed speed;                                  // --fp8, --cuda-graphs (with --stream)
 };
 
 // --prompt values then the lines of --prompts (blank lines skipped), each once, in order.
@@ -66,11 +66,12 @@ std::vector<std::string> new_prompts(const Opts& o) {
 
 // Embeds `prompts` with the Python package into <out>/text_table_prompts.safetensors (the root's table plus them).
 std::string embed_prompts(const Opts& o, const std::string& table, const std::vector<std::string>& prompts) {
-  VDT_CHECK(!o.text_encoder.empty(), "--prompt / --prompts need --text-encoder DIR: the umT5 encoder the data root was "
+  VDT_CHECK(!o.text_encoder.empty(),
+            "--prompt / --prompts need --text-encoder DIR: the umT5 encoder the data root was "
             "prepared with (e.g. Wan2.2-TI2V-5B-Diffusers/text_encoder), to embed the new prompts");
   const std::string out = (std::filesystem::path(o.out) / "text_table_prompts.safetensors").string();
-  std::vector<std::string> args = {"--table", table, "--out", out, "--text-encoder", o.text_encoder, "--device",
-                                   o.device};
+  std::vector<std::string> args = {"--table",        table,          "--out",    out,
+                                   "--text-encoder", o.text_encoder, "--device", o.device};
   for (const auto& p : prompts) args.insert(args.end(), {"--prompt", p});
   const int rc = run_python_tool("embed", args);
   VDT_CHECK(rc == 0, "vdt sample: embedding the prompts with --text-encoder ", o.text_encoder, " failed (exit ", rc,
@@ -97,43 +98,51 @@ int stream_causal(const Opts& o, Denoiser& model, const CausalDataset& ds, int64
     const std::string* prompt = prompts.empty() ? nullptr : &prompts[k];
     const auto w = ds.val().at(i);
     const auto first = ds.load(w, ds.val_start(static_cast<int64_t>(i)));
-    const auto base = (std::filesystem::path(o.out) / (first.clip_id + "_f" + std::to_string(first.start) +
-                                                       (prompt ? "_p" + std::to_string(k) : ""))).string();
+    const auto base = (std::filesystem::path(o.out) /
+                       (first.clip_id + "_f" + std::to_string(first.start) + (prompt ? "_p" + std::to_string(k) : "")))
+                          .string();
     if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
     std::filesystem::create_directories(base + ".chunks");
-    const auto r = stream_causal_window(model, ds, i, chunk_frames, ec, o.seed, clean_first, so,
-                                        [&](const StreamChunk& c) {
-      char name[32];
-      std::snprintf(name, sizeof(name), "chunk_%05lld.safetensors", static_cast<long long>(c.index));
-      NamedTensors t = {{"sample", c.video}};
-      for (const auto& [k, v] : c.side) t.emplace_back(k + ".sample", v);
-      save_safetensors(base + ".chunks/" + name, t,
-                       {{"lora", o.lora}, {"chunk", std::to_string(c.index)},
-                        {"first_latent_frame", std::to_string(c.index * chunk_frames)}});
-      std::printf("  chunk %lld: latent frames %lld..%lld in %.3f s -> %s.chunks/%s\n",
-                  static_cast<long long>(c.index), static_cast<long long>(c.index * chunk_frames),
-                  static_cast<long long>((c.index + 1) * chunk_frames - 1), c.seconds, base.c_str(), name);
-      std::fflush(stdout);
-    }, prompt);
+    const auto r = stream_causal_window(
+        model, ds, i, chunk_frames, ec, o.seed, clean_first, so,
+        [&](const StreamChunk& c) {
+          char name[32];
+          std::snprintf(name, sizeof(name), "chunk_%05lld.safetensors", static_cast<long long>(c.index));
+          NamedTensors t = {{"sample", c.video}};
+          for (const auto& [k, v] : c.side) t.emplace_back(k + ".sample", v);
+          save_safetensors(base + ".chunks/" + name, t,
+                           {{"lora", o.lora},
+                            {"chunk", std::to_string(c.index)},
+                            {"first_latent_frame", std::to_string(c.index * chunk_frames)}});
+          std::printf("  chunk %lld: latent frames %lld..%lld in %.3f s -> %s.chunks/%s\n",
+                      static_cast<long long>(c.index), static_cast<long long>(c.index * chunk_frames),
+                      static_cast<long long>((c.index + 1) * chunk_frames - 1), c.seconds, base.c_str(), name);
+          std::fflush(stdout);
+        },
+        prompt);
     NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
     for (const auto& [name, t] : r.side_sample) {
       tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
       tensors.emplace_back(name + ".sample", t);
     }
-    std::map<std::string, std::string> file_meta = {
-        {"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)},
-        {"chunks", std::to_string(r.chunk_seconds.size())}, {"window", std::to_string(r.window)},
-        {"sink_chunks", std::to_string(r.sink_chunks)}};
+    std::map<std::string, std::string> file_meta = {{"lora", o.lora},
+                                                    {"clip_id", r.clip_id},
+                                                    {"start", std::to_string(r.start)},
+                                                    {"chunks", std::to_string(r.chunk_seconds.size())},
+                                                    {"window", std::to_string(r.window)},
+                                                    {"sink_chunks", std::to_string(r.sink_chunks)}};
     if (prompt) file_meta["prompt"] = *prompt;
     save_safetensors(base + ".safetensors", tensors, file_meta);
-    std::printf("stream %s from frame %lld: %zu chunks of %lld latent frames (window %lld, sink %lld), KV cache "
-                "%.1f MiB -> %s.safetensors\n", r.clip_id.c_str(), static_cast<long long>(r.start),
-                r.chunk_seconds.size(), static_cast<long long>(chunk_frames), static_cast<long long>(r.window),
-                static_cast<long long>(r.sink_chunks), static_cast<double>(r.cache_bytes) / (1 << 20), base.c_str());
+    std::printf(
+        "stream %s from frame %lld: %zu chunks of %lld latent frames (window %lld, sink %lld), KV cache "
+        "%.1f MiB -> %s.safetensors\n",
+        r.clip_id.c_str(), static_cast<long long>(r.start), r.chunk_seconds.size(),
+        static_cast<long long>(chunk_frames), static_cast<long long>(r.window), static_cast<long long>(r.sink_chunks),
+        static_cast<double>(r.cache_bytes) / (1 << 20), base.c_str());
     if (has_vae) {
       const auto vae = SynthVae::open(o.data_root);
       auto gt = vae.decode(r.ground_truth), st = vae.decode(r.sample);  // [F, 3, h, w]
-      auto pad = [](torch::Tensor v, int64_t frames) {  // white frames after a shorter row
+      auto pad = [](torch::Tensor v, int64_t frames) {                  // white frames after a shorter row
         if (v.size(0) >= frames) return v;
         auto shape = v.sizes().vec();
         shape[0] = frames - v.size(0);
@@ -191,22 +200,24 @@ int sample_causal(const Opts& o, const torch::Device& device, const std::vector<
   ec.shift = o.shift > 0 ? o.shift : flow_schedule(model->family()).sample_shift;
   const bool clean_first = get("clean_first_frame", "0") == "1";
   if (o.stream) return stream_causal(o, *model, ds, chunk_frames, ec, clean_first, meta, has_vae, prompts);
-  // Without new prompts one pass with the windows' own text; with them one pass per prompt (files <clip>_f<start>_p<k>).
+  // Without new prompts one pass with the windows' own text; with them one pass per prompt (files
+  // <clip>_f<start>_p<k>).
   const size_t passes = prompts.empty() ? 1 : prompts.size();
   for (size_t i = 0; i < std::min<size_t>(ds.val().size(), static_cast<size_t>(o.n)); ++i) {
     for (size_t k = 0; k < passes; ++k) {
       const std::string* prompt = prompts.empty() ? nullptr : &prompts[k];
       const auto r = sample_causal_window(*model, ds, i, chunk_frames, ec, o.seed, clean_first, prompt);
-      const auto base = (std::filesystem::path(o.out) / (r.clip_id + "_f" + std::to_string(r.start) +
-                                                         (prompt ? "_p" + std::to_string(k) : ""))).string();
+      const auto base = (std::filesystem::path(o.out) /
+                         (r.clip_id + "_f" + std::to_string(r.start) + (prompt ? "_p" + std::to_string(k) : "")))
+                            .string();
       if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
       NamedTensors tensors = {{"ground_truth", r.ground_truth}, {"sample", r.sample}};
       for (const auto& [name, t] : r.side_sample) {  // H3: the audio stream sampled beside the video
         tensors.emplace_back(name + ".ground_truth", r.side_ground_truth.at(name));
         tensors.emplace_back(name + ".sample", t);
       }
-      std::map<std::string, std::string> file_meta = {{"lora", o.lora}, {"clip_id", r.clip_id},
-                                                      {"start", std::to_string(r.start)}};
+      std::map<std::string, std::string> file_meta = {
+          {"lora", o.lora}, {"clip_id", r.clip_id}, {"start", std::to_string(r.start)}};
       if (prompt) file_meta["prompt"] = *prompt;
       save_safetensors(base + ".safetensors", tensors, file_meta);
       std::printf("sample %s frames %lld..%lld (chunks of %lld): mse vs ground truth %.4f -> %s.safetensors\n",
@@ -227,46 +238,63 @@ int sample_causal(const Opts& o, const torch::Device& device, const std::vector<
 
 void add_sample(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
-  auto* s = app.add_subcommand("sample", "Sample clips of a data root with an SFT export (Euler, two-branch CFG), or a causal LoRA chunk by chunk (--causal)");
+  auto* s = app.add_subcommand("sample",
+                               "Sample clips of a data root with an SFT export (Euler, two-branch CFG), or a causal "
+                               "LoRA chunk by chunk (--causal)");
   s->add_option(spellings("--ckpt"), o->ckpt, "step-N.safetensors from `vdt train sft` (without --causal)")
       ->check(CLI::ExistingFile);
-  s->add_flag(spellings("--causal"), o->causal, "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
-  s->add_flag(spellings("--stream"), o->stream, "with --causal: generate with a KV cache (each finished chunk's "
+  s->add_flag(spellings("--causal"), o->causal,
+              "sample a causal LoRA's val windows chunk by chunk, the prefix as clean context");
+  s->add_flag(spellings("--stream"), o->stream,
+              "with --causal: generate with a KV cache (each finished chunk's "
               "keys and values kept, not recomputed), each chunk written as it is done");
-  s->add_option(spellings("--chunks"), o->chunks, "with --stream: chunks to generate (0: the LoRA's span); past the "
-                "span needs --window")->capture_default_str();
-  s->add_option(spellings("--window"), o->window, "with --stream: finished chunks kept in the cache after the sink "
-                "(-1: all); sink + window + 1 must fit in the trained span")->capture_default_str();
-  s->add_option(spellings("--sink-chunks"), o->sink_chunks, "with --stream: first chunks kept as the attention sink "
-                "(-1: the base's default: Wan 1, H3 0, its text and Picture 1 being the sink)")->capture_default_str();
+  s->add_option(spellings("--chunks"), o->chunks,
+                "with --stream: chunks to generate (0: the LoRA's span); past the "
+                "span needs --window")
+      ->capture_default_str();
+  s->add_option(spellings("--window"), o->window,
+                "with --stream: finished chunks kept in the cache after the sink "
+                "(-1: all); sink + window + 1 must fit in the trained span")
+      ->capture_default_str();
+  s->add_option(spellings("--sink-chunks"), o->sink_chunks,
+                "with --stream: first chunks kept as the attention sink "
+                "(-1: the base's default: Wan 1, H3 0, its text and Picture 1 being the sink)")
+      ->capture_default_str();
   bind_fields(s, std::shared_ptr<StreamSpeed>(o, &o->speed), StreamSpeed::fields());
   s->add_option(spellings("--lora"), o->lora, "with --causal: lora_stepNNNNN.safetensors from `vdt train causal`")
       ->check(CLI::ExistingFile);
-  s->add_option(spellings("--weights"), o->weights, "with --causal: the base weights (default: the LoRA's metadata 'weights')");
+  s->add_option(spellings("--weights"), o->weights,
+                "with --causal: the base weights (default: the LoRA's metadata 'weights')");
   s->add_option(spellings("--data_root"), o->data_root, "data root giving ids, text and frame 0")->required();
   s->add_option(spellings("--out"), o->out, "output directory")->required();
   s->add_option(spellings("--split"), o->split, "split to sample from")->capture_default_str();
   s->add_option(spellings("--n"), o->n, "number of clips (>= 1)")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--steps"), o->steps, "Euler steps")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option(spellings("--cfg"), o->cfg, "guidance scale")->capture_default_str();
-  s->add_option(spellings("--shift"), o->shift, "sigma shift of the inference grid; 0 = the base's (Wan 5, "
-                "MiniMax-H3 12, its video schedule)")->capture_default_str();
+  s->add_option(spellings("--shift"), o->shift,
+                "sigma shift of the inference grid; 0 = the base's (Wan 5, "
+                "MiniMax-H3 12, its video schedule)")
+      ->capture_default_str();
   s->add_option(spellings("--device"), o->device, "cpu, cuda or cuda:N")->capture_default_str();
   s->add_option(spellings("--res"), o->res, "resolution (default: the checkpoint's)");
   s->add_option(spellings("--seed"), o->seed, "noise seed")->capture_default_str();
-  s->add_option(spellings("--prompt"), o->prompt, "a new prompt (repeatable; SFT exports and Wan causal LoRAs, with or "
+  s->add_option(spellings("--prompt"), o->prompt,
+                "a new prompt (repeatable; SFT exports and Wan causal LoRAs, with or "
                 "without --stream): each val clip / window is sampled with it in every cell; needs --text-encoder");
   s->add_option(spellings("--prompts"), o->prompts, "a file of new prompts, one per line (as --prompt)")
       ->check(CLI::ExistingFile);
-  s->add_option(spellings("--text-encoder"), o->text_encoder, "umT5 directory that embeds --prompt / --prompts (the "
+  s->add_option(spellings("--text-encoder"), o->text_encoder,
+                "umT5 directory that embeds --prompt / --prompts (the "
                 "encoder the data root was prepared with)");
   s->callback([o, &exit_code] {
     const torch::Device device = resolve_device(o->device);
     const auto prompts = new_prompts(*o);
-    VDT_CHECK(o->stream || (o->chunks == 0 && o->window == -1 && o->sink_chunks == -1), "--chunks, --window and "
+    VDT_CHECK(o->stream || (o->chunks == 0 && o->window == -1 && o->sink_chunks == -1),
+              "--chunks, --window and "
               "--sink-chunks belong to --stream (vdt sample --causal --stream ...)");
     VDT_CHECK(!o->stream || o->causal, "--stream streams a causal LoRA: give --causal --lora FILE");
-    VDT_CHECK(o->stream || (o->speed.fp8 == "off" && o->speed.cuda_graphs == "auto"), "--fp8 and --cuda-graphs "
+    VDT_CHECK(o->stream || (o->speed.fp8 == "off" && o->speed.cuda_graphs == "auto"),
+              "--fp8 and --cuda-graphs "
               "belong to --stream (vdt sample --causal --stream ...)");
     VDT_CHECK(o->chunks >= 0, "--chunks ", o->chunks, ": expected 0 (the LoRA's span) or more chunks");
     if (o->causal) {
@@ -282,8 +310,8 @@ void add_sample(CLI::App& app, int& exit_code) {
     dc.res = !o->res.empty() ? o->res : meta.count("res") ? meta.at("res") : dc.res;
     std::filesystem::create_directories(o->out);
     if (!prompts.empty())
-      dc.text_table = embed_prompts(*o, (std::filesystem::path(o->data_root) / "text_table.safetensors").string(),
-                                    prompts);
+      dc.text_table =
+          embed_prompts(*o, (std::filesystem::path(o->data_root) / "text_table.safetensors").string(), prompts);
     SftDataset ds(dc);
     const bool has_vae = std::filesystem::exists(std::filesystem::path(o->data_root) / "vae.safetensors");
     EulerConfig ec;
@@ -299,18 +327,21 @@ void add_sample(CLI::App& app, int& exit_code) {
             (std::filesystem::path(o->out) / (r.clip_id + (prompt ? "_p" + std::to_string(k) : ""))).string();
         std::map<std::string, std::string> file_meta = {{"ckpt", o->ckpt}, {"clip_id", r.clip_id}};
         if (prompt) file_meta["prompt"] = *prompt;
-        save_safetensors(base + ".safetensors", {{"ground_truth", r.ground_truth}, {"conditioned", r.conditioned},
-                                                 {"unconditioned", r.unconditioned}},
-                         file_meta);
+        save_safetensors(
+            base + ".safetensors",
+            {{"ground_truth", r.ground_truth}, {"conditioned", r.conditioned}, {"unconditioned", r.unconditioned}},
+            file_meta);
         if (prompt) std::printf("prompt %zu: \"%s\"\n", k, prompt->c_str());
         const double e_c = (r.conditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
         const double e_u = (r.unconditioned - r.ground_truth).slice(1, 1).pow(2).mean().item<double>();
-        std::printf("sample %s: mse vs ground truth (frames 1..) with conditions %.4f, without %.4f -> %s.safetensors\n",
-                    r.clip_id.c_str(), e_c, e_u, base.c_str());
+        std::printf(
+            "sample %s: mse vs ground truth (frames 1..) with conditions %.4f, without %.4f -> %s.safetensors\n",
+            r.clip_id.c_str(), e_c, e_u, base.c_str());
         if (has_vae) {
           const auto vae = SynthVae::open(o->data_root);
-          write_png(base + ".png", frame_grid({vae.decode(r.ground_truth), vae.decode(r.conditioned),
-                                               vae.decode(r.unconditioned)}, 2, 4));
+          write_png(
+              base + ".png",
+              frame_grid({vae.decode(r.ground_truth), vae.decode(r.conditioned), vae.decode(r.unconditioned)}, 2, 4));
           std::printf("  preview %s.png (rows: ground truth, with conditions, without)\n", base.c_str());
         }
       }

@@ -1,5 +1,7 @@
-// `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model, --res, --precision,
-// --device. `vdt train causal`: the Python trainer rtcwm's flags (docs/design.md §5), plus --model, --weights, --chunk-frames,
+// `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
+// --res, --precision,
+// --device. `vdt train causal`: the Python trainer rtcwm's flags (docs/design.md §5), plus --model, --weights,
+// --chunk-frames,
 // --lora-rank, --lora-alpha and the data, device and sharding flags.
 #include <cstdio>
 #include <cstdlib>
@@ -55,8 +57,8 @@ std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string
   if (env.world > 1 && device == "auto") device = "cuda";
   // One process: the trainer resolves --device after validating its config. Several: NCCL binds the rank's GPU now
   // (cuda -> GPU LOCAL_RANK; cuda:N is an error there, core/device_flag.h).
-  return make_communicator(env, env.world > 1 ? resolve_device(device, env.local_rank, env.world, "--device")
-                                              : torch::Device(torch::kCPU));
+  return make_communicator(
+      env, env.world > 1 ? resolve_device(device, env.local_rank, env.world, "--device") : torch::Device(torch::kCPU));
 }
 
 // " (predicted X GiB)" beside a measured peak, when a memory plan predicted one.
@@ -71,11 +73,12 @@ void add_train(CLI::App& app, int& exit_code) {
   train->require_subcommand(1);
   auto c = std::make_shared<SftConfig>();
   if (const char* res = std::getenv("GC_RES")) c->res = res;  // the Python trainer's environment override
-  auto* s = train->add_subcommand("sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (the flags of gc25d/train.py)");
+  auto* s = train->add_subcommand(
+      "sft", "Full-parameter SFT with the gc_sem_cond adapter and per-cell text (the flags of gc25d/train.py)");
   bind_fields(s, c, SftConfig::fields());
   s->callback([c, s, &exit_code] {
     c->memory.given = given_flags(*s, SftConfig::fields());  // the memory plan keeps these (docs/planner.md)
-    const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
+    const auto env = LaunchEnv::from_env();                  // torchrun / Slurm; none: one process
     const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_sft(*c, *comm, env.local_rank);
     if (env.rank != 0) {
@@ -95,13 +98,14 @@ void add_train(CLI::App& app, int& exit_code) {
 
 void add_train_causal(CLI::App& train, int& exit_code) {
   auto c = std::make_shared<CausalConfig>();
-  auto* s = train.add_subcommand("causal", "Causal LoRA on a frozen base (Wan2.x or MiniMax-H3, from the data root and "
-                                           "the weights) with diffusion forcing on block-causal 6-chunk spans (the "
-                                           "flags of rtcwm/train/train.py)");
+  auto* s = train.add_subcommand("causal",
+                                 "Causal LoRA on a frozen base (Wan2.x or MiniMax-H3, from the data root and "
+                                 "the weights) with diffusion forcing on block-causal 6-chunk spans (the "
+                                 "flags of rtcwm/train/train.py)");
   bind_fields(s, c, CausalConfig::fields());
   s->callback([c, s, &exit_code] {
     c->memory.given = given_flags(*s, CausalConfig::fields());  // the memory plan keeps these (docs/planner.md)
-    const auto env = LaunchEnv::from_env();  // torchrun / Slurm; none: one process
+    const auto env = LaunchEnv::from_env();                     // torchrun / Slurm; none: one process
     const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_causal(*c, *comm, env.local_rank);
     if (env.rank == 0 && sum.steps > sum.start_step)

@@ -12,11 +12,11 @@ class OpCounter {
  public:
   explicit OpCounter(const char* op) {
     calls_ = 0, op_ = op;
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                                   -> std::unique_ptr<at::ObserverContext> {
-                                      if (std::strcmp(fn.name(), op_) == 0) ++calls_;
-                                      return nullptr;
-                                    }).scopes({at::RecordScope::FUNCTION}));
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          if (std::strcmp(fn.name(), op_) == 0) ++calls_;
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
   }
   ~OpCounter() { at::removeCallback(handle_); }
   OpCounter(const OpCounter&) = delete;

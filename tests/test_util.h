@@ -118,7 +118,9 @@ inline RunResult run_command(const std::string& cmd) {
 }
 
 // Runs the built vdt binary with `args` (a shell-quoted string), capturing stdout and stderr.
-inline RunResult run_vdt(const std::string& args) { return run_command(std::string(VDT_BINARY) + " " + args + " 2>&1"); }
+inline RunResult run_vdt(const std::string& args) {
+  return run_command(std::string(VDT_BINARY) + " " + args + " 2>&1");
+}
 
 // Expects `fn` to throw an exception whose message contains every one of `parts`.
 template <typename Fn>
@@ -133,8 +135,8 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
 }
 
 // Runs the vdt binary with extra environment; returns the wait status.
-inline int spawn_vdt(const std::vector<std::string>& args, const std::vector<std::string>& env, pid_t* pid_out = nullptr,
-              const std::string& log = "/dev/null") {
+inline int spawn_vdt(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                     pid_t* pid_out = nullptr, const std::string& log = "/dev/null") {
   std::vector<std::string> argv_s = {VDT_BINARY};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -229,7 +231,8 @@ inline TbScalars read_tensorboard(const std::string& dir) {
       "    for m in d.experiment.metric_infos: print('MT', m.name.tag)\n"
       "    for k, v in d.session_start_info.hparams.items():\n"
       "        kind = v.WhichOneof('kind')\n"
-      "        x = {'number_value': lambda: 'n:' + repr(v.number_value), 'string_value': lambda: 's:' + v.string_value,\n"
+      "        x = {'number_value': lambda: 'n:' + repr(v.number_value), 'string_value': lambda: 's:' + "
+      "v.string_value,\n"
       "             'bool_value': lambda: 'b:' + str(int(v.bool_value))}[kind]()\n"
       "        print('HV', k, x.replace(' ', '%20'))\n";
   const std::string text =
@@ -248,7 +251,8 @@ inline TbScalars read_tensorboard(const std::string& dir) {
       TbImage im;
       std::string hex;
       ls >> im.step >> im.width >> im.height >> hex;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) im.rgb.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        im.rgb.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
       out.images[tag].push_back(std::move(im));
     }
     if (kind == "HN") out.hparam_names.push_back(tag);

@@ -53,8 +53,10 @@ std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::stri
     const std::string name = preset.empty() ? summary.preset : preset;
     for (const auto& [k, shape] : want) {
       const std::string stored = files.contains(k) ? k : "model." + k;
-      if (!files.contains(stored)) problems.push_back(k + ": missing (preset " + name + ")");
-      else if (files.entry(stored).shape != shape) problems.push_back(k + ": shape mismatch for preset " + name);
+      if (!files.contains(stored))
+        problems.push_back(k + ": missing (preset " + name + ")");
+      else if (files.entry(stored).shape != shape)
+        problems.push_back(k + ": shape mismatch for preset " + name);
     }
     for (const auto& k : files.keys()) {
       const std::string n = k.rfind("model.", 0) == 0 ? k.substr(6) : k;
@@ -63,8 +65,8 @@ std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::stri
   } else if (!is_lora) {
     std::string name = preset.empty() ? summary.preset : preset;
     if (name.empty()) {
-      problems.push_back("the keys are not a Wan DiT or a MiniMax-H3 DiT of any preset (" + std::to_string(summary.tensors) +
-                         " tensors); name one with --model to see which keys differ");
+      problems.push_back("the keys are not a Wan DiT or a MiniMax-H3 DiT of any preset (" +
+                         std::to_string(summary.tensors) + " tensors); name one with --model to see which keys differ");
     } else {
       // The key set depends on the layer count and the architecture, not the widths: the key structure at the tiny
       // preset's widths. The shapes depend on the widths, not the depth, and every block has the same ones: one block
@@ -131,9 +133,12 @@ std::vector<CkptDiffRow> diff_ckpt(const SafetensorsSet& a, const SafetensorsSet
   std::vector<CkptDiffRow> rows;
   for (const auto& k : keys) {
     CkptDiffRow r{k, "", 0, 0};
-    if (!a.contains(k)) r.what = "only in B";
-    else if (!b.contains(k)) r.what = "only in A";
-    else if (a.entry(k).shape != b.entry(k).shape) r.what = "shape";
+    if (!a.contains(k))
+      r.what = "only in B";
+    else if (!b.contains(k))
+      r.what = "only in A";
+    else if (a.entry(k).shape != b.entry(k).shape)
+      r.what = "shape";
     else {
       const auto ta = a.get(k).to(torch::kFloat64), tb = b.get(k).to(torch::kFloat64);
       r.max_abs = ta.numel() ? (ta - tb).abs().max().item<double>() : 0;

@@ -1,7 +1,7 @@
-// Checkpoint tools behind `vdt ckpt` (docs/design.md §7): a summary of a checkpoint (keys, dtypes, parameters, metadata,
-// detected preset), a check that reports every problem (key set against the detected or named preset, NaN/Inf,
-// LoRA pairs), a per-key comparison of two checkpoints, and LoRA merging (model/lora.h).
-// Not here: printing (cli/ckpt.cpp).
+// Checkpoint tools behind `vdt ckpt` (docs/design.md §7): a summary of a checkpoint (keys, dtypes, parameters,
+// metadata, detected preset), a check that reports every problem (key set against the detected or named preset,
+// NaN/Inf, LoRA pairs), a per-key comparison of two checkpoints, and LoRA merging (model/lora.h). Not here: printing
+// (cli/ckpt.cpp).
 #pragma once
 #include <map>
 #include <string>

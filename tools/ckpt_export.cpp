@@ -85,10 +85,12 @@ ExportReport export_dit(const ExportConfig& cfg, const SafetensorsSet& files) {
     }
     ours.emplace_back(name, files.get(k));
   }
-  VDT_CHECK(adapter.empty() || cfg.drop_adapter, files.files().front()->path(), ": holds vdt's gc_sem_cond adapter (",
-            adapter.size(), " tensors), which ", cfg.format == "diffusers" ? "diffusers' WanTransformer3DModel" : "ComfyUI's Wan model",
-            " does not have\n---> HINT: pass --drop-adapter to export the DiT without it (the exported model then ignores "
-            "semantic maps; text and first-frame conditioning are unchanged)");
+  VDT_CHECK(
+      adapter.empty() || cfg.drop_adapter, files.files().front()->path(), ": holds vdt's gc_sem_cond adapter (",
+      adapter.size(), " tensors), which ",
+      cfg.format == "diffusers" ? "diffusers' WanTransformer3DModel" : "ComfyUI's Wan model",
+      " does not have\n---> HINT: pass --drop-adapter to export the DiT without it (the exported model then ignores "
+      "semantic maps; text and first-frame conditioning are unchanged)");
   rep.dropped = static_cast<int64_t>(adapter.size());
   ModelConfig mc = detect_config(files);  // also proves the keys are a Wan DiT
   const auto& src_meta = files.metadata();
@@ -105,7 +107,8 @@ ExportReport export_dit(const ExportConfig& cfg, const SafetensorsSet& files) {
     mc.num_heads = j["num_attention_heads"].get<int64_t>();
   } else {
     VDT_CHECK(mc.preset != "custom" || cfg.format != "diffusers", files.files().front()->path(),
-              ": a DiT of custom widths (dim ", mc.dim, ") without 'config' metadata: its attention head count cannot "
+              ": a DiT of custom widths (dim ", mc.dim,
+              ") without 'config' metadata: its attention head count cannot "
               "be read from the weights\n---> HINT: pass --num-heads N (Wan uses dim / 128)");
   }
   if (cfg.format == "diffusers") mc.validate();  // the head count only matters for diffusers' config.json
@@ -134,13 +137,16 @@ void check_diffusers_names(const LoraWeights& lora, const std::string& file) {
   std::string foreign;
   for (const auto& [module, pair] : lora.modules)
     if (foreign.empty() && wan_to_diffusers(module) == module) foreign = module;
-  const bool h3 = lora.base == "cwm" || h3_lora_is_split(lora) ||
-                  foreign.find(".qkv_proj") != std::string::npos || foreign.find(".mlp.fc") != std::string::npos ||
-                  foreign.find(".out_proj") != std::string::npos;
-  VDT_CHECK(!h3, file, ": --format diffusers: this is an H3 (MiniMax-H3) LoRA, and vdt writes diffusers LoRA names "
-            "for Wan bases only (H3 module '", foreign.empty() ? lora.modules.begin()->first : foreign, "')",
-            "\n---> HINT: use the LoRA file as it is (vdt's names are the H3 release's module names), or fold it into the "
-            "base weights with `vdt ckpt merge-lora --base <H3 weights> --lora ", file, " --out merged.safetensors`");
+  const bool h3 = lora.base == "cwm" || h3_lora_is_split(lora) || foreign.find(".qkv_proj") != std::string::npos ||
+                  foreign.find(".mlp.fc") != std::string::npos || foreign.find(".out_proj") != std::string::npos;
+  VDT_CHECK(
+      !h3, file,
+      ": --format diffusers: this is an H3 (MiniMax-H3) LoRA, and vdt writes diffusers LoRA names "
+      "for Wan bases only (H3 module '",
+      foreign.empty() ? lora.modules.begin()->first : foreign, "')",
+      "\n---> HINT: use the LoRA file as it is (vdt's names are the H3 release's module names), or fold it into the "
+      "base weights with `vdt ckpt merge-lora --base <H3 weights> --lora ",
+      file, " --out merged.safetensors`");
   VDT_CHECK(foreign.empty(), file, ": --format diffusers: LoRA module '", foreign,
             "' is not a Wan DiT module with a diffusers name (attention q/k/v/o, ffn.0, ffn.2, embeddings, head)",
             "\n---> HINT: export it with --format comfy (vdt's module names), or use the LoRA file as it is");
@@ -163,8 +169,8 @@ ExportReport export_lora(const ExportConfig& cfg) {
       targets.push_back(m);
     }
     // diffusers reads the adapter's LoraConfig from this JSON (keys prefixed with the component, as it saves them).
-    nlohmann::json md = {{"transformer.r", lora.rank}, {"transformer.lora_alpha", lora.alpha},
-                         {"transformer.target_modules", targets}};
+    nlohmann::json md = {
+        {"transformer.r", lora.rank}, {"transformer.lora_alpha", lora.alpha}, {"transformer.target_modules", targets}};
     meta["lora_adapter_metadata"] = md.dump();
     rep.written = file_out(cfg, "pytorch_lora_weights.safetensors");
   } else {

@@ -78,8 +78,10 @@ std::string render_flag_tables(const std::string& page) {
   for (size_t open; (open = page.find(kOpen, at)) != std::string::npos;) {
     const size_t name_end = page.find(" -->", open);
     const size_t body = page.find('\n', open);
-    VDT_CHECK(name_end != std::string::npos && body != std::string::npos && name_end < body, "a flag table marker is "
-              "not closed on its line: ", page.substr(open, page.find('\n', open) - open));
+    VDT_CHECK(name_end != std::string::npos && body != std::string::npos && name_end < body,
+              "a flag table marker is "
+              "not closed on its line: ",
+              page.substr(open, page.find('\n', open) - open));
     const auto name = page.substr(open + std::string(kOpen).size(), name_end - open - std::string(kOpen).size());
     const size_t close = page.find(kClose, body);
     VDT_CHECK(close != std::string::npos, "the flag table ", name, " has no ", kClose, " line after it");

@@ -26,8 +26,8 @@ struct Rows {
   }
   // Integer tensors and layouts: exact or failed.
   void exact(const std::string& name, const torch::Tensor& a, const torch::Tensor& ref) {
-    const bool same = a.sizes() == ref.sizes() && torch::equal(a.to(torch::kCPU, torch::kDouble),
-                                                               ref.to(torch::kCPU, torch::kDouble));
+    const bool same = a.sizes() == ref.sizes() &&
+                      torch::equal(a.to(torch::kCPU, torch::kDouble), ref.to(torch::kCPU, torch::kDouble));
     result.rows.push_back({name, same ? 0.0 : (a.sizes() == ref.sizes() ? rel_l2(a, ref) : 1.0), same});
   }
 };
@@ -174,7 +174,8 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
     rows.add("fixture.pred_video", pred_v, ref_pv);
     auto loss_v = (pred_v - need("fixture.target_video").to(device)).pow(2).mean();
     auto loss = loss_v;
-    if (files.contains("fixture.loss_video")) rows.add("fixture.loss_video", loss_v.reshape({1}), need("fixture.loss_video"));
+    if (files.contains("fixture.loss_video"))
+      rows.add("fixture.loss_video", loss_v.reshape({1}), need("fixture.loss_video"));
     if (files.contains("fixture.pred_audio") && files.contains("fixture.target_audio")) {
       const auto ref_pa = need("fixture.pred_audio");
       const int64_t Ch = ref_pa.size(0), A = ref_pa.size(2), n_ref = out.audio_logits.size(0) - Ch * A;
@@ -224,8 +225,8 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
   }
   H3Times times;
   times.video = to_vec(model_time(need("fixture.timestep_video")));
-  times.audio = files.contains("fixture.timestep_audio") ? to_vec(model_time(need("fixture.timestep_audio")))
-                                                         : times.video;
+  times.audio =
+      files.contains("fixture.timestep_audio") ? to_vec(model_time(need("fixture.timestep_audio"))) : times.video;
   if (times.video.size() != 1 && files.contains("fixture.timesteps") && spec->text_len > 0)
     times.text = need("fixture.timesteps")[0].item<double>();  // the text rows' time is not stored apart
   const auto p = pack_h3(lay, content, times);
@@ -245,8 +246,10 @@ H3ParityResult run_h3_parity(const ParityConfig& cfg, const H3ParityOptions& opt
   rows.exact("packer.audio_pos", pi.audio_pos, need("fixture.audio_pos_info.position_ids"));
   rows.exact("packer.text_pos", pi.text_pos, need("fixture.text_pos_info.position_ids"));
   rows.exact("packer.cu_seqlens", pi.cu_seqlens, need("fixture.packed_seq_params.cu_seqlens_q"));
-  rows.exact("packer.refiner_cu_seqlens", pi.refiner_cu_seqlens, need("fixture.refiner_packed_seq_params.cu_seqlens_q"));
-  if (files.contains("fixture.update_mask")) rows.exact("packer.update_mask", p.update_mask, need("fixture.update_mask"));
+  rows.exact("packer.refiner_cu_seqlens", pi.refiner_cu_seqlens,
+             need("fixture.refiner_packed_seq_params.cu_seqlens_q"));
+  if (files.contains("fixture.update_mask"))
+    rows.exact("packer.update_mask", p.update_mask, need("fixture.update_mask"));
   torch::NoGradGuard ng;
   H3Inputs pin = pi;
   pin.x = pi.x.to(device), pin.audio_x = pi.audio_x.to(device), pin.prompt_embeds = pi.prompt_embeds.to(device);

@@ -93,46 +93,66 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
   const int64_t S = real ? 12686 : 50, Dh3 = real ? 5120 : 40, R = 21;
   torch::manual_seed(0);
   std::vector<OpCase> out;
-  const auto wan_shape = "x [" + std::to_string(B) + ", " + std::to_string(L) + ", " + std::to_string(D) + "] G " +
-                         std::to_string(G);
+  const auto wan_shape =
+      "x [" + std::to_string(B) + ", " + std::to_string(L) + ", " + std::to_string(D) + "] G " + std::to_string(G);
   const auto h3_shape = "x [" + std::to_string(S) + ", " + std::to_string(Dh3) + "] R " + std::to_string(R);
   const auto x = (torch::randn({B, L, D}, f32) * 2 + 0.3).to(dt), y = torch::randn({B, L, D}, f32).to(dt);
   const auto shift = torch::randn({B, G, 1, D}, f32) * 0.3, scale = torch::randn({B, G, 1, D}, f32) * 0.3;
   const auto go = torch::randn({B, L, D}, f32);
-  out.push_back({"modulated_norm", wan_shape,
+  out.push_back({"modulated_norm",
+                 wan_shape,
                  [](const auto& t) { return kernels::fused_modulated_norm(t[0], t[1], t[2], 1e-6); },
                  [](const auto& t) { return kernels::reference_modulated_norm(t[0], t[1], t[2], 1e-6); },
-                 {x, shift, scale}, {"x", "shift", "scale"}, go});
-  out.push_back({"gated_add", wan_shape, [](const auto& t) { return kernels::fused_gated_add(t[0], t[1], t[2]); },
-                 [](const auto& t) { return kernels::reference_gated_add(t[0], t[1], t[2]); }, {x, y, shift},
-                 {"x", "y", "gate"}, go});
+                 {x, shift, scale},
+                 {"x", "shift", "scale"},
+                 go});
+  out.push_back({"gated_add",
+                 wan_shape,
+                 [](const auto& t) { return kernels::fused_gated_add(t[0], t[1], t[2]); },
+                 [](const auto& t) { return kernels::reference_gated_add(t[0], t[1], t[2]); },
+                 {x, y, shift},
+                 {"x", "y", "gate"},
+                 go});
   // The branch forms the blocks call: x goes on to the residual add (here `+ x`), its gradient added in the backward.
-  out.push_back({"modulated_norm_branch", wan_shape,
+  out.push_back({"modulated_norm_branch",
+                 wan_shape,
                  [](const auto& t) {
                    auto [x_res, h] = kernels::fused_modulated_norm_branch(t[0], t[1], t[2], 1e-6);
                    return h + x_res;
                  },
                  [](const auto& t) { return kernels::reference_modulated_norm(t[0], t[1], t[2], 1e-6) + t[0]; },
-                 {x, shift, scale}, {"x", "shift", "scale"}, go});
+                 {x, shift, scale},
+                 {"x", "shift", "scale"},
+                 go});
   const auto ln_w = (1 + torch::randn({D}, f32) * 0.3).to(dt), ln_b = (torch::randn({D}, f32) * 0.3).to(dt);
-  out.push_back({"layer_norm_branch", wan_shape,
+  out.push_back({"layer_norm_branch",
+                 wan_shape,
                  [](const auto& t) {
                    auto [x_res, h] = kernels::fused_layer_norm_branch(t[0], t[1], t[2], 1e-6);
                    return h + x_res;
                  },
                  [](const auto& t) { return torch::layer_norm(t[0], {t[0].size(-1)}, t[1], t[2], 1e-6) + t[0]; },
-                 {x, ln_w, ln_b}, {"x", "weight", "bias"}, go});
+                 {x, ln_w, ln_b},
+                 {"x", "weight", "bias"},
+                 go});
   const auto hx = torch::randn({S, Dh3}, f32).to(dt), hy = torch::randn({S, Dh3}, f32).to(dt);
   const auto hs = (torch::randn({R, Dh3}, f32) * 0.3).to(dt), hc = (torch::randn({R, Dh3}, f32) * 0.3).to(dt);
   const auto rows = torch::randint(0, R, {S}, f32.dtype(torch::kInt64));
   const auto hgo = torch::randn({S, Dh3}, f32);
-  out.push_back({"h3_modulate", h3_shape,
+  out.push_back({"h3_modulate",
+                 h3_shape,
                  [](const auto& t) { return kernels::fused_h3_modulate(t[0], t[1], t[2], t[3]); },
                  [](const auto& t) { return kernels::reference_h3_modulate(t[0], t[1], t[2], t[3]); },
-                 {hx, hs, hc, rows}, {"x", "shift", "scale"}, hgo});
-  out.push_back({"h3_gate", h3_shape, [](const auto& t) { return kernels::fused_h3_gate(t[0], t[1], t[2], t[3]); },
+                 {hx, hs, hc, rows},
+                 {"x", "shift", "scale"},
+                 hgo});
+  out.push_back({"h3_gate",
+                 h3_shape,
+                 [](const auto& t) { return kernels::fused_h3_gate(t[0], t[1], t[2], t[3]); },
                  [](const auto& t) { return kernels::reference_h3_gate(t[0], t[1], t[2], t[3]); },
-                 {hx, hs, hy, rows}, {"x", "gate", "y"}, hgo});
+                 {hx, hs, hy, rows},
+                 {"x", "gate", "y"},
+                 hgo});
   // H3 q/k RMSNorm + RoPE: the fused projection [S, N, 3, Dh] of 56 heads of 128 (96 rotated channels); q, k, v
   // compared as one [S, N, 3 Dh] tensor.
   const int64_t N = real ? 56 : 3, Dh = real ? 128 : 20, Rr = real ? 16 : 3;
@@ -147,9 +167,13 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
       return torch::cat({std::get<0>(r), std::get<1>(r), std::get<2>(r)}, -1);  // 3 x [S, N, Dh] -> [S, N, 3 Dh]
     };
   };
-  out.push_back({"h3_qk_norm_rope", "qkv [" + std::to_string(S) + ", " + std::to_string(N) + ", 3, " +
-                 std::to_string(Dh) + "]", qk(true), qk(false), {qkv, wq, wk, angles.cos(), angles.sin()},
-                 {"qkv", "w_q", "w_k"}, qk_go});
+  out.push_back({"h3_qk_norm_rope",
+                 "qkv [" + std::to_string(S) + ", " + std::to_string(N) + ", 3, " + std::to_string(Dh) + "]",
+                 qk(true),
+                 qk(false),
+                 {qkv, wq, wk, angles.cos(), angles.sin()},
+                 {"qkv", "w_q", "w_k"},
+                 qk_go});
   // FP8 linear (model/kernels/fp8_linear.h): the GEMM at Wan 5B's attention width (8190 tokens, 3072 -> 3072), the
   // CUDA backend (quantization kernels + at::_scaled_mm) where the device runs it, else the emulation; compared with
   // the emulation (same quantized operands: only accumulation order and the bfloat16 rounding differ), measured
@@ -157,13 +181,15 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
   const int64_t Mt = real ? 8190 : 37, Kin = real ? 3072 : 64, Nout = real ? 3072 : 48;
   const bool fp8_cuda = device.is_cuda() && kernels::fp8_unsupported_reason(device).empty();
   const auto fp8_backend = fp8_cuda ? kernels::Fp8Backend::cuda : kernels::Fp8Backend::emulate;
-  OpCase fp8{"fp8_linear", "x [" + std::to_string(Mt) + ", " + std::to_string(Kin) + "] w [" + std::to_string(Nout) +
-                 ", " + std::to_string(Kin) + "]",
+  OpCase fp8{"fp8_linear",
+             "x [" + std::to_string(Mt) + ", " + std::to_string(Kin) + "] w [" + std::to_string(Nout) + ", " +
+                 std::to_string(Kin) + "]",
              [fp8_backend](const auto& t) { return kernels::fp8_linear(t[0], t[1], t[2], fp8_backend); },
              [](const auto& t) { return kernels::fp8_linear(t[0], t[1], t[2], kernels::Fp8Backend::emulate); },
              {torch::randn({Mt, Kin}, f32).to(dt), (torch::randn({Nout, Kin}, f32) * 0.02).to(dt),
               torch::randn({Nout}, f32).to(dt)},
-             {"x", "w", "b"}, torch::randn({Mt, Nout}, f32)};
+             {"x", "w", "b"},
+             torch::randn({Mt, Nout}, f32)};
   fp8.truth = fp8.timed_reference = [](const auto& t) { return torch::linear(t[0], t[1], t[2]); };
   fp8.backend = fp8_cuda ? "scaled_mm+" + kernels::fp8_quant_backend(fp8.inputs[0]) + "_quant" : "emulate";
   fp8.out_tol = 1e-2, fp8.grad_tol = 2e-2;  // results are bfloat16 in both: a rounding flip is 2^-8 of a value
@@ -183,31 +209,45 @@ std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
       return torch::cat({std::get<0>(r), std::get<1>(r)}, -1);  // 2 x [B, L, N, Dh] -> [B, L, N, 2 Dh]
     };
   };
-  out.push_back({"wan_qk_norm_rope", "q_in [" + std::to_string(B) + ", " + std::to_string(WL) + ", " +
-                 std::to_string(WD) + "] N " + std::to_string(WN), wan_qk(true), wan_qk(false),
-                 {wq_in, wk_in, wwq, wwk, rope.cos, rope.sin}, {"q_in", "k_in", "w_q", "w_k"},
+  out.push_back({"wan_qk_norm_rope",
+                 "q_in [" + std::to_string(B) + ", " + std::to_string(WL) + ", " + std::to_string(WD) + "] N " +
+                     std::to_string(WN),
+                 wan_qk(true),
+                 wan_qk(false),
+                 {wq_in, wk_in, wwq, wwk, rope.cos, rope.sin},
+                 {"q_in", "k_in", "w_q", "w_k"},
                  torch::randn({B, WL, WN, 2 * WDh}, f32)});
   out.back().backend = kernels::wan_qk_backend(wq_in, wwq);
   // The same kernels without RoPE: Wan cross-attention's q norm (and H3's block norms), x [B, L, D].
-  out.push_back({"wan_rms_norm", wan_shape, [](const auto& t) { return kernels::fused_wan_rms_norm(t[0], t[1], 1e-6, false); },
+  out.push_back({"wan_rms_norm",
+                 wan_shape,
+                 [](const auto& t) { return kernels::fused_wan_rms_norm(t[0], t[1], 1e-6, false); },
                  [](const auto& t) { return kernels::wan_rms_norm_reference(t[0], t[1], 1e-6); },
-                 {x, (1 + 0.3 * torch::randn({D}, f32)).to(dt)}, {"x", "w"}, go});
+                 {x, (1 + 0.3 * torch::randn({D}, f32)).to(dt)},
+                 {"x", "w"},
+                 go});
   out.back().backend = kernels::wan_qk_backend(x, out.back().inputs[1]);
   // H3's MLP activation: fc1's output [S, 2F] (gate | up) -> silu(gate) * up [S, F].
   const int64_t F = real ? 14336 : 24;
-  out.push_back({"swiglu", "h [" + std::to_string(S) + ", " + std::to_string(2 * F) + "]",
+  out.push_back({"swiglu",
+                 "h [" + std::to_string(S) + ", " + std::to_string(2 * F) + "]",
                  [](const auto& t) { return kernels::fused_swiglu(t[0], false); },
-                 [](const auto& t) { return kernels::swiglu_reference(t[0]); }, {torch::randn({S, 2 * F}, f32).to(dt) * 3},
-                 {"h"}, torch::randn({S, F}, f32)});
+                 [](const auto& t) { return kernels::swiglu_reference(t[0]); },
+                 {torch::randn({S, 2 * F}, f32).to(dt) * 3},
+                 {"h"},
+                 torch::randn({S, F}, f32)});
   out.back().backend = kernels::cuda_kernels_take(out.back().inputs[0]) ? "cuda" : "aten";
   // Per-cell text: Wan's text keys [R, 512, D] gathered to 21 frames (a few rows, each named by several frames).
   const int64_t Rt = real ? 4 : 3, Lt = real ? 512 : 5, Nc = real ? 21 : 7;
   const auto ids = torch::arange(Nc, f32.dtype(torch::kInt64)).remainder(Rt);
-  out.push_back({"gather_rows", "rows [" + std::to_string(Rt) + ", " + std::to_string(Lt) + ", " + std::to_string(D) +
-                 "] ids [" + std::to_string(Nc) + "]",
+  out.push_back({"gather_rows",
+                 "rows [" + std::to_string(Rt) + ", " + std::to_string(Lt) + ", " + std::to_string(D) + "] ids [" +
+                     std::to_string(Nc) + "]",
                  [](const auto& t) { return kernels::fused_gather_rows(t[0], t[1], false); },
-                 [](const auto& t) { return t[0].index_select(0, t[1]); }, {torch::randn({Rt, Lt, D}, f32).to(dt), ids},
-                 {"rows"}, torch::randn({Nc, Lt, D}, f32)});
+                 [](const auto& t) { return t[0].index_select(0, t[1]); },
+                 {torch::randn({Rt, Lt, D}, f32).to(dt), ids},
+                 {"rows"},
+                 torch::randn({Nc, Lt, D}, f32)});
   out.back().backend = kernels::cuda_kernels_take(out.back().inputs[0]) ? "cuda" : "aten";
   return out;
 }
@@ -222,7 +262,8 @@ std::string fmt(const char* f, double a, double b, double c, double d) {
 
 void KernelBenchConfig::validate() const {
   VDT_CHECK(device == "cuda" || device == "cpu", "--device: expected cuda or cpu, got '", device, "'");
-  VDT_CHECK(device != "cuda" || torch::cuda::is_available(), "--device cuda: no CUDA device is visible (use --device "
+  VDT_CHECK(device != "cuda" || torch::cuda::is_available(),
+            "--device cuda: no CUDA device is visible (use --device "
             "cpu --shapes small to check the ATen fallback here)");
   VDT_CHECK(shapes == "real" || shapes == "small", "--shapes: expected real or small, got '", shapes, "'");
   VDT_CHECK(iters > 0 && warmup >= 0, "--iters must be > 0 and --warmup >= 0");

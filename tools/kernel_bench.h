@@ -12,10 +12,10 @@
 namespace vdt {
 
 struct KernelBenchConfig {
-  std::string device = "cuda";        // cuda | cpu (the ATen fallback; use --shapes small)
-  std::string shapes = "real";        // real (Wan 5B / H3 widths) | small (a quick check, CPU tests)
-  std::string dtypes = "bf16,fp32";   // comma-separated: bf16, fp32
-  int iters = 20, warmup = 3;         // timed and untimed fwd+bwd passes per path
+  std::string device = "cuda";       // cuda | cpu (the ATen fallback; use --shapes small)
+  std::string shapes = "real";       // real (Wan 5B / H3 widths) | small (a quick check, CPU tests)
+  std::string dtypes = "bf16,fp32";  // comma-separated: bf16, fp32
+  int iters = 20, warmup = 3;        // timed and untimed fwd+bwd passes per path
   void validate() const;
 };
 
@@ -24,7 +24,7 @@ struct KernelCheck {
   std::string op, dtype, backend, shape;
   struct Checked {
     std::string name;
-    double max_abs = 0, max_rel = 0;   // fused vs reference: max |a - b|, and that over max |reference|
+    double max_abs = 0, max_rel = 0;              // fused vs reference: max |a - b|, and that over max |reference|
     double fused_vs_truth = 0, ref_vs_truth = 0;  // max rel errors against the float64 evaluation
     bool pass = false;
   };

@@ -53,7 +53,8 @@ bool loss_skips_first_frame(const Metadata& meta, const std::string& fixture) {
   const std::string& loss = meta.at("loss");
   if (loss.find("frames 1..") != std::string::npos) return true;
   if (loss.find("all frames") != std::string::npos || loss.find("every frame") != std::string::npos) return false;
-  VDT_FAIL(fixture, ": metadata 'loss' is \"", loss, "\"; expected a mean of (out - target)^2 over \"frames 1..\" or "
+  VDT_FAIL(fixture, ": metadata 'loss' is \"", loss,
+           "\"; expected a mean of (out - target)^2 over \"frames 1..\" or "
            "over \"all frames\"");
 }
 

@@ -36,8 +36,7 @@ struct DeviceMemory {
   int index() const { return device.index() < 0 ? 0 : device.index(); }
   int64_t allocated() const {
 #ifdef VDT_PLAN_BENCH_CUDA_ALLOC
-    if (device.is_cuda())
-      return c10::cuda::CUDACachingAllocator::getDeviceStats(index()).allocated_bytes[0].current;
+    if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::getDeviceStats(index()).allocated_bytes[0].current;
 #endif
     return 0;
   }
@@ -78,9 +77,9 @@ DenoiserInputs make_inputs(Denoiser& m, const PlanBenchConfig& cfg, int64_t fram
   DenoiserInputs in;
   in.x = torch::randn({1, m.latent_channels(), frames, cfg.height, cfg.width}, opts.dtype(dtype));  // [B, C, F, H, W]
   in.t = torch::rand({1, frames}, opts) * 1000;                                                     // [B, F]
-  in.context = torch::randn({1, cfg.text_len, m.text_dim()}, opts.dtype(dtype));                   // [B, Lt, text_dim]
-  if (takes_picture1(cfg.model)) in.extra["picture1"] = torch::randn({1, m.latent_channels(), 1, cfg.height, cfg.width},
-                                                                     opts.dtype(dtype));
+  in.context = torch::randn({1, cfg.text_len, m.text_dim()}, opts.dtype(dtype));                    // [B, Lt, text_dim]
+  if (takes_picture1(cfg.model))
+    in.extra["picture1"] = torch::randn({1, m.latent_channels(), 1, cfg.height, cfg.width}, opts.dtype(dtype));
   for (const auto& s : m.side_streams()) {
     auto shape = m.side_stream_step_shape(s);
     const int64_t steps = m.side_stream_chunks(s, frames, chunk).back();
@@ -167,7 +166,8 @@ std::vector<int64_t> PlanBenchConfig::frame_list() const {
     } catch (const std::exception&) {
       used = 0;
     }
-    VDT_CHECK(used > 0 && used == item.size(), "--frames '", frames, "': '", item, "' is not an integer (expected a "
+    VDT_CHECK(used > 0 && used == item.size(), "--frames '", frames, "': '", item,
+              "' is not an integer (expected a "
               "comma-separated list like 5,11,21)");
     out.push_back(f);
   }
@@ -180,10 +180,14 @@ const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
       {"--model", "model preset (the trainers' registry): a two-block model of it with random weights", &C::model},
       {"--training", "full (every weight trains: the SFT trainer) or lora (a frozen base: the causal trainer)",
        &C::training},
-      {"--attention", "full (bidirectional: the SFT trainer) or causal (block-causal 6-chunk spans: the causal "
-                      "trainer; prefix and mask kernels, --attn-keep 0, 0.5, 1, offload off and on)", &C::attention},
-      {"--frames", "latent frames of each measured size, comma-separated (empty: 5,11,21 for full attention, 6,12,18 "
-                   "for causal, multiples of 6); bracket the runs you plan for", &C::frames},
+      {"--attention",
+       "full (bidirectional: the SFT trainer) or causal (block-causal 6-chunk spans: the causal "
+       "trainer; prefix and mask kernels, --attn-keep 0, 0.5, 1, offload off and on)",
+       &C::attention},
+      {"--frames",
+       "latent frames of each measured size, comma-separated (empty: 5,11,21 for full attention, 6,12,18 "
+       "for causal, multiples of 6); bracket the runs you plan for",
+       &C::frames},
       {"--height", "latent height", &C::height},
       {"--width", "latent width", &C::width},
       {"--text-len", "text tokens", &C::text_len},
@@ -201,8 +205,10 @@ const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
 void PlanBenchConfig::validate() const {
   denoiser_family(model);  // throws listing the presets
   VDT_CHECK(training == "full" || training == "lora", "--training: expected full or lora, got '", training, "'");
-  VDT_CHECK(attention == "full" || attention == "causal", "--attention: expected full (bidirectional, the SFT "
-            "trainer) or causal (block-causal spans, the causal trainer), got '", attention, "'");
+  VDT_CHECK(attention == "full" || attention == "causal",
+            "--attention: expected full (bidirectional, the SFT "
+            "trainer) or causal (block-causal spans, the causal trainer), got '",
+            attention, "'");
   VDT_CHECK(precision == "bf16" || precision == "fp32", "--precision: expected bf16 or fp32, got '", precision, "'");
   VDT_CHECK(height > 0 && width > 0 && height % 2 == 0 && width % 2 == 0 && text_len > 0,
             "--height and --width (even, latent) and --text-len must be positive, got ", height, ", ", width, ", ",
@@ -213,7 +219,8 @@ void PlanBenchConfig::validate() const {
   VDT_CHECK(repeats > 0 && warmup >= 0, "--repeats must be > 0 and --warmup >= 0");
   VDT_CHECK(training != "lora" || lora_rank > 0, "--lora-rank must be positive, got ", lora_rank);
   const auto dev = resolve_device(device);
-  VDT_CHECK(!dev.is_cuda() || !card.empty() || !out.empty(), "bench plan: the card's name is empty; the table's "
+  VDT_CHECK(!dev.is_cuda() || !card.empty() || !out.empty(),
+            "bench plan: the card's name is empty; the table's "
             "place is plans/<card>/<preset>.json (give --out to write elsewhere)");
 }
 

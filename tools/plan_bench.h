@@ -23,16 +23,16 @@ struct PlanBenchConfig {
   std::string frames;              // latent frames of each measured size, comma-separated; empty: full 5,11,21 /
                                    // causal 6,12,18
   int64_t height = 30, width = 52, text_len = 512;  // latent grid and text rows
-  std::string precision = "bf16";  // bf16 | fp32
-  std::string device = "cuda";     // cuda | cuda:N | cpu
-  int64_t lora_rank = 32;          // training lora
-  int repeats = 3, warmup = 1;     // timed runs (median) after warm-up runs, per mode and size
-  std::string card;                // not a flag: the device's name as it reports it ("NVIDIA H200"); cpu: may stay empty
+  std::string precision = "bf16";                   // bf16 | fp32
+  std::string device = "cuda";                      // cuda | cuda:N | cpu
+  int64_t lora_rank = 32;                           // training lora
+  int repeats = 3, warmup = 1;                      // timed runs (median) after warm-up runs, per mode and size
+  std::string card;  // not a flag: the device's name as it reports it ("NVIDIA H200"); cpu: may stay empty
   std::string plans_dir = "plans";
-  std::string out;                 // the table file; empty: <plans_dir>/<card_slug(card)>/<model>.json
-  std::string measured;            // not a flag: the commit and date recorded in the table
+  std::string out;                          // the table file; empty: <plans_dir>/<card_slug(card)>/<model>.json
+  std::string measured;                     // not a flag: the commit and date recorded in the table
   std::vector<int64_t> frame_list() const;  // --frames parsed, or the defaults of --attention; throws naming the flag
-  void validate() const;           // throws naming the flag
+  void validate() const;                    // throws naming the flag
   static const std::vector<ConfigField<PlanBenchConfig>>& fields();
 };
 

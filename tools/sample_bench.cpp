@@ -31,7 +31,8 @@ void SampleBenchConfig::validate() const {
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected 0 (the base's) or more");
   VDT_CHECK(chunks >= 1, "--chunks ", chunks, ": a stream makes at least one chunk (--chunks 1 or more)");
   VDT_CHECK(steps >= 1, "--steps ", steps, ": expected at least one Euler step");
-  VDT_CHECK(warmup_chunks >= -1 && warmup_chunks < chunks, "--warmup-chunks ", warmup_chunks, ": expected -1 (until "
+  VDT_CHECK(warmup_chunks >= -1 && warmup_chunks < chunks, "--warmup-chunks ", warmup_chunks,
+            ": expected -1 (until "
             "the window is full) or 0 to ",
             chunks - 1, " (at least one chunk is timed)");
   VDT_CHECK(lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1");
@@ -139,7 +140,7 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP=n: chunk n's steps and commit (1-based)
   auto noise = [&](int64_t n) {
     const bool exported = trace.traces(n);  // chunk n - 1 was recorded: writing its trace is not chunk n's time
-    trace.after_step(n);  // chunk n - 1 (1-based n) with its commits
+    trace.after_step(n);                    // chunk n - 1 (1-based n) with its commits
     trace.before_step(n + 1);
     if (exported) t0 = std::chrono::steady_clock::now();
     SampleState s{randn({1, C, cf, H, W}), {}};
@@ -194,8 +195,8 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   r.cache_gib = static_cast<double>(pos->cache_bytes() + (neg ? neg->cache_bytes() : 0)) / (1ull << 30);
   r.peak_gib = peak_memory_gb(device);
   r.graph_replays = pos->graphs().replays() + (neg ? neg->graphs().replays() : 0);
-  r.rows_per_chunk = cf * (H / 2) * (W / 2) + (audio ? 2 * (pos->side_steps("audio", 1).second -
-                                                           pos->side_steps("audio", 1).first) : 0);
+  r.rows_per_chunk = cf * (H / 2) * (W / 2) +
+                     (audio ? 2 * (pos->side_steps("audio", 1).second - pos->side_steps("audio", 1).first) : 0);
   r.prefix_rows = h3 ? Lt + (spec.extra.count("picture1") ? (H / 2) * (W / 2) : 0) : 0;
   return r;
 }

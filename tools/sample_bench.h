@@ -3,7 +3,8 @@
 // audio stream), streamed chunk by chunk with the KV cache by the streaming Euler loop. Reports each chunk's latency
 // (its Euler steps and its commit), the generated video frames per second (the VAE's pixel frames of the timed chunks
 // over their time), the KV cache's memory and the peak memory from the streams' opening on (the model's build left
-// out). VDT_TRACE=<file> with VDT_TRACE_STEP=<n> records chunk n's steps and commit (train/loop/trace.h). Runs on a GPU (bf16) or, with a tiny preset, on the CPU.
+// out). VDT_TRACE=<file> with VDT_TRACE_STEP=<n> records chunk n's steps and commit (train/loop/trace.h). Runs on a GPU
+// (bf16) or, with a tiny preset, on the CPU.
 #pragma once
 #include <torch/types.h>
 
@@ -21,18 +22,18 @@ struct SampleBenchConfig {
   int64_t chunk_frames = 0;         // 0: the base's (Wan 3, H3 5: one VAE clip)
   int64_t chunks = 12, window = 3, sink_chunks = -1, span_chunks = 6;
   int64_t steps = 4;
-  double cfg = 1.0;                 // 1: no guidance (one branch); else two branches
-  double shift = 0;                 // 0: the base's sampling shift (diffusion/flow_match.h)
-  int64_t text_len = 0;             // 0: the base's (Wan 512, H3 256)
-  std::string picture1 = "on";      // H3: on | off
-  std::string audio = "on";         // H3: on | off
+  double cfg = 1.0;             // 1: no guidance (one branch); else two branches
+  double shift = 0;             // 0: the base's sampling shift (diffusion/flow_match.h)
+  int64_t text_len = 0;         // 0: the base's (Wan 512, H3 256)
+  std::string picture1 = "on";  // H3: on | off
+  std::string audio = "on";     // H3: on | off
   int64_t lora_rank = 32;
-  int64_t warmup_chunks = -1;       // chunks left out of the frames per second; -1: until the window is full
-  int64_t layers = 0;               // > 0: fewer blocks than the preset (tests)
+  int64_t warmup_chunks = -1;  // chunks left out of the frames per second; -1: until the window is full
+  int64_t layers = 0;          // > 0: fewer blocks than the preset (tests)
   std::string device = "cuda";
-  std::string precision = "bf16";   // bf16 | fp32
+  std::string precision = "bf16";  // bf16 | fp32
   uint64_t seed = 0;
-  StreamSpeed speed;                // --fp8, --cuda-graphs
+  StreamSpeed speed;  // --fp8, --cuda-graphs
   // Each chunk's video latents [1, C, cf, H, W] float32 as it is done (checks of the numbers; not timed apart).
   std::function<void(int64_t, const torch::Tensor&)> on_chunk;
   void validate() const;

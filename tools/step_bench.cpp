@@ -34,14 +34,18 @@ void StepBenchConfig::validate() const {
   check_selective_blocks(memory.selective_blocks, mode);
   causal_memory.validate(attention, memory, mode);
   memory.check_memory();
-  VDT_CHECK(causal_memory.attn_keep == 0 || trainer == "causal", kAttnKeepFlag, " applies to the causal trainer "
+  VDT_CHECK(causal_memory.attn_keep == 0 || trainer == "causal", kAttnKeepFlag,
+            " applies to the causal trainer "
             "(--trainer causal)");
-  VDT_CHECK(trainer != "causal" || mode != Checkpointing::none, "--checkpointing none: the causal trainer always "
+  VDT_CHECK(trainer != "causal" || mode != Checkpointing::none,
+            "--checkpointing none: the causal trainer always "
             "checkpoints; expected block or selective");
   resolve_device(compute.device);  // early: a missing GPU stops before the synthetic root is written
   VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
-  VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0, "--frames (> 1), --height, --width, --text-len must be positive");
-  VDT_CHECK(trainer != "causal" || frames % 6 == 0, "--frames ", frames, ": the causal trainer's span is 6 chunks; "
+  VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0,
+            "--frames (> 1), --height, --width, --text-len must be positive");
+  VDT_CHECK(trainer != "causal" || frames % 6 == 0, "--frames ", frames,
+            ": the causal trainer's span is 6 chunks; "
             "expected a multiple of 6");
   denoiser_family(model);
 }
@@ -60,13 +64,15 @@ const std::vector<ConfigField<StepBenchConfig>>& StepBenchConfig::fields() {
         {"--warmup", "untimed warm-up steps", &C::warmup},
         {"--lora-rank", "causal: LoRA rank (alpha = rank)", &C::lora_rank},
         {"--peak-tflops", "dense rate for MFU", &C::peak_tflops},
-        {"--work-dir", "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared "
-                       "storage)", &C::work_dir},
+        {"--work-dir",
+         "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared "
+         "storage)",
+         &C::work_dir},
     };
-    for (auto&& section : {lift(&C::compute, ComputeSection::fields(kPrecisions)),
-                           lift(&C::memory, MemorySection::fields(kCheckpointing)),
-                           lift(&C::causal_memory, CausalMemorySection::fields()),
-                           lift(&C::attention, AttentionSection::fields())})
+    for (auto&& section :
+         {lift(&C::compute, ComputeSection::fields(kPrecisions)),
+          lift(&C::memory, MemorySection::fields(kCheckpointing)),
+          lift(&C::causal_memory, CausalMemorySection::fields()), lift(&C::attention, AttentionSection::fields())})
       f.insert(f.end(), section.begin(), section.end());
     return f;
   }();
@@ -124,7 +130,8 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     // A frozen base: backward computes input gradients only (forward + 1x, not + 2x), bidirectional attention counted.
     r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12 * 2.0 / 3.0;
   }
-  VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ", total);
+  VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ",
+            total);
   std::vector<double> timed(r.step_s.begin() + cfg.warmup, r.step_s.end());
   std::sort(timed.begin(), timed.end());
   r.median_s = timed[timed.size() / 2], r.min_s = timed.front(), r.max_s = timed.back();

@@ -158,8 +158,8 @@ torch::Tensor render_ids(const SynthConfig& cfg, const Clip& clip) {
         for (size_t i = clip.parts.size(); i-- > 0;) {
           const auto& p = clip.parts[i];
           const double dx = x - centres[i].first, dy = y - centres[i].second;
-          const bool in = p.disc ? dx * dx + dy * dy <= p.half_w * p.half_w
-                                 : std::abs(dx) <= p.half_w && std::abs(dy) <= p.half_h;
+          const bool in =
+              p.disc ? dx * dx + dy * dy <= p.half_w * p.half_w : std::abs(dx) <= p.half_w && std::abs(dy) <= p.half_h;
           if (in) {
             id = static_cast<uint8_t>(p.id);
             break;
@@ -206,10 +206,14 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-
 // The entries a synth root consists of: what --overwrite removes.
-const std::vector<std::string> kRootEntries = {"dataset.json", "index", "latents", "cond", "meta",
-                                               "text_table.safetensors", "vae.safetensors",
+const std::vector<std::string> kRootEntries = {"dataset.json",
+                                               "index",
+                                               "latents",
+                                               "cond",
+                                               "meta",
+                                               "text_table.safetensors",
+                                               "vae.safetensors",
                                                "audio_silence.safetensors"};
 
 // H3: the clip's one prompt, led by Picture 1's label and vision tokens (docs/h3_model.md §1.11).
@@ -286,7 +290,8 @@ PromptEmbedding embed_prompt(const std::string& prompt, int64_t text_len, int64_
   for (int64_t l = 0; l < e.length; ++l) {
     const auto pieces = split(tokens[l], ':');
     auto row = torch::zeros({text_dim}, torch::kFloat);
-    for (const auto& piece : pieces) row += normal_draws(RngStream(fnv1a64(piece), rng_purpose::kSynthToken), 0, 0, {text_dim});
+    for (const auto& piece : pieces)
+      row += normal_draws(RngStream(fnv1a64(piece), rng_purpose::kSynthToken), 0, 0, {text_dim});
     e.rows[l] = row / std::sqrt(static_cast<double>(std::max<size_t>(pieces.size(), 1)));
   }
   return e;
@@ -322,8 +327,8 @@ SynthReport synth_root(const SynthConfig& cfg) {
     rgb.push_back(synth::ids_to_rgb(ids.back()));  // [F, 3, Hs, Ws]
   }
   auto vae = SynthVae::random(cfg.latent_channels, cfg.sem_scale, cfg.seed);
-  const auto all_rgb = torch::cat(rgb);                                   // [N*F, 3, Hs, Ws]
-  const auto mean = all_rgb.to(torch::kDouble).mean({0, 2, 3});           // [3]
+  const auto all_rgb = torch::cat(rgb);                          // [N*F, 3, Hs, Ws]
+  const auto mean = all_rgb.to(torch::kDouble).mean({0, 2, 3});  // [3]
   const std::array<double, 3> shift = {mean[0].item<double>(), mean[1].item<double>(), mean[2].item<double>()};
   vae.set_normalisation(shift, 1.0);
   const double rms = vae.encode(all_rgb).to(torch::kDouble).square().mean().sqrt().item<double>();
@@ -340,13 +345,18 @@ SynthReport synth_root(const SynthConfig& cfg) {
     if (h3) {  // the video stream, Picture 1 (its first frame) native and at twice the size; one prompt
       const auto pic = latents.narrow(1, 0, 1).contiguous();  // [C, 1, H, W]
       const auto pic2 = torch::upsample_nearest2d(pic.to(torch::kFloat32), {2 * cfg.latent_h, 2 * cfg.latent_w})
-                            .to(torch::kBFloat16);               // [C, 1, 2H, 2W]
+                            .to(torch::kBFloat16);  // [C, 1, 2H, 2W]
       save_safetensors(root + "/latents/" + clip.id + ".safetensors",
                        {{"latents", latents}, {"picture1", pic}, {"picture1_2048", pic2}});
       const std::string prompt = h3_prompt(clip_cells(cfg, clip)[0]);
       prompts.insert(prompt);
-      index += json{{"clip_id", clip.id}, {"split", clip.run->val ? "val" : "train"}, {"run", clip.run->name},
-                    {"drop", clip.drop}, {"cells", {prompt}}}.dump() + "\n";
+      index += json{{"clip_id", clip.id},
+                    {"split", clip.run->val ? "val" : "train"},
+                    {"run", clip.run->name},
+                    {"drop", clip.drop},
+                    {"cells", {prompt}}}
+                   .dump() +
+               "\n";
       continue;
     }
     save_safetensors(root + "/latents/" + clip.id + ".safetensors", {{"latents", latents}});
@@ -359,8 +369,11 @@ SynthReport synth_root(const SynthConfig& cfg) {
     write_file_atomic(root + "/meta/" + clip.id + ".json", json{{"world_to_image", w2i}}.dump() + "\n");
     const auto cells = clip_cells(cfg, clip);
     prompts.insert(cells.begin(), cells.end());
-    index += json{{"clip_id", clip.id}, {"split", clip.run->val ? "val" : "train"}, {"run", clip.run->name},
-                  {"drop", clip.drop}, {"cells", cells}}
+    index += json{{"clip_id", clip.id},
+                  {"split", clip.run->val ? "val" : "train"},
+                  {"run", clip.run->name},
+                  {"drop", clip.drop},
+                  {"cells", cells}}
                  .dump() +
              "\n";
   }
@@ -407,7 +420,8 @@ SynthReport synth_root(const SynthConfig& cfg) {
     // picture1_2048 is Picture 1 at twice its latent size: its short edge in pixels
     dataset["picture1_short_edge"] = 2 * 16 * std::min(cfg.latent_h, cfg.latent_w);
   } else {
-    dataset["sem_scale"] = cfg.sem_scale, dataset["vocab"] = "parts", dataset["collapse_parts"] = synth::collapse_parts();
+    dataset["sem_scale"] = cfg.sem_scale, dataset["vocab"] = "parts",
+    dataset["collapse_parts"] = synth::collapse_parts();
   }
   write_file_atomic(root + "/dataset.json", dataset.dump(2) + "\n");
 

@@ -1,6 +1,6 @@
-// `vdt data synth`: writes a small, learnable data root (docs/design.md §3 format): parts moving on a plane seen by a slowly
-// panning camera, id maps rendered per latent frame, latents from the fixed random linear SynthVae, one prompt per
-// latent frame naming each part's motion, and a hashed-token text table. Deterministic in --seed. With model "h3"
+// `vdt data synth`: writes a small, learnable data root (docs/design.md §3 format): parts moving on a plane seen by a
+// slowly panning camera, id maps rendered per latent frame, latents from the fixed random linear SynthVae, one prompt
+// per latent frame naming each part's motion, and a hashed-token text table. Deterministic in --seed. With model "h3"
 // an H3 root (data/h3_root.h): one prompt per clip led by "<Picture 1>:" and its vision tokens (tag 0 in the table),
 // each clip's Picture 1 (its first latent frame; the 2048 one twice the size), a plausible silent audio latent
 // (one fixed vector repeated, the first steps perturbed as an encoder's zero padding would), no id maps.
@@ -17,26 +17,26 @@
 namespace vdt {
 
 struct SynthConfig {
-  std::string out;                 // root directory to create
-  std::string model = "wan";       // wan | h3 (the root's model family)
-  int64_t audio_channels = 32;     // h3: audio latent width Da
-  int64_t latent_channels = 16;    // C (the `tiny` preset's in_dim)
-  int64_t latent_frames = 5;       // F, also the number of prompt cells
+  std::string out;               // root directory to create
+  std::string model = "wan";     // wan | h3 (the root's model family)
+  int64_t audio_channels = 32;   // h3: audio latent width Da
+  int64_t latent_channels = 16;  // C (the `tiny` preset's in_dim)
+  int64_t latent_frames = 5;     // F, also the number of prompt cells
   int64_t latent_h = 8, latent_w = 8;
-  int64_t sem_scale = 2;           // id maps are [F, H*s, W*s]
+  int64_t sem_scale = 2;  // id maps are [F, H*s, W*s]
   int64_t text_dim = 64, text_len = 16;
   int64_t train_runs = 6, train_clips_per_run = 4;
   int64_t val_runs = 2, val_clips_per_run = 2;  // val clips come from their own runs (no run leak)
-  int64_t n_drop = 2;              // train clips marked drop:true
+  int64_t n_drop = 2;                           // train clips marked drop:true
   uint64_t seed = 0;
-  bool overwrite = false;          // replace the synth entries of an existing non-empty directory
-  void validate() const;           // throws naming the flag, the value and the allowed range
+  bool overwrite = false;  // replace the synth entries of an existing non-empty directory
+  void validate() const;   // throws naming the flag, the value and the allowed range
 };
 
 struct SynthReport {
   int64_t n_train = 0, n_val = 0, n_drop = 0;
-  int64_t n_prompts = 0;           // rows of the text table, the null prompt included
-  std::string res;                 // "<W>x<H>" in pixels (latent * 16)
+  int64_t n_prompts = 0;  // rows of the text table, the null prompt included
+  std::string res;        // "<W>x<H>" in pixels (latent * 16)
 };
 
 // Writes the root. A non-empty `out` is refused unless cfg.overwrite, which removes only the entries a synth root
@@ -47,8 +47,8 @@ SynthReport synth_root(const SynthConfig& cfg);
 namespace synth {
 
 struct PromptEmbedding {
-  torch::Tensor rows;   // [text_len, text_dim] float32; rows >= length are zero
-  int64_t length = 0;   // min(#tokens, text_len)
+  torch::Tensor rows;  // [text_len, text_dim] float32; rows >= length are zero
+  int64_t length = 0;  // min(#tokens, text_len)
 };
 // Hashed-token text encoder: the prompt splits on spaces; token l's row is a fixed N(0, 1) vector seeded by the
 // FNV-1a hash of the token (a token "a:b" is the sum of the vectors of "a" and "b" over sqrt 2, so a row binds a

@@ -15,7 +15,7 @@ namespace vdt {
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path, mode_t mode = 0644);  // creates the temp file
-  ~AtomicFile();                                               // removes the temp file unless committed
+  ~AtomicFile();                                              // removes the temp file unless committed
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 

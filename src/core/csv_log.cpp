@@ -1,5 +1,6 @@
 // CsvLog: header check and rotation on open, then line-at-a-time appends. The header comparison is on the exact
-// first line, so a change of column order or names rotates too, as in the Python trainer (which compares the split fields).
+// first line, so a change of column order or names rotates too, as in the Python trainer (which compares the split
+// fields).
 #include "core/csv_log.h"
 
 #include <unistd.h>

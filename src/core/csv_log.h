@@ -1,6 +1,6 @@
-// Append-only CSV logs (train_log.csv, val_log.csv; docs/design.md §4). A resumed run appends under the same header; when the
-// columns changed (a code upgrade), the old file is moved aside to <stem>.old<N>.csv so rows never land under a
-// header that does not describe them (the Python trainer's rotate_csv_if_header_changed). Not a CSV reader.
+// Append-only CSV logs (train_log.csv, val_log.csv; docs/design.md §4). A resumed run appends under the same header;
+// when the columns changed (a code upgrade), the old file is moved aside to <stem>.old<N>.csv so rows never land under
+// a header that does not describe them (the Python trainer's rotate_csv_if_header_changed). Not a CSV reader.
 #pragma once
 #include <cstdio>
 #include <map>

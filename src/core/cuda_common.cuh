@@ -1,7 +1,7 @@
 // Device helpers shared by vdt's CUDA kernel files (model/kernels/*_cuda.cu, optim/adamw_cuda.cu): rounding to a dtype
 // as ATen's casts do, 16-byte packs, vector loads / stores as float32, deterministic block sums (one value or K at
-// once), and on the host the float32 / bfloat16 dispatch and the check that this binary has a kernel image for a device.
-// Not here: any op's kernel.
+// once), and on the host the float32 / bfloat16 dispatch and the check that this binary has a kernel image for a
+// device. Not here: any op's kernel.
 #pragma once
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -91,16 +91,16 @@ __device__ __forceinline__ void block_sums(float (&v)[K], float (*part)[32]) {
 
 // Runs `...` (a lambda taking no arguments) with the type `Alias` naming float or c10::BFloat16 as t's dtype is
 // float32 or bfloat16; any other dtype fails naming `what`. Returns what the lambda returns.
-#define VDT_DISPATCH_FLOAT_BF16(t, Alias, what, ...)                                                          \
-  [&] {                                                                                                       \
-    if ((t).scalar_type() == c10::kFloat) {                                                                   \
-      using Alias = float;                                                                                    \
-      return __VA_ARGS__();                                                                                   \
-    }                                                                                                         \
+#define VDT_DISPATCH_FLOAT_BF16(t, Alias, what, ...)                                                            \
+  [&] {                                                                                                         \
+    if ((t).scalar_type() == c10::kFloat) {                                                                     \
+      using Alias = float;                                                                                      \
+      return __VA_ARGS__();                                                                                     \
+    }                                                                                                           \
     TORCH_CHECK((t).scalar_type() == c10::kBFloat16, what, ": the CUDA kernels take float32 or bfloat16, got ", \
-                (t).scalar_type());                                                                           \
-    using Alias = c10::BFloat16;                                                                              \
-    return __VA_ARGS__();                                                                                     \
+                (t).scalar_type());                                                                             \
+    using Alias = c10::BFloat16;                                                                                \
+    return __VA_ARGS__();                                                                                       \
   }()
 
 // Whether this binary has an image of `kernel` that runs on CUDA device `device_index` (cached per kernel and device).

@@ -34,8 +34,8 @@ c10::Device resolve_device(const std::string& value, int local_rank, int world, 
   const DeviceFlag d = parse_device_flag(value, flag);
   if (d.kind == DeviceFlag::Kind::kCpu || (d.kind == DeviceFlag::Kind::kAuto && visible_gpus == 0))
     return c10::Device(c10::kCPU);
-  VDT_CHECK(visible_gpus > 0, flag, " ", value, ": no CUDA device is visible (", visible_env(),
-            ")\n---> HINT: use ", flag, " cpu, or check the driver and CUDA_VISIBLE_DEVICES");
+  VDT_CHECK(visible_gpus > 0, flag, " ", value, ": no CUDA device is visible (", visible_env(), ")\n---> HINT: use ",
+            flag, " cpu, or check the driver and CUDA_VISIBLE_DEVICES");
   VDT_CHECK(d.index < 0 || world == 1, flag, " ", value, " names one GPU for all ", world,
             " ranks of this launch\n---> HINT: use ", flag,
             " cuda: each rank takes the GPU of its LOCAL_RANK; choose the GPUs with CUDA_VISIBLE_DEVICES");
@@ -44,7 +44,8 @@ c10::Device resolve_device(const std::string& value, int local_rank, int world, 
   VDT_CHECK(d.index < visible_gpus, flag, " ", value, ": GPU ", d.index, " is not visible: ", seen,
             "\n---> HINT: indices count the GPUs left visible by CUDA_VISIBLE_DEVICES, from 0");
   VDT_CHECK(d.index >= 0 || local_rank < visible_gpus, flag, " ", value, ": LOCAL_RANK ", local_rank, " takes GPU ",
-            local_rank, ", but ", seen, "\n---> HINT: start at most one rank per visible GPU (torchrun --nproc_per_node)");
+            local_rank, ", but ", seen,
+            "\n---> HINT: start at most one rank per visible GPU (torchrun --nproc_per_node)");
   const int index = d.index >= 0 ? d.index : local_rank;
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

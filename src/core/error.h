@@ -35,7 +35,7 @@ std::string concat(const Args&... args) {
 #define VDT_FAIL(...) ::vdt::detail::throw_error(::vdt::detail::concat(__VA_ARGS__))
 
 // For C calls that return -1 (or a negative value) and set errno: reports the call, errno's text and the message.
-#define VDT_CHECK_SYS(expr, ...)                                                        \
-  do {                                                                                  \
+#define VDT_CHECK_SYS(expr, ...)                                                               \
+  do {                                                                                         \
     if ((expr) < 0) ::vdt::detail::throw_sys_error(#expr, ::vdt::detail::concat(__VA_ARGS__)); \
   } while (0)

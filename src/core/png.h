@@ -1,6 +1,6 @@
 // A minimal PNG writer (8-bit RGB, no interlace, filter 0 on every row, zlib deflate, CRC-32 via zlib) for sample
-// previews, synthetic-data pictures and TensorBoard image summaries (encode_png). Written atomically: temp file beside the target, fsync, rename.
-// Not here: reading PNGs, palettes, alpha, 16-bit depth.
+// previews, synthetic-data pictures and TensorBoard image summaries (encode_png). Written atomically: temp file beside
+// the target, fsync, rename. Not here: reading PNGs, palettes, alpha, 16-bit depth.
 #pragma once
 #include <torch/types.h>
 

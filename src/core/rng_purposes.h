@@ -20,14 +20,14 @@ inline constexpr uint32_t kValClips = 0xDA7A0021u;
 inline constexpr uint32_t kSftTimestep = 0x74696d65u;  // "time"
 inline constexpr uint32_t kSftNoise = 0x6e6f6973u;     // "nois"
 // validation and sampling noise (key: clip id hash, timestep)
-inline constexpr uint32_t kValNoise = 0x76616c6eu;     // "valn"
-inline constexpr uint32_t kSample = 0x73616d70u;       // "samp"
-inline constexpr uint32_t kCausalSample = 0x63736d70u; // "csmp"
+inline constexpr uint32_t kValNoise = 0x76616c6eu;      // "valn"
+inline constexpr uint32_t kSample = 0x73616d70u;        // "samp"
+inline constexpr uint32_t kCausalSample = 0x63736d70u;  // "csmp"
 // train causal: per-chunk levels and window noise (key: global sample index); validation levels and noise
-inline constexpr uint32_t kCausalLevels = 0x63617573u;    // "caus"
-inline constexpr uint32_t kCausalNoise = 0x636e6f69u;     // "cnoi"
-inline constexpr uint32_t kCausalValLevels = 0x6376616cu; // "cval"
-inline constexpr uint32_t kCausalValNoise = 0x6376616du;  // "cvam" (was "cval" + 1)
+inline constexpr uint32_t kCausalLevels = 0x63617573u;     // "caus"
+inline constexpr uint32_t kCausalNoise = 0x636e6f69u;      // "cnoi"
+inline constexpr uint32_t kCausalValLevels = 0x6376616cu;  // "cval"
+inline constexpr uint32_t kCausalValNoise = 0x6376616du;   // "cvam" (was "cval" + 1)
 // train causal on a base with side streams / conditioning latents (H3): the audio stream's noise and Picture 1's
 // conditioning noise, train (key: global sample index) and validation (key: window index)
 inline constexpr uint32_t kCausalSideNoise = 0x63736964u;     // "csid"
@@ -45,15 +45,32 @@ inline constexpr uint32_t kSynthToken = 0x5E7A0013u;
 inline constexpr uint32_t kSynthSilence = 0x5E7A0014u;
 
 // Every purpose above, by name (the distinctness test walks it).
-inline constexpr std::array<std::pair<const char*, uint32_t>, 26> kAll = {{
-    {"kTextDropout", kTextDropout}, {"kCondDropout", kCondDropout}, {"kMask", kMask},
-    {"kPermutation", kPermutation}, {"kWindowStart", kWindowStart}, {"kValClips", kValClips},
-    {"kSftTimestep", kSftTimestep}, {"kSftNoise", kSftNoise}, {"kValNoise", kValNoise}, {"kSample", kSample},
-    {"kCausalSample", kCausalSample}, {"kCausalLevels", kCausalLevels}, {"kCausalNoise", kCausalNoise},
-    {"kCausalValLevels", kCausalValLevels}, {"kCausalValNoise", kCausalValNoise}, {"kRandomBaseHead", kRandomBaseHead},
-    {"kSynthVae", kSynthVae}, {"kSynthRun", kSynthRun}, {"kSynthClip", kSynthClip}, {"kSynthDrop", kSynthDrop},
-    {"kSynthToken", kSynthToken}, {"kSynthSilence", kSynthSilence}, {"kCausalSideNoise", kCausalSideNoise},
-    {"kCausalValSideNoise", kCausalValSideNoise}, {"kCausalCondNoise", kCausalCondNoise},
-    {"kCausalValCondNoise", kCausalValCondNoise}}};
+inline constexpr std::array<std::pair<const char*, uint32_t>, 26> kAll = {
+    {{"kTextDropout", kTextDropout},
+     {"kCondDropout", kCondDropout},
+     {"kMask", kMask},
+     {"kPermutation", kPermutation},
+     {"kWindowStart", kWindowStart},
+     {"kValClips", kValClips},
+     {"kSftTimestep", kSftTimestep},
+     {"kSftNoise", kSftNoise},
+     {"kValNoise", kValNoise},
+     {"kSample", kSample},
+     {"kCausalSample", kCausalSample},
+     {"kCausalLevels", kCausalLevels},
+     {"kCausalNoise", kCausalNoise},
+     {"kCausalValLevels", kCausalValLevels},
+     {"kCausalValNoise", kCausalValNoise},
+     {"kRandomBaseHead", kRandomBaseHead},
+     {"kSynthVae", kSynthVae},
+     {"kSynthRun", kSynthRun},
+     {"kSynthClip", kSynthClip},
+     {"kSynthDrop", kSynthDrop},
+     {"kSynthToken", kSynthToken},
+     {"kSynthSilence", kSynthSilence},
+     {"kCausalSideNoise", kCausalSideNoise},
+     {"kCausalValSideNoise", kCausalValSideNoise},
+     {"kCausalCondNoise", kCausalCondNoise},
+     {"kCausalValCondNoise", kCausalValCondNoise}}};
 
 }  // namespace vdt::rng_purpose

@@ -32,17 +32,28 @@ struct DtypeInfo {
 
 const std::vector<DtypeInfo>& dtype_table() {
   static const std::vector<DtypeInfo> table = {
-      {"BOOL", 8, at::kBool},          {"U8", 8, at::kByte},
-      {"I8", 8, at::kChar},            {"I16", 16, at::kShort},
-      {"U16", 16, at::kUInt16},        {"F16", 16, at::kHalf},
-      {"BF16", 16, at::kBFloat16},     {"I32", 32, at::kInt},
-      {"U32", 32, at::kUInt32},        {"F32", 32, at::kFloat},
-      {"F64", 64, at::kDouble},        {"C64", 64, at::kComplexFloat},
-      {"I64", 64, at::kLong},          {"U64", 64, at::kUInt64},
-      {"F8_E5M2", 8, at::kFloat8_e5m2}, {"F8_E4M3", 8, at::kFloat8_e4m3fn},
-      {"F8_E8M0", 8, at::kFloat8_e8m0fnu}, {"F8_E4M3FNUZ", 8, at::kFloat8_e4m3fnuz},
-      {"F8_E5M2FNUZ", 8, at::kFloat8_e5m2fnuz}, {"F4", 4, std::nullopt},
-      {"F6_E2M3", 6, std::nullopt},    {"F6_E3M2", 6, std::nullopt},
+      {"BOOL", 8, at::kBool},
+      {"U8", 8, at::kByte},
+      {"I8", 8, at::kChar},
+      {"I16", 16, at::kShort},
+      {"U16", 16, at::kUInt16},
+      {"F16", 16, at::kHalf},
+      {"BF16", 16, at::kBFloat16},
+      {"I32", 32, at::kInt},
+      {"U32", 32, at::kUInt32},
+      {"F32", 32, at::kFloat},
+      {"F64", 64, at::kDouble},
+      {"C64", 64, at::kComplexFloat},
+      {"I64", 64, at::kLong},
+      {"U64", 64, at::kUInt64},
+      {"F8_E5M2", 8, at::kFloat8_e5m2},
+      {"F8_E4M3", 8, at::kFloat8_e4m3fn},
+      {"F8_E8M0", 8, at::kFloat8_e8m0fnu},
+      {"F8_E4M3FNUZ", 8, at::kFloat8_e4m3fnuz},
+      {"F8_E5M2FNUZ", 8, at::kFloat8_e5m2fnuz},
+      {"F4", 4, std::nullopt},
+      {"F6_E2M3", 6, std::nullopt},
+      {"F6_E3M2", 6, std::nullopt},
   };
   return table;
 }
@@ -160,8 +171,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + n),
-                                   cb);
+    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes + 8),
+                                   reinterpret_cast<const char*>(bytes + 8 + n), cb);
   } catch (const nlohmann::json::exception& e) {
     VDT_FAIL(path, ": header is not valid JSON (", e.what(), ")");
   }
@@ -227,7 +238,8 @@ torch::Tensor SafetensorsFile::get(const std::string& key) const {
     return out;
   }
   auto keep = mapping_;
-  return torch::from_blob(ptr, e.shape, [keep](void*) {}, opts);
+  return torch::from_blob(
+      ptr, e.shape, [keep](void*) {}, opts);
 }
 
 SafetensorsSet SafetensorsSet::open(const std::vector<std::string>& paths) {
@@ -292,7 +304,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   uint64_t offset = 0;
   for (const auto& [k, t] : order) {
     const uint64_t n = t.numel() * t.element_size();
-    header[k] = {{"dtype", st_dtype_of(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
+    header[k] = {
+        {"dtype", st_dtype_of(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string h = header.dump();

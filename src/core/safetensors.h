@@ -15,9 +15,9 @@ namespace vdt {
 using Metadata = std::map<std::string, std::string>;
 
 struct TensorEntry {
-  std::string dtype;             // safetensors dtype string, e.g. "BF16"
+  std::string dtype;  // safetensors dtype string, e.g. "BF16"
   std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;   // byte offsets relative to the data buffer
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the data buffer
 };
 
 // torch dtype for a safetensors dtype string; throws (naming `where`) for types torch cannot hold (F4, F6_*).

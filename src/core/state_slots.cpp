@@ -71,7 +71,8 @@ void check_state_link(const std::string& run_dir) {
   const fs::path link = fs::path(run_dir) / "state";
   const bool is_link = fs::is_symlink(link, ec);
   VDT_CHECK(is_link || !fs::exists(link, ec), link.string(), " exists and is not a link (",
-            fs::is_directory(link, ec) ? "a directory" : "a regular file", "); vdt keeps its state in state_A/ and "
+            fs::is_directory(link, ec) ? "a directory" : "a regular file",
+            "); vdt keeps its state in state_A/ and "
             "state_B/ and points `state` at the newest.\n",
             "---> HINT: move it away (it may be a copied state; pass it to --resume directly)");
 }

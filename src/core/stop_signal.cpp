@@ -18,8 +18,9 @@ void on_signal(int sig) {
     ::raise(sig);
     return;
   }
-  static const char msg[] = "\n[stop] signal received: finishing the current step, then saving state and exiting "
-                            "(send it again to stop at once)\n";
+  static const char msg[] =
+      "\n[stop] signal received: finishing the current step, then saving state and exiting "
+      "(send it again to stop at once)\n";
   [[maybe_unused]] const auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
 }
 
@@ -46,9 +47,12 @@ bool StopOnSignal::requested() { return g_signal.load() != 0; }
 int StopOnSignal::signal_number() { return g_signal.load(); }
 const char* StopOnSignal::signal_name() {
   switch (g_signal.load()) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "none";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "none";
   }
 }
 void StopOnSignal::reset() { g_signal.store(0); }

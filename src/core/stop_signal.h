@@ -1,7 +1,7 @@
-// Graceful stop on SIGTERM / SIGINT (docs/design.md §8): while a StopOnSignal is alive, the first SIGTERM or SIGINT only sets
-// a flag the training loop polls between steps (it then saves its state and exits 0, so a scheduler re-queues the
-// job); a second one restores the default action and re-raises it, for a user who really wants out now.
-// Not here: what the loop does when asked to stop.
+// Graceful stop on SIGTERM / SIGINT (docs/design.md §8): while a StopOnSignal is alive, the first SIGTERM or SIGINT
+// only sets a flag the training loop polls between steps (it then saves its state and exits 0, so a scheduler re-queues
+// the job); a second one restores the default action and re-raises it, for a user who really wants out now. Not here:
+// what the loop does when asked to stop.
 #pragma once
 
 namespace vdt {
@@ -19,7 +19,7 @@ class StopOnSignal {
   static bool requested();
   static int signal_number();  // 0 when none arrived
   static const char* signal_name();
-  static void reset();         // forget a request (tests)
+  static void reset();  // forget a request (tests)
 };
 
 }  // namespace vdt

@@ -222,8 +222,8 @@ void TbWriter::add_hparams(const nlohmann::ordered_json& hparams, const std::vec
     put_bytes(experiment, 5, info);
   }
   put_double_field(start, 5, t);
-  for (const auto& val : {plugin_value("_hparams_/experiment", 2, experiment),
-                          plugin_value("_hparams_/session_start_info", 3, start)}) {
+  for (const auto& val :
+       {plugin_value("_hparams_/experiment", 2, experiment), plugin_value("_hparams_/session_start_info", 3, start)}) {
     std::string summary;
     put_bytes(summary, 1, val);
     write_record(summary_event(t, 0, summary));

@@ -84,17 +84,15 @@ void CausalDataset::set_stream_steps(const std::string& name, int64_t steps) {
   silence_ = read_silence(silence_path(cfg_.root), root_.info(), steps);
 }
 
-int64_t CausalDataset::stride() const {
-  return (cfg_.span_frames + start_align_ - 1) / start_align_ * start_align_;
-}
+int64_t CausalDataset::stride() const { return (cfg_.span_frames + start_align_ - 1) / start_align_ * start_align_; }
 
 int64_t CausalDataset::train_start(int64_t index, int64_t epoch) const {
   const auto& w = train_.at(static_cast<size_t>(index));
   const int64_t frames = clips_[static_cast<size_t>(w.clip)].frames, span = cfg_.span_frames;
   const int64_t slots = (frames - span) / stride() + 1;
   const int64_t slack = (frames - (slots - 1) * stride() - span) / start_align_;  // offsets no slot start covers
-  const double u = RngStream(cfg_.seed, rng_purpose::kWindowStart).uniform(static_cast<uint64_t>(epoch),
-                                                                     static_cast<uint32_t>(index));
+  const double u = RngStream(cfg_.seed, rng_purpose::kWindowStart)
+                       .uniform(static_cast<uint64_t>(epoch), static_cast<uint32_t>(index));
   return w.slot * stride() +
          start_align_ * std::min<int64_t>(static_cast<int64_t>(u * static_cast<double>(slack + 1)), slack);
 }
@@ -124,9 +122,9 @@ void CausalDataset::text_of(const std::vector<int64_t>& rows, torch::Tensor* con
     if (it == at.end()) it = at.emplace(r, static_cast<int64_t>(distinct.size())).first, distinct.push_back(r);
     ids.push_back(it->second);
   }
-  *context = table_->rows(distinct);                     // [R, Lt, text_dim]
-  *context_ids = torch::tensor(ids).unsqueeze(0);         // [1, span]
-  if (tags) *tags = table_->tags(distinct);               // [R, Lt] or undefined
+  *context = table_->rows(distinct);               // [R, Lt, text_dim]
+  *context_ids = torch::tensor(ids).unsqueeze(0);  // [1, span]
+  if (tags) *tags = table_->tags(distinct);        // [R, Lt] or undefined
 }
 
 }  // namespace vdt

@@ -1,9 +1,9 @@
-// The causal workflow's samples (docs/design.md §5, seed rtcwm.train.dataset): windows of `span_frames` latent frames cut from
-// each clip's latent stream. A clip of F frames holds n = floor(F / span) window slots, each one sample; slot j of a
-// clip starts at j * span + an offset drawn per (seed, epoch, sample) from 0 .. F - n * span, so every window stays
-// inside the stream and every epoch sees other cuts — on any rank, at any world size, after any resume.
-// Train/val split by clip (`--val-clips` clips, chosen from --seed; the clips.jsonl split column is not used, as in
-// the Python trainer), flagged (drop:true) clips left out and counted, streams shorter than one span left out and counted.
+// The causal workflow's samples (docs/design.md §5, seed rtcwm.train.dataset): windows of `span_frames` latent frames
+// cut from each clip's latent stream. A clip of F frames holds n = floor(F / span) window slots, each one sample; slot
+// j of a clip starts at j * span + an offset drawn per (seed, epoch, sample) from 0 .. F - n * span, so every window
+// stays inside the stream and every epoch sees other cuts — on any rank, at any world size, after any resume. Train/val
+// split by clip (`--val-clips` clips, chosen from --seed; the clips.jsonl split column is not used, as in the Python
+// trainer), flagged (drop:true) clips left out and counted, streams shorter than one span left out and counted.
 // Validation windows start at their slot (no draw). Text: each latent frame takes its cell's prompt (frames past
 // the last cell take the last cell's). H3 roots (data/h3_root.h) also give each window its clip's Picture 1 and the
 // silent audio stream, and start windows on VAE-clip boundaries (multiples of 5 latents; slots every span rounded up
@@ -23,16 +23,15 @@
 
 namespace vdt {
 
-
 struct CausalDataConfig {
-  std::string root, text_table;  // text_table default: <root>/text_table.safetensors
-  std::string res;               // when set, must equal dataset.json res
-  int64_t span_frames = 18;      // chunks x chunk_frames
+  std::string root, text_table;             // text_table default: <root>/text_table.safetensors
+  std::string res;                          // when set, must equal dataset.json res
+  int64_t span_frames = 18;                 // chunks x chunk_frames
   int64_t val_clips = 12, max_samples = 0;  // max_samples: cap the training set (0 = all)
   uint64_t seed = 0;
   std::string picture1 = "native";  // h3 roots: which Picture 1 latent a window carries (--picture1 native | 2048)
   int64_t audio_steps = 0;          // h3 roots: audio steps per window (set_stream_steps); 0 = no audio stream yet
-  void validate() const;  // names the flag at fault
+  void validate() const;            // names the flag at fault
 };
 
 struct WindowRef {
@@ -42,15 +41,15 @@ struct WindowRef {
 
 struct CausalClip {
   std::string clip_id;
-  int64_t frames = 0;                // latent frames of the stream
-  std::vector<int64_t> frame_rows;   // text-table row per latent frame [frames]
+  int64_t frames = 0;               // latent frames of the stream
+  std::vector<int64_t> frame_rows;  // text-table row per latent frame [frames]
 };
 
 struct CausalSample {
   std::string clip_id;
   int64_t start = 0;
-  torch::Tensor latents;            // [C, span, H, W] bf16
-  std::vector<int64_t> text_rows;   // [span] text-table row per latent frame
+  torch::Tensor latents;                         // [C, span, H, W] bf16
+  std::vector<int64_t> text_rows;                // [span] text-table row per latent frame
   std::map<std::string, torch::Tensor> cond;     // h3: "picture1" [C, 1, Hp, Wp] bf16
   std::map<std::string, torch::Tensor> streams;  // h3: "audio" [2, Da, audio_steps] bf16, clean (the silence)
 };
@@ -63,8 +62,8 @@ class CausalDataset {
   const std::vector<WindowRef>& train() const { return train_; }
   const std::vector<WindowRef>& val() const { return val_; }
   const std::vector<CausalClip>& clips() const { return clips_; }
-  int64_t n_flagged() const { return n_flagged_; }  // drop:true clips left out
-  int64_t n_short() const { return n_short_; }      // streams shorter than one span, left out
+  int64_t n_flagged() const { return n_flagged_; }          // drop:true clips left out
+  int64_t n_short() const { return n_short_; }              // streams shorter than one span, left out
   int64_t picture1_rows() const { return picture1_rows_; }  // h3: DiT rows of the first clip's Picture 1
   const DatasetInfo& info() const { return root_.info(); }
   std::shared_ptr<TextTable> text_table() const { return table_; }
@@ -92,7 +91,7 @@ class CausalDataset {
   std::vector<CausalClip> clips_;
   std::vector<WindowRef> train_, val_;
   int64_t n_flagged_ = 0, n_short_ = 0, picture1_rows_ = 0;
-  torch::Tensor silence_;  // h3: [2, Da, audio_steps]
+  torch::Tensor silence_;    // h3: [2, Da, audio_steps]
   int64_t start_align_ = 1;  // windows start at multiples of this: 5 (one VAE clip) on h3 roots, else 1
   int64_t stride() const;    // frames between window slots
 };

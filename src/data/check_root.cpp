@@ -73,8 +73,8 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
       problems.push_back(clips + ": leak: clip '" + r.clip_id + "' is in train (line " +
                          std::to_string(it->second->line) + ") and val (line " + std::to_string(r.line) + ")");
     if (auto it = train_run.find(r.run); it != train_run.end() && leaked_runs.insert(r.run).second)
-      problems.push_back(clips + ": leak: run '" + r.run + "' is in train (clip '" + it->second->clip_id +
-                         "', line " + std::to_string(it->second->line) + ") and val (clip '" + r.clip_id + "', line " +
+      problems.push_back(clips + ": leak: run '" + r.run + "' is in train (clip '" + it->second->clip_id + "', line " +
+                         std::to_string(it->second->line) + ") and val (clip '" + r.clip_id + "', line " +
                          std::to_string(r.line) + ")");
   }
 
@@ -107,8 +107,7 @@ std::vector<std::string> check_root(const std::string& root_in, const std::strin
     if (f_lat >= 0 && f_ids >= 0 && f_lat != f_ids)
       problems.push_back(cond + ": ids have " + std::to_string(f_ids) + " frames but latents have " +
                          std::to_string(f_lat) + " (" + lat + ")");
-    if (std::filesystem::exists(meta))
-      attempt([&] { read_meta(meta, f_ids >= 0 ? f_ids : info.latent_frames); });
+    if (std::filesystem::exists(meta)) attempt([&] { read_meta(meta, f_ids >= 0 ? f_ids : info.latent_frames); });
   }
   for (auto& p : problems) p = p.substr(0, p.find('\n'));  // one line each: errors' "---> HINT:" lines dropped
   return problems;

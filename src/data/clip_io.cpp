@@ -38,8 +38,8 @@ void check_latent_entry(const std::string& path, const std::string& dtype, const
 void check_ids_shape(const std::string& path, const std::vector<int64_t>& shape, const DatasetInfo& info) {
   const int64_t hs = info.latent_h * info.sem_scale, ws = info.latent_w * info.sem_scale;
   const bool ok = shape.size() == 3 && shape[0] >= info.latent_frames && shape[1] == hs && shape[2] == ws;
-  VDT_CHECK(ok, path, ": tensor 'ids' has shape ", shape_str(shape), ", expected [F, Hs, Ws] = [>=",
-            info.latent_frames, ", ", hs, ", ", ws, "] (latent_hw x sem_scale ", info.sem_scale, ")");
+  VDT_CHECK(ok, path, ": tensor 'ids' has shape ", shape_str(shape), ", expected [F, Hs, Ws] = [>=", info.latent_frames,
+            ", ", hs, ", ", ws, "] (latent_hw x sem_scale ", info.sem_scale, ")");
 }
 
 std::shared_ptr<SafetensorsFile> open_existing(const std::string& path, const char* what, const std::string& also) {

@@ -45,7 +45,8 @@ ClipRow parse_clip_line(const std::string& text, const std::string& path, int li
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    VDT_FAIL(where, ": malformed JSON (", e.what(), ")\n---> HINT: one JSON object per line: {\"clip_id\", \"split\", "
+    VDT_FAIL(where, ": malformed JSON (", e.what(),
+             ")\n---> HINT: one JSON object per line: {\"clip_id\", \"split\", "
              "\"run\", \"drop\", \"cells\"}");
   }
   VDT_CHECK(j.is_object(), where, ": expected a JSON object, found ", j.dump().substr(0, 80));
@@ -66,8 +67,7 @@ ClipRow parse_clip_line(const std::string& text, const std::string& path, int li
     VDT_CHECK(j["drop"].is_boolean(), where, ": key 'drop' must be true or false, found ", j["drop"].dump());
     r.drop = j["drop"].get<bool>();
   }
-  VDT_CHECK(j.contains("cells") && j["cells"].is_array(), where, ": key 'cells' must be a list of ", cells,
-            " prompts");
+  VDT_CHECK(j.contains("cells") && j["cells"].is_array(), where, ": key 'cells' must be a list of ", cells, " prompts");
   for (const auto& c : j["cells"]) {
     VDT_CHECK(c.is_string(), where, ": every entry of 'cells' must be a string, found ", c.dump());
     r.cells.push_back(c.get<std::string>());
@@ -143,8 +143,8 @@ DatasetInfo parse_dataset_json(const std::string& path) {
   VDT_CHECK(d.vocab == "parts" || d.vocab == "ids", path, ": key 'vocab' is '", d.vocab,
             "', expected \"parts\" or \"ids\"");
   if (j.contains("collapse_parts") || d.vocab == "parts") {
-    VDT_CHECK(j.contains("collapse_parts") && j["collapse_parts"].is_array() && j["collapse_parts"].size() == 20,
-              path, ": key 'collapse_parts' must be a list of 20 integers (part -> id, each in 0..9)");
+    VDT_CHECK(j.contains("collapse_parts") && j["collapse_parts"].is_array() && j["collapse_parts"].size() == 20, path,
+              ": key 'collapse_parts' must be a list of 20 integers (part -> id, each in 0..9)");
     for (const auto& v : j["collapse_parts"]) {
       VDT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < 10, path,
                 ": key 'collapse_parts' has entry ", v.dump(), ", expected integers in 0..9");
@@ -159,8 +159,9 @@ DatasetInfo parse_dataset_json(const std::string& path) {
 
 std::string sft_cells_problem(const DatasetInfo& info, const std::string& dataset_json) {
   if (info.model_family != "wan" || info.cells == info.latent_frames) return "";
-  return dataset_json + ": cells = " + std::to_string(info.cells) + " prompts per clip but latent_frames = " +
-         std::to_string(info.latent_frames) + "; `vdt train sft` gives every latent frame its own prompt (per-cell " +
+  return dataset_json + ": cells = " + std::to_string(info.cells) +
+         " prompts per clip but latent_frames = " + std::to_string(info.latent_frames) +
+         "; `vdt train sft` gives every latent frame its own prompt (per-cell " +
          "text: frame f sees cell f), so each clip needs " + std::to_string(info.latent_frames) + " prompts" +
          "\n---> HINT: list one prompt per latent frame in index/clips.jsonl's \"cells\" (repeat a clip's prompt for " +
          "a single-prompt clip) and set \"cells\": " + std::to_string(info.latent_frames) + " in dataset.json";

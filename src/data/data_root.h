@@ -1,7 +1,7 @@
-// A data root (docs/design.md §3, docs/data_format.md): dataset.json + index/clips.jsonl + per-clip latents/, cond/, meta/ and
-// a text table. DataRoot reads and validates the two index files and names the per-clip paths; check_root walks every
-// file of a root and reports every problem, one line each. Not here: reading a clip's tensors (clip_io.h), dropout
-// draws and batching (sft_dataset.h), ordering (sampler.h).
+// A data root (docs/design.md §3, docs/data_format.md): dataset.json + index/clips.jsonl + per-clip latents/, cond/,
+// meta/ and a text table. DataRoot reads and validates the two index files and names the per-clip paths; check_root
+// walks every file of a root and reports every problem, one line each. Not here: reading a clip's tensors (clip_io.h),
+// dropout draws and batching (sft_dataset.h), ordering (sampler.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@ inline constexpr const char* kDataFormat = "vdt-latents/1";
 inline constexpr uint8_t kCondUnknown = 255;  // "no semantic information here" in cond ids
 
 struct DatasetInfo {
-  std::string format, res;  // res "WxH" in pixels, e.g. "832x480"
+  std::string format, res;           // res "WxH" in pixels, e.g. "832x480"
   std::string model_family = "wan";  // "wan", or "h3" (data/h3_root.h: Picture 1 latents, the silent audio stream)
   int64_t audio_channels = 0;        // h3: audio latent width Da (32)
   int64_t picture1_short_edge = 0;   // h3: pixels on the short edge of the picture1_2048 latents (0: none recorded)

@@ -31,23 +31,28 @@ std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const
                                                   const std::string& key) {
   const auto f = SafetensorsFile::open(path);
   VDT_CHECK(f->contains(key), path, ": no tensor '", key, "' (the clip's Picture 1 latent [", info.latent_channels,
-            ", 1, H, W])", key == "picture1_2048" ? "\n---> HINT: this root has no 2048 Picture 1; use --picture1 "
-                                                    "native or re-run `vdt data prepare` with it" : "");
+            ", 1, H, W])",
+            key == "picture1_2048" ? "\n---> HINT: this root has no 2048 Picture 1; use --picture1 "
+                                     "native or re-run `vdt data prepare` with it"
+                                   : "");
   const auto& e = f->entry(key);
   VDT_CHECK(e.shape.size() == 4 && e.shape[0] == info.latent_channels && e.shape[1] == 1 && e.shape[2] >= 2 &&
                 e.shape[3] >= 2 && e.shape[2] % 2 == 0 && e.shape[3] % 2 == 0,
             path, ": tensor '", key, "' must be [", info.latent_channels, ", 1, H, W] with even H, W >= 2");
-  VDT_CHECK(e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F32", path, ": tensor '", key, "' has dtype ",
-            e.dtype, ", expected BF16 (F16 / F32 accepted)");
+  VDT_CHECK(e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F32", path, ": tensor '", key, "' has dtype ", e.dtype,
+            ", expected BF16 (F16 / F32 accepted)");
   if (key == "picture1_2048") {  // its size follows from the native one and the root's short edge
-    VDT_CHECK(info.picture1_short_edge > 0, path, ": has a 'picture1_2048' latent but dataset.json records no "
+    VDT_CHECK(info.picture1_short_edge > 0, path,
+              ": has a 'picture1_2048' latent but dataset.json records no "
               "picture1_short_edge (a root of an older `vdt data prepare`, which resized the long edge to 2048)"
               "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out, or train with --picture1 native");
     const auto n = check_picture1_header(path, info, "picture1");
     const auto want = picture1_short_edge_size(n.first, n.second, info.picture1_short_edge);
     VDT_CHECK(e.shape[2] == want.first && e.shape[3] == want.second, path, ": 'picture1_2048' is ", e.shape[2], "x",
-              e.shape[3], " latent rows, but its native Picture 1 (", n.first, "x", n.second, ") at dataset.json's "
-              "picture1_short_edge ", info.picture1_short_edge, " gives ", want.first, "x", want.second,
+              e.shape[3], " latent rows, but its native Picture 1 (", n.first, "x", n.second,
+              ") at dataset.json's "
+              "picture1_short_edge ",
+              info.picture1_short_edge, " gives ", want.first, "x", want.second,
               "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out");
   }
   return {e.shape[2], e.shape[3]};

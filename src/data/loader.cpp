@@ -9,9 +9,11 @@
 
 namespace vdt {
 
-Loader::Loader(std::shared_ptr<const SftDataset> ds, int64_t batch_size, int num_workers, int prefetch,
-               bool pin_memory)
-    : ds_(std::move(ds)), batch_size_(batch_size), num_workers_(num_workers), prefetch_(prefetch),
+Loader::Loader(std::shared_ptr<const SftDataset> ds, int64_t batch_size, int num_workers, int prefetch, bool pin_memory)
+    : ds_(std::move(ds)),
+      batch_size_(batch_size),
+      num_workers_(num_workers),
+      prefetch_(prefetch),
       pin_memory_(pin_memory) {
   VDT_CHECK(ds_, "Loader: no dataset");
   VDT_CHECK(batch_size_ >= 1, "--batch_size: ", batch_size_, ", expected >= 1");

@@ -77,8 +77,8 @@ std::string extract(const std::string& path, const std::string& buf, const Membe
   const auto* b = reinterpret_cast<const uint8_t*>(buf.data());
   const uint64_t n = buf.size();
   VDT_CHECK(!(m.flags & 1), path, ": member '", name, "' is encrypted");
-  VDT_CHECK(m.local_offset + 30 <= n && rd32(b + m.local_offset) == 0x04034b50u, path, ": corrupt zip local header of '",
-            name, "'");
+  VDT_CHECK(m.local_offset + 30 <= n && rd32(b + m.local_offset) == 0x04034b50u, path,
+            ": corrupt zip local header of '", name, "'");
   const uint64_t data = m.local_offset + 30 + rd16(b + m.local_offset + 26) + rd16(b + m.local_offset + 28);
   VDT_CHECK(data + m.comp_size <= n, path, ": member '", name, "' runs past the end of the file (truncated?)");
   if (m.method == 0) {
@@ -130,9 +130,9 @@ at::ScalarType npy_dtype(const std::string& path, const std::string& descr, size
   const char order = descr[0];
   const std::string t = descr.substr(1);
   static const std::vector<std::tuple<std::string, at::ScalarType, size_t>> table = {
-      {"b1", at::kBool, 1},   {"u1", at::kByte, 1},      {"i1", at::kChar, 1},    {"i2", at::kShort, 2},
-      {"u2", at::kUInt16, 2}, {"i4", at::kInt, 4},       {"u4", at::kUInt32, 4},  {"i8", at::kLong, 8},
-      {"u8", at::kUInt64, 8}, {"f2", at::kHalf, 2},      {"f4", at::kFloat, 4},   {"f8", at::kDouble, 8}};
+      {"b1", at::kBool, 1},   {"u1", at::kByte, 1}, {"i1", at::kChar, 1},   {"i2", at::kShort, 2},
+      {"u2", at::kUInt16, 2}, {"i4", at::kInt, 4},  {"u4", at::kUInt32, 4}, {"i8", at::kLong, 8},
+      {"u8", at::kUInt64, 8}, {"f2", at::kHalf, 2}, {"f4", at::kFloat, 4},  {"f8", at::kDouble, 8}};
   for (const auto& [name, st, size] : table)
     if (t == name) {
       VDT_CHECK(order != '>' || size == 1, path, ": big-endian .npy dtype ", descr, " is not supported");

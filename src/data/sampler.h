@@ -8,7 +8,6 @@
 
 namespace vdt {
 
-
 // A permutation of 0..n-1 that depends on (seed, epoch) only (Fisher-Yates on Philox draws).
 std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
 

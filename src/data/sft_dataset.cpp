@@ -46,7 +46,8 @@ SftDraws draw_sft(uint64_t seed, int64_t epoch, int64_t index, double text_dropo
   // others' draws unchanged.
   const uint64_t a = static_cast<uint64_t>(index);
   const uint32_t b = static_cast<uint32_t>(epoch);
-  const RngStream text(seed, rng_purpose::kTextDropout), cond(seed, rng_purpose::kCondDropout), mask(seed, rng_purpose::kMask);
+  const RngStream text(seed, rng_purpose::kTextDropout), cond(seed, rng_purpose::kCondDropout),
+      mask(seed, rng_purpose::kMask);
   SftDraws d;
   d.text_drop = text.uniform(a, b) < text_dropout;
   d.cond_drop = cond.uniform(a, b) < cond_dropout;
@@ -103,9 +104,9 @@ SftDataset::SftDataset(const SftDataConfig& cfg, std::shared_ptr<TextTable> tabl
   cfg_.validate();
   root_ = DataRoot::open(cfg_.root);
   const DatasetInfo& info = root_.info();
-  VDT_CHECK(info.res == cfg_.res, root_.dataset_json_path(), ": res is ", info.res,
-            " but this run's resolution is ", cfg_.res, " (--res / GC_RES)\n---> HINT: run with --res ", info.res,
-            " (or GC_RES=", info.res, "), or use a data root prepared at ", cfg_.res);
+  VDT_CHECK(info.res == cfg_.res, root_.dataset_json_path(), ": res is ", info.res, " but this run's resolution is ",
+            cfg_.res, " (--res / GC_RES)\n---> HINT: run with --res ", info.res, " (or GC_RES=", info.res,
+            "), or use a data root prepared at ", cfg_.res);
 
   // Vocabulary: stored ids are folded into the training vocabulary (parts -> ids through collapse_parts).
   fold_.fill(kCondUnknown);
@@ -113,9 +114,8 @@ SftDataset::SftDataset(const SftDataConfig& cfg, std::shared_ptr<TextTable> tabl
   if (cfg_.vocab == info.vocab) {
     for (int64_t i = 0; i < k_stored; ++i) fold_[i] = static_cast<uint8_t>(i);
   } else {
-    VDT_CHECK(info.vocab == "parts" && cfg_.vocab == "ids", "--vocab ", cfg_.vocab, ": ",
-              root_.dataset_json_path(), " stores vocab '", info.vocab, "', which cannot be expanded to '",
-              cfg_.vocab, "'");
+    VDT_CHECK(info.vocab == "parts" && cfg_.vocab == "ids", "--vocab ", cfg_.vocab, ": ", root_.dataset_json_path(),
+              " stores vocab '", info.vocab, "', which cannot be expanded to '", cfg_.vocab, "'");
     for (int64_t i = 0; i < k_stored; ++i) fold_[i] = static_cast<uint8_t>(info.collapse_parts.at(i));
   }
 
@@ -191,7 +191,7 @@ SftSample SftDataset::load(size_t index, const SftDraws& d) const {
   s.clip_id = r.clip_id;
   s.run = r.run;
   s.index = static_cast<int64_t>(index);
-  s.latents = read_latents(root_.latent_path(r.clip_id), info, info.latent_frames);  // [C, F, H, W] bf16
+  s.latents = read_latents(root_.latent_path(r.clip_id), info, info.latent_frames);           // [C, F, H, W] bf16
   s.ids = read_ids(root_.cond_path(r.clip_id), info, root_.num_parts(), info.latent_frames);  // [F, Hs, Ws] u8
   uint8_t* p = s.ids.data_ptr<uint8_t>();
   const int64_t n = s.ids.numel();
@@ -225,7 +225,8 @@ void check_no_leak(const DataRoot& root) {
   }
   VDT_CHECK(clips.empty() && runs.empty(), root.clips_path(), ": train/val leak: ", clips.size(),
             " clip(s) in both splits (", join_first(clips, 3), ") and ", runs.size(), " run(s) in both splits (",
-            join_first(runs, 3), ")\n---> HINT: every clip and every run must belong to one split only (`vdt data "
+            join_first(runs, 3),
+            ")\n---> HINT: every clip and every run must belong to one split only (`vdt data "
             "check` lists them all)");
 }
 
@@ -247,8 +248,8 @@ SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table) 
     VDT_CHECK(s.latents.sizes() == samples[0].latents.sizes() && s.ids.sizes() == samples[0].ids.sizes() &&
                   static_cast<int64_t>(s.text_rows.size()) == cells,
               "collate: clip '", s.clip_id, "' has latents ", s.latents.sizes(), " / ids ", s.ids.sizes(),
-              ", unlike clip '", samples[0].clip_id, "' (", samples[0].latents.sizes(), " / ",
-              samples[0].ids.sizes(), ")");
+              ", unlike clip '", samples[0].clip_id, "' (", samples[0].latents.sizes(), " / ", samples[0].ids.sizes(),
+              ")");
     b.clip_ids.push_back(s.clip_id);
     lat.push_back(s.latents);
     ids.push_back(s.ids);
@@ -261,8 +262,8 @@ SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table) 
     b.cond_drop[i] = s.cond_drop ? 1.0f : 0.0f;
     b.mask_frac[i] = static_cast<float>(s.mask_frac);
   }
-  b.latents = torch::stack(lat);  // [B, C, F, H, W]
-  b.ids = torch::stack(ids);      // [B, F, Hs, Ws]
+  b.latents = torch::stack(lat);     // [B, C, F, H, W]
+  b.ids = torch::stack(ids);         // [B, F, Hs, Ws]
   b.context = table.rows(distinct);  // [R, Lt, text_dim]
   return b;
 }

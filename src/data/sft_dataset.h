@@ -1,5 +1,5 @@
-// The SFT dataset of the Python trainer's GcLatentDataset (seeds/gc25d_train.py): one split of a data root, drop rows left
-// out, res checked, prompts resolved against the text table, and three per-sample dropouts (text, cond, a world-
+// The SFT dataset of the Python trainer's GcLatentDataset (seeds/gc25d_train.py): one split of a data root, drop rows
+// left out, res checked, prompts resolved against the text table, and three per-sample dropouts (text, cond, a world-
 // anchored UNKNOWN mask) drawn from (seed, epoch, index) only, so any rank, worker or resume draws the same.
 // Not here: ordering (sampler.h), threads (loader.h), devices.
 #pragma once
@@ -21,7 +21,7 @@ namespace vdt {
 
 struct SftDataConfig {
   std::string root, text_table /* default <root>/text_table.safetensors */, split = "train", vocab = "parts",
-      res = "832x480";
+                                                                            res = "832x480";
   double text_dropout = 0.1, cond_dropout = 0.05, mask_p = 0.5;
   bool include_dropped = false;
   int64_t limit = 0;  // 0 = all
@@ -35,8 +35,7 @@ struct SftDraws {
   double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
 };
 // Draws for dataset index `index` in `epoch`: a pure function of (seed, epoch, index) and the probabilities.
-SftDraws draw_sft(uint64_t seed, int64_t epoch, int64_t index, double text_dropout, double cond_dropout,
-                  double mask_p);
+SftDraws draw_sft(uint64_t seed, int64_t epoch, int64_t index, double text_dropout, double cond_dropout, double mask_p);
 // Sets to UNKNOWN every pixel of ids [F, Hs, Ws] whose centre maps (through the inverse of its frame's affine) into
 // the world rectangle of `d`; returns the fraction of pixels covered.
 double apply_world_mask(torch::Tensor& ids, const std::vector<Affine2D>& world_to_image, const SftDraws& d);
@@ -53,12 +52,12 @@ struct SftSample {
 
 struct SftBatch {
   std::vector<std::string> clip_ids;
-  torch::Tensor latents;                         // [B, C, F, H, W] bf16
-  torch::Tensor ids;                             // [B, F, Hs, Ws] uint8
-  torch::Tensor context;                         // [R, Lt, text_dim] bf16: the distinct text rows, each once
-  torch::Tensor context_ids;                     // [B, cells] int64 index into `context`
+  torch::Tensor latents;                          // [B, C, F, H, W] bf16
+  torch::Tensor ids;                              // [B, F, Hs, Ws] uint8
+  torch::Tensor context;                          // [R, Lt, text_dim] bf16: the distinct text rows, each once
+  torch::Tensor context_ids;                      // [B, cells] int64 index into `context`
   torch::Tensor text_drop, cond_drop, mask_frac;  // [B] float32
-  SftBatch pin_memory() const;                   // pinned copies when CUDA is available, else itself
+  SftBatch pin_memory() const;                    // pinned copies when CUDA is available, else itself
 };
 
 class SftDataset {

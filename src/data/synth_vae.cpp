@@ -13,14 +13,12 @@ namespace vdt {
 namespace synth {
 namespace {
 
-
 // Hand-picked, mutually distinct colours; id 0 is a dark floor.
 constexpr float kColours[kNumParts][3] = {
-    {0.30f, 0.30f, 0.34f}, {0.90f, 0.10f, 0.10f}, {0.10f, 0.70f, 0.20f}, {0.15f, 0.30f, 0.95f},
-    {0.95f, 0.85f, 0.10f}, {0.90f, 0.20f, 0.85f}, {0.10f, 0.85f, 0.90f}, {0.95f, 0.55f, 0.10f},
-    {0.55f, 0.20f, 0.85f}, {0.60f, 0.95f, 0.30f}, {0.95f, 0.60f, 0.70f}, {0.10f, 0.45f, 0.45f},
-    {0.60f, 0.40f, 0.20f}, {0.95f, 0.95f, 0.95f}, {0.05f, 0.05f, 0.05f}, {0.50f, 0.55f, 0.95f},
-    {0.45f, 0.05f, 0.15f}, {0.65f, 0.65f, 0.20f}, {0.10f, 0.20f, 0.45f}, {0.85f, 0.75f, 0.55f},
+    {0.30f, 0.30f, 0.34f}, {0.90f, 0.10f, 0.10f}, {0.10f, 0.70f, 0.20f}, {0.15f, 0.30f, 0.95f}, {0.95f, 0.85f, 0.10f},
+    {0.90f, 0.20f, 0.85f}, {0.10f, 0.85f, 0.90f}, {0.95f, 0.55f, 0.10f}, {0.55f, 0.20f, 0.85f}, {0.60f, 0.95f, 0.30f},
+    {0.95f, 0.60f, 0.70f}, {0.10f, 0.45f, 0.45f}, {0.60f, 0.40f, 0.20f}, {0.95f, 0.95f, 0.95f}, {0.05f, 0.05f, 0.05f},
+    {0.50f, 0.55f, 0.95f}, {0.45f, 0.05f, 0.15f}, {0.65f, 0.65f, 0.20f}, {0.10f, 0.20f, 0.45f}, {0.85f, 0.75f, 0.55f},
 };
 
 }  // namespace
@@ -35,11 +33,11 @@ torch::Tensor ids_to_rgb(const torch::Tensor& ids) {
   // Row kNumParts of the lookup table is the UNKNOWN grey; every other out-of-vocabulary id is an error.
   auto idx = ids.to(torch::kCPU).to(torch::kLong);
   const auto unknown = idx == kUnknownId;
-  VDT_CHECK((unknown | (idx < kNumParts)).all().item<bool>(), "ids_to_rgb: ids outside 0..", kNumParts - 1,
-            " and ", int(kUnknownId));
+  VDT_CHECK((unknown | (idx < kNumParts)).all().item<bool>(), "ids_to_rgb: ids outside 0..", kNumParts - 1, " and ",
+            int(kUnknownId));
   idx = torch::where(unknown, torch::full_like(idx, kNumParts), idx);
   const auto table = torch::cat({part_colours(), torch::full({1, 3}, 0.5f)});
-  auto rgb = table.index({idx});   // [..., Hs, Ws, 3]
+  auto rgb = table.index({idx});            // [..., Hs, Ws, 3]
   return rgb.movedim(-1, -3).contiguous();  // [..., Hs, Ws, 3] -> [..., 3, Hs, Ws]
 }
 
@@ -117,8 +115,9 @@ void SynthVae::save(const std::string& path) const {
                     {"latent_scale", scale},
                     {"rgb_shift", shift.dump()},
                     {"patch_order", "c,dy,dx"},
-                    {"formula", "latent = latent_scale * encoder @ (patch - rgb_shift); patch = decoder @ latent / "
-                                "latent_scale + rgb_shift"}});
+                    {"formula",
+                     "latent = latent_scale * encoder @ (patch - rgb_shift); patch = decoder @ latent / "
+                     "latent_scale + rgb_shift"}});
 }
 
 torch::Tensor SynthVae::encode(const torch::Tensor& rgb) const {
@@ -129,8 +128,8 @@ torch::Tensor SynthVae::encode(const torch::Tensor& rgb) const {
   const auto shift = torch::tensor({rgb_shift_[0], rgb_shift_[1], rgb_shift_[2]}, torch::kFloat).view({1, 3, 1, 1});
   auto x = rgb.to(torch::kCPU, torch::kFloat) - shift;
   x = x.view({f, 3, h, s, w, s}).permute({0, 2, 4, 1, 3, 5}).reshape({f, h, w, 3 * s * s});  // -> [F, H, W, 3 s^2]
-  auto z = torch::matmul(x, encoder_.t()) * latent_scale_;                                    // [F, H, W, C]
-  return z.permute({3, 0, 1, 2}).contiguous();                                                 // [C, F, H, W]
+  auto z = torch::matmul(x, encoder_.t()) * latent_scale_;                                   // [F, H, W, C]
+  return z.permute({3, 0, 1, 2}).contiguous();                                               // [C, F, H, W]
 }
 
 torch::Tensor SynthVae::decode(const torch::Tensor& latents) const {
@@ -138,8 +137,8 @@ torch::Tensor SynthVae::decode(const torch::Tensor& latents) const {
   TORCH_CHECK(latents.dim() == 4 && latents.size(0) == c, "SynthVae::decode: expected [", c, ", F, H, W], got ",
               latents.sizes());
   const int64_t f = latents.size(1), h = latents.size(2), w = latents.size(3);
-  auto z = latents.to(torch::kCPU, torch::kFloat).permute({1, 2, 3, 0}) / latent_scale_;  // [F, H, W, C]
-  auto x = torch::matmul(z, decoder_.t());                                                 // [F, H, W, 3 s^2]
+  auto z = latents.to(torch::kCPU, torch::kFloat).permute({1, 2, 3, 0}) / latent_scale_;     // [F, H, W, C]
+  auto x = torch::matmul(z, decoder_.t());                                                   // [F, H, W, 3 s^2]
   x = x.view({f, h, w, 3, s, s}).permute({0, 3, 1, 4, 2, 5}).reshape({f, 3, h * s, w * s});  // -> [F, 3, Hs, Ws]
   const auto shift = torch::tensor({rgb_shift_[0], rgb_shift_[1], rgb_shift_[2]}, torch::kFloat).view({1, 3, 1, 1});
   return (x + shift).clamp(0, 1).contiguous();

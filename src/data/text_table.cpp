@@ -26,8 +26,8 @@ std::shared_ptr<TextTable> TextTable::open(const std::string& path) {
             " dims, expected [N, Lt, text_dim]");
   const auto& len = f.entry("lengths");
   VDT_CHECK(len.dtype == "I32", path, ": tensor 'lengths' has dtype ", len.dtype, ", expected I32");
-  VDT_CHECK(len.shape.size() == 1 && len.shape[0] == emb.shape[0], path, ": tensor 'lengths' must be [N] with N = ",
-            emb.shape[0], " (rows of 'embeddings')");
+  VDT_CHECK(len.shape.size() == 1 && len.shape[0] == emb.shape[0], path,
+            ": tensor 'lengths' must be [N] with N = ", emb.shape[0], " (rows of 'embeddings')");
   const int64_t n = emb.shape[0];
   t->text_len_ = emb.shape[1];
   t->text_dim_ = emb.shape[2];
@@ -76,12 +76,12 @@ void TextTable::check_finite() const {
   const int64_t n = embeddings_.size(0), block = 256;
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const auto rows = embeddings_.narrow(0, r0, std::min(block, n - r0));  // [b, Lt, text_dim]
-    const auto bad = (~torch::isfinite(rows)).flatten(1).sum(1);            // [b]
+    const auto bad = (~torch::isfinite(rows)).flatten(1).sum(1);           // [b]
     if (!bad.any().item<bool>()) continue;
     const int64_t i = bad.nonzero()[0][0].item<int64_t>();
     const int64_t rows_bad = (bad > 0).sum().item<int64_t>();
-    VDT_FAIL(path_, ": tensor 'embeddings' row ", r0 + i, " (prompt \"", prompts_[static_cast<size_t>(r0 + i)], "\") holds ",
-             bad[i].item<int64_t>(), " NaN/Inf values",
+    VDT_FAIL(path_, ": tensor 'embeddings' row ", r0 + i, " (prompt \"", prompts_[static_cast<size_t>(r0 + i)],
+             "\") holds ", bad[i].item<int64_t>(), " NaN/Inf values",
              rows_bad > 1 ? " (and " + std::to_string(rows_bad - 1) + " more rows of this block)" : std::string(),
              "\n---> HINT: re-encode the text table; a non-finite embedding makes every loss that uses it NaN");
   }

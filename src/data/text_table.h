@@ -1,7 +1,7 @@
 // The precomputed text table: T5 (UMT5-XXL) outputs of every distinct prompt of a root, one row per prompt, looked up
 // by the prompt's text. File: "embeddings" [N, Lt, text_dim] bf16 (padded with zero rows), "lengths" [N] int32,
-// metadata "prompts" = JSON list of N strings; optional "tags" [N, Lt] uint8 (H3: 0 marks vision tokens). The file stays memory-mapped; rows() copies the rows it is asked for.
-// Not here: running a text encoder.
+// metadata "prompts" = JSON list of N strings; optional "tags" [N, Lt] uint8 (H3: 0 marks vision tokens). The file
+// stays memory-mapped; rows() copies the rows it is asked for. Not here: running a text encoder.
 #pragma once
 #include <torch/types.h>
 
@@ -40,8 +40,8 @@ class TextTable {
   void check_finite() const;  // every embedding finite, else an error naming the row and its prompt
   std::string path_;
   std::shared_ptr<SafetensorsFile> file_;  // keeps the mapping behind embeddings_ alive
-  torch::Tensor embeddings_;              // [N, Lt, text_dim] bf16, view over the mapped file
-  torch::Tensor tags_;                    // optional [N, Lt] uint8
+  torch::Tensor embeddings_;               // [N, Lt, text_dim] bf16, view over the mapped file
+  torch::Tensor tags_;                     // optional [N, Lt] uint8
   std::vector<int32_t> lengths_;
   std::vector<std::string> prompts_;
   std::unordered_map<std::string, int64_t> index_;

@@ -69,15 +69,17 @@ SampleState causal_euler_sample(const StateVelocityFn& positive, const StateVelo
                                 const SampleState& noise, const SideBounds& bounds, const torch::Tensor& first_frame,
                                 int64_t chunk_frames, const EulerConfig& cfg) {
   const int64_t F = noise.video.size(2);
-  VDT_CHECK(chunk_frames >= 1 && F % chunk_frames == 0, "causal_euler_sample: ", F, " frames do not split into chunks "
-            "of ", chunk_frames);
+  VDT_CHECK(chunk_frames >= 1 && F % chunk_frames == 0, "causal_euler_sample: ", F,
+            " frames do not split into chunks "
+            "of ",
+            chunk_frames);
   const int64_t chunks = F / chunk_frames;
   for (const auto& [name, s] : noise.side) {
     auto it = bounds.find(name);
-    VDT_CHECK(it != bounds.end() && static_cast<int64_t>(it->second.size()) == chunks + 1 &&
-                  it->second.back() == s.size(-1),
-              "causal_euler_sample: the side stream '", name, "' (", s.size(-1), " steps) needs bounds for ", chunks,
-              " chunks ending at its length");
+    VDT_CHECK(
+        it != bounds.end() && static_cast<int64_t>(it->second.size()) == chunks + 1 && it->second.back() == s.size(-1),
+        "causal_euler_sample: the side stream '", name, "' (", s.size(-1), " steps) needs bounds for ", chunks,
+        " chunks ending at its length");
   }
   SampleState done;  // the chunks sampled so far: video [B, C, k cf, H, W], side streams up to bounds[k]
   for (int64_t k = 0; k < chunks; ++k) {
@@ -86,8 +88,10 @@ SampleState causal_euler_sample(const StateVelocityFn& positive, const StateVelo
       return [&, fn](const SampleState& x, const torch::Tensor& t) {
         if (!done.video.defined()) return fn(x, t);
         SampleState full{torch::cat({done.video.to(x.video.scalar_type()), x.video}, 2), {}};  // [B, C, (k+1) cf, ..]
-        for (const auto& [name, s] : x.side) full.side[name] = torch::cat({done.side.at(name).to(s.scalar_type()), s}, -1);
-        const auto tf = torch::cat({torch::zeros({t.size(0), done.video.size(2)}, t.options()), t}, 1);  // [B, (k+1) cf]
+        for (const auto& [name, s] : x.side)
+          full.side[name] = torch::cat({done.side.at(name).to(s.scalar_type()), s}, -1);
+        const auto tf =
+            torch::cat({torch::zeros({t.size(0), done.video.size(2)}, t.options()), t}, 1);  // [B, (k+1) cf]
         auto v = fn(full, tf);
         SampleState out{v.video.narrow(2, done.video.size(2), x.video.size(2)), {}};
         for (const auto& [name, s] : x.side)

@@ -38,8 +38,8 @@ torch::Tensor training_weights(const FlowGrid& grid) {
 
 FlowGrid inference_grid(int64_t steps, double shift, double denoising_strength) {
   VDT_CHECK(steps > 0, "inference grid: steps must be positive, got ", steps);
-  VDT_CHECK(denoising_strength > 0 && denoising_strength <= 1, "inference grid: denoising strength must be in (0, 1], got ",
-            denoising_strength);
+  VDT_CHECK(denoising_strength > 0 && denoising_strength <= 1,
+            "inference grid: denoising strength must be in (0, 1], got ", denoising_strength);
   return shifted(torch::linspace(denoising_strength, 0.0, steps + 1, torch::kFloat32).slice(0, 0, steps), shift);
 }
 
@@ -61,8 +61,8 @@ SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise,
                             const torch::Tensor& weights, torch::ScalarType compute_dtype, bool first_frame_cond) {
   const int64_t n = grid.timesteps.size(0);
   VDT_CHECK(id >= 0 && id < n, "grid index ", id, " outside [0, ", n, ")");
-  TORCH_CHECK(x0.dim() == 5 && noise.sizes() == x0.sizes(), "make_sft_example: x0 and noise must be [B, C, F, H, W], got ",
-              x0.sizes(), " and ", noise.sizes());
+  TORCH_CHECK(x0.dim() == 5 && noise.sizes() == x0.sizes(),
+              "make_sft_example: x0 and noise must be [B, C, F, H, W], got ", x0.sizes(), " and ", noise.sizes());
   SftExample ex;
   // The seed: scheduler.add_noise and training_weight take the float32 grid timestep; only gc_forward gets
   // timestep.to(x0.dtype). (DiffSynth's own FlowMatchSFTLoss rounds first and looks sigma up from the rounded value;

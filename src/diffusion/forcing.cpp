@@ -38,23 +38,25 @@ DfExample make_df_example(const torch::Tensor& x0, const torch::Tensor& noise, c
     for (int64_t f = 0; f < cfg.chunk_frames; ++f) sigma_f[c * cfg.chunk_frames + f] = static_cast<float>(s);
   }
   if (cfg.clean_first_frame) sigma_f[0] = 0;
-  auto sig = torch::tensor(sigma_f).to(x0.device());                      // [F]
-  auto sig5 = sig.view({1, 1, F, 1, 1});                                  // broadcast over [B, C, F, H, W]
+  auto sig = torch::tensor(sigma_f).to(x0.device());  // [F]
+  auto sig5 = sig.view({1, 1, F, 1, 1});              // broadcast over [B, C, F, H, W]
   ex.x_t = add_noise(x0.to(torch::kFloat32), noise.to(torch::kFloat32), sig5).to(x0.scalar_type());
   ex.target = velocity_target(x0.to(torch::kFloat32), noise.to(torch::kFloat32)).to(x0.scalar_type());
   // A Wan base sees each timestep rounded to the compute dtype (x0's), as the SFT objective; an H3 base sees it in
   // float32, as DiffSynth's H3 loss (flow_schedule). Sigma, the mixing and the weights above come from the exact level.
   // (on the host, as the SFT example's: model_inputs finds the distinct rows there without a device sync)
   ex.round_timestep = cfg.round_timestep;
-  ex.t = model_timesteps(torch::tensor(sigma_f) * 1000.0, x0.scalar_type(), cfg.round_timestep).unsqueeze(0)
-             .expand({B, F}).contiguous();  // [B, F]
+  ex.t = model_timesteps(torch::tensor(sigma_f) * 1000.0, x0.scalar_type(), cfg.round_timestep)
+             .unsqueeze(0)
+             .expand({B, F})
+             .contiguous();  // [B, F]
   return ex;
 }
 
 DfExample make_tf_example(const torch::Tensor& x0, const torch::Tensor& noise, const std::vector<double>& u,
                           const ForcingConfig& cfg, const FlowGrid& grid, const torch::Tensor& grid_weights) {
   auto ex = make_df_example(x0, noise, u, cfg, grid, grid_weights);
-  ex.x_t = torch::cat({x0.to(ex.x_t.scalar_type()), ex.x_t}, 2);   // [B, C, 2F, H, W]
+  ex.x_t = torch::cat({x0.to(ex.x_t.scalar_type()), ex.x_t}, 2);  // [B, C, 2F, H, W]
   ex.t = torch::cat({torch::zeros_like(ex.t), ex.t}, 1);          // [B, 2F]: clean half at timestep 0
   ex.teacher_forcing = true;
   return ex;
@@ -83,14 +85,17 @@ DfStream make_df_stream(const torch::Tensor& x0, const torch::Tensor& noise, con
             "side stream of ", A, " steps does not split into the span's ", ex.sigmas.size(), " chunks");
   std::vector<float> sigma(static_cast<size_t>(A));
   for (size_t c = 0; c + 1 < bounds.size(); ++c)
-    for (int64_t j = bounds[c]; j < bounds[c + 1]; ++j) sigma[static_cast<size_t>(j)] = static_cast<float>(ex.sigmas[c]);
+    for (int64_t j = bounds[c]; j < bounds[c + 1]; ++j)
+      sigma[static_cast<size_t>(j)] = static_cast<float>(ex.sigmas[c]);
   auto sig = torch::tensor(sigma).to(x0.device());  // [A], broadcast over [B, ..., A]
   DfStream s;
   s.bounds = bounds;
   const auto x0f = x0.to(torch::kFloat32), nf = noise.to(torch::kFloat32);
   s.x_t = add_noise(x0f, nf, sig).to(x0.scalar_type());
   s.target = velocity_target(x0f, nf).to(x0.scalar_type());
-  s.t = model_timesteps(sig * 1000.0, x0.scalar_type(), ex.round_timestep).unsqueeze(0).expand({B, A})
+  s.t = model_timesteps(sig * 1000.0, x0.scalar_type(), ex.round_timestep)
+            .unsqueeze(0)
+            .expand({B, A})
             .contiguous();  // [B, A]
   if (ex.teacher_forcing) {
     s.x_t = torch::cat({x0.to(s.x_t.scalar_type()), s.x_t}, -1);  // [B, ..., 2A]
@@ -111,8 +116,8 @@ torch::Tensor stream_timesteps(const torch::Tensor& t, const std::vector<int64_t
 
 torch::Tensor df_stream_loss(const torch::Tensor& pred_all, const DfStream& s, const DfExample& ex) {
   const int64_t A = s.target.size(-1);
-  VDT_CHECK(pred_all.size(-1) == (ex.teacher_forcing ? 2 * A : A), "df_stream_loss: prediction of ",
-            pred_all.size(-1), " steps for a stream of ", A);
+  VDT_CHECK(pred_all.size(-1) == (ex.teacher_forcing ? 2 * A : A), "df_stream_loss: prediction of ", pred_all.size(-1),
+            " steps for a stream of ", A);
   const auto pred = ex.teacher_forcing ? pred_all.narrow(-1, A, A) : pred_all;
   auto total = torch::zeros({}, pred.options().dtype(torch::kFloat32));
   for (size_t c = 0; c + 1 < s.bounds.size(); ++c) {

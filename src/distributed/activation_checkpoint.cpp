@@ -46,8 +46,8 @@ class HostOffload {
     torch::Tensor host;    // x's shape, pinned
     torch::Tensor device;  // the copy back, once started (undefined before, and after get took it)
     c10::Device where{c10::kCPU};
-    c10::Event copied;     // recorded on the side stream after this entry's last copy
-    int64_t group = 0;     // the block call it belongs to (new_group)
+    c10::Event copied;  // recorded on the side stream after this entry's last copy
+    int64_t group = 0;  // the block call it belongs to (new_group)
   };
 
   int64_t new_group() { return ++groups_; }  // one per block call, in forward order
@@ -128,7 +128,7 @@ struct KeptRecord {
 struct HeldCall {
   BlockCall call;
   KeptRecord record;
-  bool selective = false;  // this block keeps its GEMM and attention outputs
+  bool selective = false;                          // this block keeps its GEMM and attention outputs
   std::unique_ptr<RangedAttentionKeep> attention;  // --attn-keep, in a block that recomputes whole
   std::shared_ptr<HostOffload::Entry> offloaded;   // offload_inputs: the residual input on the host
 };
@@ -177,8 +177,8 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
     const auto saved = ctx->get_saved_variables();
     const auto& x = saved[0];
     const auto& w = saved[1];
-    const auto& g = grad_out[0];                        // [..., out]
-    const auto g2 = g.reshape({-1, g.size(-1)});        // -> [rows, out]
+    const auto& g = grad_out[0];                  // [..., out]
+    const auto g2 = g.reshape({-1, g.size(-1)});  // -> [rows, out]
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool want_b = has_bias && ctx->needs_input_grad(2);
     const auto act = static_cast<InputAct>(ctx->saved_data["act"].toInt());
@@ -224,7 +224,7 @@ class KeptAttentionFn : public torch::autograd::Function<KeptAttentionFn> {
     variable_list out;
     size_t j = 0;
     for (size_t i = 0; i < kept->leaves.size(); ++i) out.push_back(want[i] ? grads[j++] : torch::Tensor());
-    out.push_back(torch::Tensor());  // kept
+    out.push_back(torch::Tensor());                     // kept
     kept->out = torch::Tensor(), kept->leaves.clear();  // the graph's memory goes now, not with the block's call
     return out;
   }
@@ -235,8 +235,10 @@ class Replayer : public KeptOps {
   explicit Replayer(KeptRecord* r) : r_(r) {}
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, GemmRole role,
                        InputAct act) override {
-    VDT_CHECK(li_ < r_->linears.size(), "selective checkpointing: the block's recompute made more GEMM calls than its "
-              "forward (", r_->linears.size(), "); a block must run the same ops both times");
+    VDT_CHECK(li_ < r_->linears.size(),
+              "selective checkpointing: the block's recompute made more GEMM calls than its "
+              "forward (",
+              r_->linears.size(), "); a block must run the same ops both times");
     const auto& kept = r_->linears[li_++];
     VDT_CHECK(kept.size(-1) == w.size(0) && kept.numel() / kept.size(-1) == x.numel() / x.size(-1),
               "selective checkpointing: GEMM call ", li_, " of the recompute is ", x.sizes(), " x ", w.sizes(),
@@ -248,14 +250,16 @@ class Replayer : public KeptOps {
     return y;
   }
   torch::Tensor attention(const std::vector<torch::Tensor>& inputs, const AttentionFn&) override {
-    VDT_CHECK(ai_ < r_->attentions.size(), "selective checkpointing: the block's recompute made more attention calls "
-              "than its forward (", r_->attentions.size(), ")");
+    VDT_CHECK(ai_ < r_->attentions.size(),
+              "selective checkpointing: the block's recompute made more attention calls "
+              "than its forward (",
+              r_->attentions.size(), ")");
     auto& kept = r_->attentions[ai_++];
     VDT_CHECK(inputs.size() == kept.leaves.size(), "selective checkpointing: attention call ", ai_, " has ",
               inputs.size(), " inputs, its forward had ", kept.leaves.size());
     for (size_t i = 0; i < inputs.size(); ++i)
-      VDT_CHECK(inputs[i].sizes() == kept.leaves[i].sizes(), "selective checkpointing: attention call ", ai_,
-                " input ", i, " is ", inputs[i].sizes(), " in the recompute, ", kept.leaves[i].sizes(), " in forward");
+      VDT_CHECK(inputs[i].sizes() == kept.leaves[i].sizes(), "selective checkpointing: attention call ", ai_, " input ",
+                i, " is ", inputs[i].sizes(), " in the recompute, ", kept.leaves[i].sizes(), " in forward");
     return KeptAttentionFn::apply(at::TensorList(inputs), &kept)[0];
   }
   void check_done() const {
@@ -365,18 +369,23 @@ Checkpointing parse_checkpointing(const std::string& value, const std::string& f
 
 void check_selective_blocks(int64_t n, Checkpointing mode) {
   VDT_CHECK(n >= -1, kSelectiveBlocksFlag, " ", n, ": expected -1 (all) or a count >= 0");
-  VDT_CHECK(n == -1 || mode == Checkpointing::selective, kSelectiveBlocksFlag, " ", n, " needs --checkpointing selective");
+  VDT_CHECK(n == -1 || mode == Checkpointing::selective, kSelectiveBlocksFlag, " ", n,
+            " needs --checkpointing selective");
 }
 
 void check_attention_keep(double share, bool prefix_attention, Checkpointing mode, int64_t selective_blocks) {
   VDT_CHECK(share >= 0 && share <= 1, kAttnKeepFlag, " ", share, ": expected a share of the query rows in [0, 1]");
-  VDT_CHECK(share == 0 || prefix_attention, kAttnKeepFlag, " ", share, " keeps the prefix attention's results; "
+  VDT_CHECK(share == 0 || prefix_attention, kAttnKeepFlag, " ", share,
+            " keeps the prefix attention's results; "
             "--attn mask runs one masked call with nothing to keep\n---> HINT: use --attn prefix, or leave ",
             kAttnKeepFlag, " out");
   VDT_CHECK(share == 0 || mode != Checkpointing::selective || selective_blocks >= 0, kAttnKeepFlag, " ", share,
             " applies to blocks that recompute whole; with --checkpointing selective every block keeps its attention "
-            "already\n---> HINT: give ", kSelectiveBlocksFlag, " N (the blocks after the first N recompute whole), or "
-            "leave ", kAttnKeepFlag, " out");
+            "already\n---> HINT: give ",
+            kSelectiveBlocksFlag,
+            " N (the blocks after the first N recompute whole), or "
+            "leave ",
+            kAttnKeepFlag, " out");
 }
 
 void enable_block_checkpointing(Denoiser& model, CheckpointOptions opts) {

@@ -24,8 +24,8 @@ namespace vdt {
 enum class Checkpointing { none, block, selective };
 // Throws naming `flag` and the choices (`allowed`: the modes that flag takes).
 Checkpointing parse_checkpointing(const std::string& value, const std::string& flag,
-                                  const std::vector<Checkpointing>& allowed = {Checkpointing::none, Checkpointing::block,
-                                                                               Checkpointing::selective});
+                                  const std::vector<Checkpointing>& allowed = {
+                                      Checkpointing::none, Checkpointing::block, Checkpointing::selective});
 
 // `--selective-blocks N` of both trainers and `vdt bench step` (declared in train/loop/config_sections.h
 // MemorySection): the flag its errors name, and its check against the checkpointing mode.

@@ -92,7 +92,8 @@ void BlockShards::gather(const torch::nn::Module& m) {
     next = i - 1;
   }
   last_ = i;
-  if (!prefetch_ || next < 0 || next >= n || order_[static_cast<size_t>(next)]->gathered || pending_.index == next) return;
+  if (!prefetch_ || next < 0 || next >= n || order_[static_cast<size_t>(next)]->gathered || pending_.index == next)
+    return;
   if (pending_.index >= 0)
     for (auto& w : pending_.works) w->wait();  // an unused prefetch: let it finish before its buffer goes
   pending_ = start_gather(next);

@@ -1,13 +1,13 @@
-// Frozen weights sharded over the ranks and gathered per module for compute (docs/design.md §5/§6: the causal trainer's frozen
-// base blocks, "FSDP-sharded over the GPUs of a node" in the Python trainer). Per module and dtype, the parameters that need no
-// gradient are flattened into one buffer padded to a multiple of the world size; this rank keeps its slice only.
-// gather() all-gathers the buffer and points the parameters at views of it; release() points them at empty tensors
-// again. With prefetch (the default) gather() also starts the asynchronous all-gather of the module that comes next in
-// the direction of travel (modules in order: forward 0, 1, ...; the checkpoint recompute in backward N-1, N-2, ...),
-// so communication overlaps the current module's compute and at most two modules are whole at a time. Every rank must
-// gather in the same order (one model, one traversal). Parameters that require grad (a LoRA's factors) are left
-// alone: they stay whole and replicated.
-// Not here: when to gather (the trainer calls gather/release around every run of a block, distributed/activation_checkpoint).
+// Frozen weights sharded over the ranks and gathered per module for compute (docs/design.md §5/§6: the causal trainer's
+// frozen base blocks, "FSDP-sharded over the GPUs of a node" in the Python trainer). Per module and dtype, the
+// parameters that need no gradient are flattened into one buffer padded to a multiple of the world size; this rank
+// keeps its slice only. gather() all-gathers the buffer and points the parameters at views of it; release() points them
+// at empty tensors again. With prefetch (the default) gather() also starts the asynchronous all-gather of the module
+// that comes next in the direction of travel (modules in order: forward 0, 1, ...; the checkpoint recompute in backward
+// N-1, N-2, ...), so communication overlaps the current module's compute and at most two modules are whole at a time.
+// Every rank must gather in the same order (one model, one traversal). Parameters that require grad (a LoRA's factors)
+// are left alone: they stay whole and replicated. Not here: when to gather (the trainer calls gather/release around
+// every run of a block, distributed/activation_checkpoint).
 #pragma once
 #include <torch/nn/module.h>
 
@@ -22,8 +22,8 @@ class BlockShards {
  public:
   // Shards every frozen parameter of `modules` (whose data must be whole and equal on every rank) and releases them.
   BlockShards(std::vector<torch::nn::Module*> modules, Communicator& comm, bool prefetch = true);
-  void gather(const torch::nn::Module& m);   // no-op when already gathered
-  void release(const torch::nn::Module& m);  // no-op when not gathered
+  void gather(const torch::nn::Module& m);              // no-op when already gathered
+  void release(const torch::nn::Module& m);             // no-op when not gathered
   int64_t shard_bytes() const { return shard_bytes_; }  // held by this rank
   int64_t full_bytes() const { return full_bytes_; }    // the whole of the sharded weights
 

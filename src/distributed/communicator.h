@@ -1,8 +1,8 @@
 // The collectives the trainers need (docs/design.md §6), behind one interface with three implementations: a single rank
 // (identity), in-process ranks on threads (CPU tests, local_group.h) and NCCL through c10d's ProcessGroupNCCL with a
 // TCPStore rendezvous from torchrun's or Slurm's environment (nccl_group.h). A world splits into groups of
-// consecutive ranks (the nodes: the causal trainer shards its frozen base within each node). Every collective is asynchronous: it
-// returns a Work whose wait() makes the result usable (on a GPU: orders the current stream after it).
+// consecutive ranks (the nodes: the causal trainer shards its frozen base within each node). Every collective is
+// asynchronous: it returns a Work whose wait() makes the result usable (on a GPU: orders the current stream after it).
 // Not here: what is communicated (distributed/grad_sync.h, zero2.h).
 #pragma once
 #include <torch/types.h>
@@ -53,8 +53,8 @@ struct LaunchEnv {
   int rank = 0, world = 1, local_rank = 0, local_world = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  bool agent_store = false;  // torchrun's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True)
-  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
+  bool agent_store = false;     // torchrun's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True)
+  int restart_count = 0;        // TORCHELASTIC_RESTART_COUNT
   std::string source = "none";  // "torchrun", "slurm" or "none"
   static LaunchEnv from_env();
 };

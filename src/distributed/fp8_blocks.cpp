@@ -19,16 +19,20 @@ Fp8Mode parse_fp8(const std::string& value, const std::string& flag) {
   if (value == "on") return Fp8Mode::on;
   if (value == "fast") return Fp8Mode::fast;
   if (value == "emulate") return Fp8Mode::emulate;
-  VDT_FAIL(flag, ": expected off, on (FP8 GEMMs on a CUDA GPU of compute capability 8.9+), fast (on, with fast "
-           "accumulation in every FP8 GEMM) or emulate (the same numerics in fp32 ops on any device), got '", value,
-           "'");
+  VDT_FAIL(flag,
+           ": expected off, on (FP8 GEMMs on a CUDA GPU of compute capability 8.9+), fast (on, with fast "
+           "accumulation in every FP8 GEMM) or emulate (the same numerics in fp32 ops on any device), got '",
+           value, "'");
 }
 
 void check_fp8_device(Fp8Mode mode, const torch::Device& device, const std::string& flag) {
   if (mode != Fp8Mode::on && mode != Fp8Mode::fast) return;
   const auto why = kernels::fp8_unsupported_reason(device);
-  VDT_CHECK(why.empty(), flag, mode == Fp8Mode::on ? " on: " : " fast: ", why, ". FP8 GEMMs need a CUDA GPU of compute capability 8.9 or newer (Ada, "
-            "Hopper, Blackwell); use ", flag, " off, or ", flag, " emulate to run the same FP8 numerics in fp32 ops "
+  VDT_CHECK(why.empty(), flag, mode == Fp8Mode::on ? " on: " : " fast: ", why,
+            ". FP8 GEMMs need a CUDA GPU of compute capability 8.9 or newer (Ada, "
+            "Hopper, Blackwell); use ",
+            flag, " off, or ", flag,
+            " emulate to run the same FP8 numerics in fp32 ops "
             "on any device (slow: for checks and tests)");
 }
 
@@ -77,12 +81,17 @@ std::string enable_fp8_linears(Denoiser& model, Fp8Mode mode, const std::vector<
   for (size_t k = 0; k < blocks.size(); ++k) {
     const bool run_start = k == 0 || blocks[k] != blocks[k - 1] + 1;
     const bool run_end = k + 1 == blocks.size() || blocks[k + 1] != blocks[k] + 1;
-    if (run_start) which << (k == 0 ? "" : ",") << blocks[k];
-    else if (run_end) which << "-" << blocks[k];
+    if (run_start)
+      which << (k == 0 ? "" : ",") << blocks[k];
+    else if (run_end)
+      which << "-" << blocks[k];
   }
   std::ostringstream out;
-  out << (mode == Fp8Mode::on ? "on" : mode == Fp8Mode::fast ? "fast" : "emulate") << ": the linears of blocks "
-      << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size() << " in FP8 (E4M3, row-wise scales"
+  out << (mode == Fp8Mode::on     ? "on"
+          : mode == Fp8Mode::fast ? "fast"
+                                  : "emulate")
+      << ": the linears of blocks " << (blocks.empty() ? "(none)" : which.str()) << " of " << all.size()
+      << " in FP8 (E4M3, row-wise scales"
       << (mode == Fp8Mode::fast ? "; fast accumulation in the forward, dgrad and wgrad GEMMs)" : ")");
   if (held > 0) out << "; their frozen weights held as FP8 from the first forward";
   return out.str();

@@ -10,8 +10,13 @@ namespace vdt {
 
 GradHooks::GradHooks(std::vector<torch::Tensor> params, std::vector<std::vector<size_t>> slots,
                      std::function<void(size_t)> on_grad, std::function<void(size_t)> launch)
-    : params_(std::move(params)), slots_(std::move(slots)), slot_of_(params_.size(), SIZE_MAX),
-      ready_(slots_.size(), 0), seen_(params_.size(), false), on_grad_(std::move(on_grad)), launch_(std::move(launch)) {
+    : params_(std::move(params)),
+      slots_(std::move(slots)),
+      slot_of_(params_.size(), SIZE_MAX),
+      ready_(slots_.size(), 0),
+      seen_(params_.size(), false),
+      on_grad_(std::move(on_grad)),
+      launch_(std::move(launch)) {
   for (size_t k = 0; k < slots_.size(); ++k)
     for (size_t i : slots_[k]) {
       VDT_CHECK(i < params_.size() && slot_of_[i] == SIZE_MAX, "gradient hooks: parameter ", i,

@@ -45,8 +45,8 @@ class GradHooks {
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<size_t>> slots_;
   std::vector<size_t> slot_of_;
-  std::vector<size_t> ready_;    // per slot: parameters with a gradient in this backward
-  std::vector<bool> seen_;       // per parameter
+  std::vector<size_t> ready_;  // per slot: parameters with a gradient in this backward
+  std::vector<bool> seen_;     // per parameter
   std::function<void(size_t)> on_grad_, launch_;
   size_t next_ = 0;
   std::vector<size_t> order_, last_order_;

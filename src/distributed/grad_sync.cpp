@@ -102,7 +102,8 @@ class ReplicatedOverRanks : public Replicated {
     Replicated::after_backward();
   }
   std::string describe() const override {
-    return "replicated over " + std::to_string(comm_.world()) + " ranks, gradients all-reduced as backward produces "
+    return "replicated over " + std::to_string(comm_.world()) +
+           " ranks, gradients all-reduced as backward produces "
            "them";
   }
 

@@ -54,7 +54,8 @@ class GradSync {
   // After each micro batch's backward: this rank's gradients folded into the synchronised ones.
   virtual void after_backward() = 0;
   // The global L2 norm over every rank's gradient (0-dim float32 on the device, no host sync), clipped to max_norm
-  // (<= 0: measure only) by the next step(): the coefficient is applied inside AdamW's kernel, not in a pass of its own.
+  // (<= 0: measure only) by the next step(): the coefficient is applied inside AdamW's kernel, not in a pass of its
+  // own.
   virtual torch::Tensor clip_grad_norm(double max_norm) = 0;
   // AdamW (skipped on the device when found_inf != 0), compute weights refreshed, gradients cleared.
   virtual void step(const torch::Tensor& found_inf) = 0;

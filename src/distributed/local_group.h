@@ -1,7 +1,7 @@
 // In-process ranks: `world` threads in one process, each with its own Communicator over shared memory (CPU tests of
-// ZeRO-2 and of rank-identity, docs/design.md §6). Collectives block until every rank has entered them; sums run in rank order,
-// so every rank gets bitwise the same result. A rank that throws aborts the others (their pending collective throws)
-// and run_local_ranks rethrows the first error. Not here: processes or devices (nccl_group.h).
+// ZeRO-2 and of rank-identity, docs/design.md §6). Collectives block until every rank has entered them; sums run in
+// rank order, so every rank gets bitwise the same result. A rank that throws aborts the others (their pending
+// collective throws) and run_local_ranks rethrows the first error. Not here: processes or devices (nccl_group.h).
 #pragma once
 #include <functional>
 

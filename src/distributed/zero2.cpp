@@ -20,7 +20,7 @@ struct Zero2::Bucket {
   int64_t numel = 0, padded = 0, slice = 0;
   torch::Tensor master, grad;  // this rank's slice [slice]
   // per micro batch
-  torch::Tensor flat, out;     // full bucket gradient, reduce-scatter output
+  torch::Tensor flat, out;  // full bucket gradient, reduce-scatter output
   WorkPtr work;
 };
 
@@ -94,8 +94,8 @@ void Zero2::attach(const NamedTensors& compute) {
       params.push_back(it->second);
     }
   }
-  hooks_ = std::make_unique<GradHooks>(std::move(params), std::move(slots), [this](size_t i) { on_grad(i); },
-                                       [this](size_t k) { launch(k); });
+  hooks_ = std::make_unique<GradHooks>(
+      std::move(params), std::move(slots), [this](size_t i) { on_grad(i); }, [this](size_t k) { launch(k); });
 }
 
 void Zero2::on_grad(size_t i) {
@@ -166,7 +166,8 @@ void Zero2::publish() {
 
 SyncState Zero2::state() const {
   SyncState s;
-  for (size_t k = 0; k < buckets_.size(); ++k) s.weights.emplace_back("master.bucket" + std::to_string(k), buckets_[k]->master);
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    s.weights.emplace_back("master.bucket" + std::to_string(k), buckets_[k]->master);
   s.optimizer = opt_->state();
   s.meta["zero2_layout"] = layout().dump();
   return s;
@@ -194,7 +195,8 @@ void Zero2::load(const FullTensorFn& full, int64_t step, const std::string& wher
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i = 0; i < groups[g].params.size(); ++i, ++k) {
       auto& b = *buckets_[k];
-      for (auto [kind, dst] : {std::pair{std::string("weight"), b.master}, {"exp_avg", opt_->mutable_exp_avg()[g][i]},
+      for (auto [kind, dst] : {std::pair{std::string("weight"), b.master},
+                               {"exp_avg", opt_->mutable_exp_avg()[g][i]},
                                {"exp_avg_sq", opt_->mutable_exp_avg_sq()[g][i]}}) {
         std::vector<torch::Tensor> parts;
         for (size_t j = 0; j < b.names.size(); ++j) {

@@ -1,12 +1,12 @@
-// ZeRO-2 (docs/design.md §6; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"),
-// one implementation of the update path (distributed/grad_sync.h): every rank holds the compute weights; gradients
-// are reduce-scattered in buckets while backward still runs (the gradient hooks of distributed/grad_hooks.h copy each
-// gradient into its bucket and free it; buckets are sent in a fixed order so every rank issues the same collectives);
-// each rank keeps only its slice of every bucket's fp32 (or bf16) master weights, AdamW moments and accumulated
-// gradients; the gradient norm is summed across slices; the updated slices are all-gathered back into the compute
-// weights. A bucket holds parameters of one optimizer group in reverse registration order (roughly backward order),
-// is padded to a multiple of the world size, and rank r owns elements [r*s, (r+1)*s) of it.
-// The slow reference is the replicated path on one rank; tests compare them. Not here: the collectives (communicator).
+// ZeRO-2 (docs/design.md §6; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+// Models"), one implementation of the update path (distributed/grad_sync.h): every rank holds the compute weights;
+// gradients are reduce-scattered in buckets while backward still runs (the gradient hooks of distributed/grad_hooks.h
+// copy each gradient into its bucket and free it; buckets are sent in a fixed order so every rank issues the same
+// collectives); each rank keeps only its slice of every bucket's fp32 (or bf16) master weights, AdamW moments and
+// accumulated gradients; the gradient norm is summed across slices; the updated slices are all-gathered back into the
+// compute weights. A bucket holds parameters of one optimizer group in reverse registration order (roughly backward
+// order), is padded to a multiple of the world size, and rank r owns elements [r*s, (r+1)*s) of it. The slow reference
+// is the replicated path on one rank; tests compare them. Not here: the collectives (communicator).
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -30,10 +30,11 @@ torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& we
   return y.to(x.scalar_type()) * weight;
 }
 
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, AttentionKernel kernel) {
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        AttentionKernel kernel) {
   if (kernel == AttentionKernel::sdpa) return at::scaled_dot_product_attention(q, k, v);
   auto scores = torch::matmul(q.to(torch::kFloat32), k.to(torch::kFloat32).transpose(-2, -1)) /
-                std::sqrt(static_cast<double>(q.size(-1)));                  // [B, N, Lq, Lk]
+                std::sqrt(static_cast<double>(q.size(-1)));  // [B, N, Lq, Lk]
   return torch::matmul(torch::softmax(scores, -1), v.to(torch::kFloat32)).to(q.scalar_type());
 }
 
@@ -82,7 +83,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
   }
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;
   auto attend = [&](const torch::Tensor& qh, const torch::Tensor& kh, const torch::Tensor& vh) {  // [B, L, N, Dh]
-    const auto qt = qh.transpose(1, 2), kt = kh.transpose(1, 2), vt = vh.transpose(1, 2);      // -> [B, N, L, Dh]
+    const auto qt = qh.transpose(1, 2), kt = kh.transpose(1, 2), vt = vh.transpose(1, 2);         // -> [B, N, L, Dh]
     return pattern.causal() ? block_causal_attention(qt, kt, vt, pattern.chunk_tokens, ck, pattern.teacher_forcing)
                             : attention(qt, kt, vt, kernel);
   };
@@ -107,8 +108,10 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   // Cells: the tokens of latent frame f (L/F of them, in order) attend only to cell f's text; one cell for one text.
   int64_t F = 1;
   if (ctx_ids.defined()) {  // distinct rows [R, Lt, D], ctx_ids [B, F] the row of each frame
-    TORCH_CHECK(ctx.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
-                "and ctx_ids [B, F], got ", ctx.sizes(), " and ", ctx_ids.sizes());
+    TORCH_CHECK(ctx.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B,
+                "cross_attn: expected rows [R, Lt, D] "
+                "and ctx_ids [B, F], got ",
+                ctx.sizes(), " and ", ctx_ids.sizes());
     F = ctx_ids.size(1);
   } else if (ctx.dim() == 4) {  // [B, F, Lt, D]
     F = ctx.size(1);
@@ -137,7 +140,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   };
   auto a = inside ? kept_attention({q_in, k_in, v_in, norm_q->weight, norm_k->weight}, attend)
                   : kept_attention({norm_q(q_in), norm_k(k_in), v_in}, attend);  // [B*F, N, L/F, Dh]
-  return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));  // [B*F, L/F, D] -> [B, L, D]
+  return lora_or_linear(o, merge_heads(a).reshape({B, L, D}));                   // [B*F, L/F, D] -> [B, L, D]
 }
 
 std::pair<torch::Tensor, torch::Tensor> CrossAttentionImpl::text_kv(const torch::Tensor& ctx) {
@@ -150,8 +153,10 @@ torch::Tensor CrossAttentionImpl::forward_cached(const torch::Tensor& x, const t
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   int64_t F = 1;
   if (ctx_ids.defined()) {  // rows [R, Lt, D] picked per cell, as forward
-    TORCH_CHECK(kc.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B, "cross_attn: expected rows [R, Lt, D] "
-                "and ctx_ids [B, F], got ", kc.sizes(), " and ", ctx_ids.sizes());
+    TORCH_CHECK(kc.dim() == 3 && ctx_ids.dim() == 2 && ctx_ids.size(0) == B,
+                "cross_attn: expected rows [R, Lt, D] "
+                "and ctx_ids [B, F], got ",
+                kc.sizes(), " and ", ctx_ids.sizes());
     F = ctx_ids.size(1);
   } else if (kc.dim() == 4) {
     F = kc.size(1);

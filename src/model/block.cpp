@@ -9,7 +9,8 @@
 
 namespace vdt {
 
-torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                             double eps) {
   return kernels::modulated_norm(x, shift, scale, eps);  // fused (model/kernels), or the reference with the switch off
 }
 

@@ -13,11 +13,11 @@
 namespace vdt {
 
 struct BlockInputs {
-  torch::Tensor x;     // [B, L, D] residual stream
-  torch::Tensor e0;    // [B, G, 6, D] time projection per timestep group (float32)
-  torch::Tensor ctx;   // [B, Lt, D] or [B, F, Lt, D] embedded text, or distinct rows [R, Lt, D] with ctx_ids
-  RopeTable rope;      // [L, Dh/2] tables
-  TokenPattern pattern;  // self-attention: bidirectional, block-causal chunks of tokens, or teacher forcing
+  torch::Tensor x;        // [B, L, D] residual stream
+  torch::Tensor e0;       // [B, G, 6, D] time projection per timestep group (float32)
+  torch::Tensor ctx;      // [B, Lt, D] or [B, F, Lt, D] embedded text, or distinct rows [R, Lt, D] with ctx_ids
+  RopeTable rope;         // [L, Dh/2] tables
+  TokenPattern pattern;   // self-attention: bidirectional, block-causal chunks of tokens, or teacher forcing
   torch::Tensor ctx_ids;  // optional [B, F] int64: the row of ctx for each cell (per-cell text as distinct rows)
   KvSlot kv;  // a stream's cache (model/kv_cache.h): x is the chunk being made; the text's keys and values come from
               // the cache (ctx unused)
@@ -42,7 +42,8 @@ TORCH_MODULE(WanBlock);
 
 // LayerNorm without affine over the last dim, then x * (1 + scale) + shift per timestep group.
 // x [B, L, D], shift/scale [B, G, 1, D] -> [B, L, D]
-torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                             double eps);
 // x + y * gate per timestep group: x, y [B, L, D], gate [B, G, 1, D] -> [B, L, D]
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
 

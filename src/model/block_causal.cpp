@@ -12,7 +12,8 @@
 namespace vdt {
 
 CausalKernel causal_kernel_from_string(const std::string& s) {
-  if (s == "prefix" || s == "fa3") return CausalKernel::prefix;  // fa3, flex: the Python trainer's names for the same two
+  if (s == "prefix" || s == "fa3")
+    return CausalKernel::prefix;  // fa3, flex: the Python trainer's names for the same two
   if (s == "mask" || s == "flex") return CausalKernel::mask;
   if (s == "eager") return CausalKernel::eager;
   VDT_FAIL("--attn ", s, ": expected prefix or mask");
@@ -21,27 +22,27 @@ CausalKernel causal_kernel_from_string(const std::string& s) {
 torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device) {
   VDT_CHECK(n_chunks >= 1 && chunk_tokens >= 1, "block_causal_mask: ", n_chunks, " chunks of ", chunk_tokens,
             " tokens, expected >= 1 each");
-  auto chunk = torch::arange(n_chunks * chunk_tokens, torch::TensorOptions().device(device)).div(
-      chunk_tokens, "floor");                      // [L] chunk index of each token
+  auto chunk = torch::arange(n_chunks * chunk_tokens, torch::TensorOptions().device(device))
+                   .div(chunk_tokens, "floor");     // [L] chunk index of each token
   return chunk.unsqueeze(1) >= chunk.unsqueeze(0);  // [L, L]: key chunk <= query chunk
 }
 
 torch::Tensor teacher_forcing_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device) {
   auto causal = block_causal_mask(n_chunks, chunk_tokens, device);  // [L, L]
   auto chunk = torch::arange(n_chunks * chunk_tokens, torch::TensorOptions().device(device)).div(chunk_tokens, "floor");
-  auto strictly_before = chunk.unsqueeze(1) > chunk.unsqueeze(0);   // noisy i -> clean j < i
-  auto same = chunk.unsqueeze(1) == chunk.unsqueeze(0);             // noisy i -> noisy i
+  auto strictly_before = chunk.unsqueeze(1) > chunk.unsqueeze(0);  // noisy i -> clean j < i
+  auto same = chunk.unsqueeze(1) == chunk.unsqueeze(0);            // noisy i -> noisy i
   auto none = torch::zeros_like(causal);
-  auto top = torch::cat({causal, none}, 1);                         // clean queries: clean keys only
-  auto bottom = torch::cat({strictly_before, same}, 1);             // noisy queries
-  return torch::cat({top, bottom}, 0);                              // [2L, 2L]
+  auto top = torch::cat({causal, none}, 1);              // clean queries: clean keys only
+  auto bottom = torch::cat({strictly_before, same}, 1);  // noisy queries
+  return torch::cat({top, bottom}, 0);                   // [2L, 2L]
 }
 
 torch::Tensor masked_attention_eager(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   const auto ct = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;  // at least float32
-  auto s = torch::matmul(q.to(ct), k.to(ct).transpose(-2, -1)) * scale;  // [B, N, Lq, Lk]
+  auto s = torch::matmul(q.to(ct), k.to(ct).transpose(-2, -1)) * scale;                    // [B, N, Lq, Lk]
   s = s.masked_fill(~mask, -std::numeric_limits<double>::infinity());
   return torch::matmul(torch::softmax(s, -1), v.to(ct)).to(q.scalar_type());
 }
@@ -75,7 +76,7 @@ torch::Tensor teacher_forcing_attention(const torch::Tensor& q, const torch::Ten
     return masked_attention_eager(q, k, v, teacher_forcing_mask(n, chunk_tokens, q.device()));
   if (ranged_attention_supported(q, k, v)) return ranged_attention(q, k, v, prefix_blocks(n, chunk_tokens, true));
   auto clean = block_causal_attention(q.narrow(2, 0, half), k.narrow(2, 0, half), v.narrow(2, 0, half), chunk_tokens,
-                                      CausalKernel::prefix);                                  // [B, N, L/2, Dh]
+                                      CausalKernel::prefix);  // [B, N, L/2, Dh]
   std::vector<torch::Tensor> out{clean};
   for (int64_t i = 0; i < n; ++i) {  // noisy chunk i: keys = clean chunks 0..i-1, then itself
     const int64_t at = half + i * chunk_tokens, prefix = i * chunk_tokens;
@@ -103,8 +104,8 @@ torch::Tensor block_causal_attention(const torch::Tensor& q, const torch::Tensor
       std::vector<torch::Tensor> out;  // no fused backend (the math one): per-chunk calls through autograd
       for (int64_t i = 0; i < n; ++i) {
         const int64_t end = (i + 1) * chunk_tokens;
-        out.push_back(at::scaled_dot_product_attention(q.narrow(2, i * chunk_tokens, chunk_tokens),
-                                                       k.narrow(2, 0, end), v.narrow(2, 0, end)));
+        out.push_back(at::scaled_dot_product_attention(q.narrow(2, i * chunk_tokens, chunk_tokens), k.narrow(2, 0, end),
+                                                       v.narrow(2, 0, end)));
       }
       return torch::cat(out, 2);
     }

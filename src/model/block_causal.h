@@ -1,10 +1,10 @@
 // Block-causal attention for the causal workflow (docs/design.md §5, docs/causal.md): the token sequence is cut into
 // chunks of `chunk_tokens` (a chunk = some latent frames), and the queries of chunk i see the keys of chunks 0..i.
 // Three ways that must agree, forward and backward: `prefix` — one SDPA call per chunk over its key prefix (no mask,
-// so the fused kernels stay usable), all chunks in one autograd node (model/ranged_attention.h); `mask` — one SDPA call with a boolean block mask; `eager` — the slow, obvious
-// softmax(q k^T / sqrt(Dh) + mask) v (the reference in tests). Teacher forcing adds clean context chunks beside the
-// noisy ones: block_causal_mask(..., clean_context) builds that mask.
-// Not here: which tokens form a chunk (the trainer), RoPE (applied to q and k before).
+// so the fused kernels stay usable), all chunks in one autograd node (model/ranged_attention.h); `mask` — one SDPA call
+// with a boolean block mask; `eager` — the slow, obvious softmax(q k^T / sqrt(Dh) + mask) v (the reference in tests).
+// Teacher forcing adds clean context chunks beside the noisy ones: block_causal_mask(..., clean_context) builds that
+// mask. Not here: which tokens form a chunk (the trainer), RoPE (applied to q and k before).
 #pragma once
 #include <torch/types.h>
 
@@ -13,7 +13,8 @@
 namespace vdt {
 
 enum class CausalKernel { prefix, mask, eager };
-// "prefix" | "mask" | "eager", and the Python trainer's names "fa3" (= prefix) and "flex" (= mask); an error names the flag.
+// "prefix" | "mask" | "eager", and the Python trainer's names "fa3" (= prefix) and "flex" (= mask); an error names the
+// flag.
 CausalKernel causal_kernel_from_string(const std::string& s);
 
 // Self-attention's pattern in tokens, the one value blocks and attention take (the model derives it from

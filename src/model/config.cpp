@@ -9,8 +9,8 @@
 namespace vdt {
 
 void ModelConfig::validate() const {
-  VDT_CHECK(dim > 0 && num_heads > 0 && dim % num_heads == 0, "model: dim ", dim, " must be a positive multiple of num_heads ",
-            num_heads);
+  VDT_CHECK(dim > 0 && num_heads > 0 && dim % num_heads == 0, "model: dim ", dim,
+            " must be a positive multiple of num_heads ", num_heads);
   const int64_t dh = head_dim();
   VDT_CHECK(dh % 2 == 0 && dh >= 6, "model: head dim ", dh, " (dim/num_heads) must be even and >= 6 for 3-axis RoPE");
   VDT_CHECK(ffn_dim > 0 && num_layers > 0 && in_dim > 0 && out_dim > 0 && text_dim > 0, "model: ffn_dim ", ffn_dim,
@@ -22,10 +22,9 @@ void ModelConfig::validate() const {
 }
 
 std::string ModelConfig::to_json() const {
-  nlohmann::json j = {{"dim", dim},           {"ffn_dim", ffn_dim},   {"num_heads", num_heads},
-                      {"num_layers", num_layers}, {"in_dim", in_dim}, {"out_dim", out_dim},
-                      {"text_dim", text_dim}, {"freq_dim", freq_dim}, {"eps", eps},
-                      {"patch_size", patch},  {"preset", preset}};
+  nlohmann::json j = {{"dim", dim},       {"ffn_dim", ffn_dim},  {"num_heads", num_heads}, {"num_layers", num_layers},
+                      {"in_dim", in_dim}, {"out_dim", out_dim},  {"text_dim", text_dim},   {"freq_dim", freq_dim},
+                      {"eps", eps},       {"patch_size", patch}, {"preset", preset}};
   return j.dump();
 }
 
@@ -89,7 +88,8 @@ ModelConfig detect_config(const std::map<std::string, std::vector<int64_t>>& sha
   auto shape = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
     auto it = shapes.find(key);
     VDT_CHECK(it != shapes.end(), where, ": not a Wan DiT checkpoint: tensor '", key, "' is missing");
-    VDT_CHECK(it->second.size() == rank, where, ": tensor '", key, "' has rank ", it->second.size(), ", expected ", rank);
+    VDT_CHECK(it->second.size() == rank, where, ": tensor '", key, "' has rank ", it->second.size(), ", expected ",
+              rank);
     return it->second;
   };
   ModelConfig c;

@@ -52,7 +52,7 @@ struct DenoiserInputs {
 
 // Diagnostics of one forward, filled when asked for: RMS of the adapter output and of the patch embedding.
 struct DenoiserAux {
-  torch::Tensor sem_rms, x_rms;  // 0-dim float32, detached
+  torch::Tensor sem_rms, x_rms;                  // 0-dim float32, detached
   std::map<std::string, torch::Tensor> streams;  // prediction of noise − x0 for each side stream given, its shape
 };
 
@@ -89,7 +89,7 @@ class Denoiser : public torch::nn::Module {
   // The repeated blocks in forward order: what checkpointing, sharding and LoRA are applied to.
   virtual std::vector<torch::nn::Module*> block_modules() = 0;
   virtual void set_block_runner(BlockRunner runner) = 0;
-  virtual BlockRunner block_runner() const = 0;  // the one set (empty: blocks run plainly), for wrapping it
+  virtual BlockRunner block_runner() const = 0;        // the one set (empty: blocks run plainly), for wrapping it
   virtual void set_causal_kernel(CausalKernel k) = 0;  // prefix (default) or mask, for block-causal patterns
   // Re-initialises every parameter from `seed` as the family's reference does for training from scratch.
   virtual void init_weights(uint64_t seed) = 0;
@@ -118,7 +118,8 @@ class Denoiser : public torch::nn::Module {
   virtual std::vector<std::string> side_streams() const { return {}; }
   // For a span of `frames` latent frames cut into chunks of `chunk_frames`: the first step of each chunk in `stream`
   // and the span's length in steps (chunks + 1 values, from 0).
-  virtual std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames, int64_t chunk_frames) const {
+  virtual std::vector<int64_t> side_stream_chunks(const std::string& stream, int64_t frames,
+                                                  int64_t chunk_frames) const {
     throw std::runtime_error("the " + family() + " base has no side stream '" + stream + "'");
   }
   // One step of `stream` without batch and steps (H3's audio: {2, Da}): a step's shape for noise.

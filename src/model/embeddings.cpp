@@ -26,8 +26,7 @@ TimestepRows distinct_timestep_rows(const torch::Tensor& t) {
   return {rows, inverse.reshape(t2.sizes()).to(torch::kLong)};
 }
 
-RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device,
-                     int64_t frame_offset) {
+RopeTable rope_table(int64_t head_dim, std::array<int64_t, 3> grid, const torch::Device& device, int64_t frame_offset) {
   VDT_CHECK(head_dim % 2 == 0, "rope: head dim ", head_dim, " must be even");
   const int64_t hw_dims = 2 * (head_dim / 6);
   const int64_t f_dims = head_dim - 2 * hw_dims;
@@ -54,7 +53,7 @@ RopeTable RopeCache::get(std::array<int64_t, 3> grid, const torch::Device& devic
   if (repeated) {
     VDT_CHECK(grid[0] % 2 == 0, "rope: a repeated table needs an even frame count, got ", grid[0]);
     const auto half = rope_table(head_dim_, {grid[0] / 2, grid[1], grid[2]}, device);  // [L/2, Dh/2]
-    t = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};         // [L, Dh/2]
+    t = {torch::cat({half.cos, half.cos}), torch::cat({half.sin, half.sin})};          // [L, Dh/2]
   } else {
     t = rope_table(head_dim_, grid, device);
   }
@@ -67,7 +66,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& rope) {
               "apply_rope: expected x [B, L, N, Dh] with L = ", rope.cos.size(0), " and Dh = ", 2 * rope.cos.size(1),
               ", got ", x.sizes());
   auto xc = torch::view_as_complex(x.to(torch::kFloat32).unflatten(-1, {-1, 2}));  // [B, L, N, Dh/2] complex
-  auto cis = torch::complex(rope.cos, rope.sin).unsqueeze(1);                        // [L, 1, Dh/2]
+  auto cis = torch::complex(rope.cos, rope.sin).unsqueeze(1);                      // [L, 1, Dh/2]
   return torch::view_as_real(xc * cis).flatten(-2).to(x.scalar_type());            // -> [B, L, N, Dh]
 }
 
@@ -75,9 +74,9 @@ torch::Tensor apply_rope_reference(const torch::Tensor& x, const RopeTable& rope
   TORCH_CHECK(x.dim() == 4 && x.size(1) == rope.cos.size(0) && x.size(3) == 2 * rope.cos.size(1),
               "apply_rope: expected x [B, L, N, Dh] with L = ", rope.cos.size(0), " and Dh = ", 2 * rope.cos.size(1),
               ", got ", x.sizes());
-  auto xf = x.to(torch::kFloat32).unflatten(-1, {-1, 2});  // [B, L, N, Dh] -> [B, L, N, Dh/2, 2]
-  auto xr = xf.select(-1, 0), xi = xf.select(-1, 1);       // [B, L, N, Dh/2]
-  auto c = rope.cos.unsqueeze(1), s = rope.sin.unsqueeze(1);  // [L, 1, Dh/2]
+  auto xf = x.to(torch::kFloat32).unflatten(-1, {-1, 2});           // [B, L, N, Dh] -> [B, L, N, Dh/2, 2]
+  auto xr = xf.select(-1, 0), xi = xf.select(-1, 1);                // [B, L, N, Dh/2]
+  auto c = rope.cos.unsqueeze(1), s = rope.sin.unsqueeze(1);        // [L, 1, Dh/2]
   auto out = torch::stack({xr * c - xi * s, xr * s + xi * c}, -1);  // [B, L, N, Dh/2, 2]
   return out.flatten(-2).to(x.scalar_type());                       // -> [B, L, N, Dh]
 }

@@ -41,7 +41,7 @@ torch::Tensor KvCache::attend(int64_t block, const torch::Tensor& q, const torch
               "KvCache: expected q, k, v [", kb.size(0), ", ", pass_rows_, ", ", kb.size(2), ", ", kb.size(3),
               "], got ", q.sizes(), k.sizes(), v.sizes());
   const int64_t total = kept_ + pass_rows_;
-  auto [k_rows, v_rows] = pass_rows(block);  // [B, L, N, Dh] after the kept rows
+  auto [k_rows, v_rows] = pass_rows(block);                      // [B, L, N, Dh] after the kept rows
   auto put = [](torch::Tensor& dst, const torch::Tensor& src) {  // nothing to copy when src is dst (pass_rows)
     if (src.data_ptr() != dst.data_ptr() || src.strides() != dst.strides()) dst.copy_(src);
   };

@@ -36,7 +36,7 @@ class KvCache {
   std::pair<torch::Tensor, torch::Tensor> pass_rows(int64_t block);
   bool wants_raw_keys() const { return pass_raw_; }
   bool in_pass() const { return pass_rows_ > 0; }
-  void end();  // every block saw the pass: a committing pass's rows become a segment
+  void end();                 // every block saw the pass: a committing pass's rows become a segment
   void end_without_commit();  // a pass that failed: nothing is kept
 
   // Drops segment i: the rows after it move down (once per dropped chunk, not per step).
@@ -59,9 +59,9 @@ class KvCache {
   int64_t bytes() const;  // every buffer the cache holds on its device
 
  private:
-  std::vector<torch::Tensor> k_, v_;                  // [B, capacity, N, Dh] per block
-  std::vector<std::vector<torch::Tensor>> raw_;       // [block][segment] keys before rotation (or undefined)
-  std::vector<torch::Tensor> pass_raw_k_;             // this pass's, per block
+  std::vector<torch::Tensor> k_, v_;             // [B, capacity, N, Dh] per block
+  std::vector<std::vector<torch::Tensor>> raw_;  // [block][segment] keys before rotation (or undefined)
+  std::vector<torch::Tensor> pass_raw_k_;        // this pass's, per block
   std::vector<torch::Tensor> text_k_, text_v_;
   std::vector<Segment> segments_;
   int64_t capacity_ = 0, kept_ = 0;

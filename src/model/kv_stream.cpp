@@ -10,16 +10,19 @@ namespace vdt {
 
 void StreamSpec::validate() const {
   VDT_CHECK(chunks >= 1, "--chunks ", chunks, ": a stream makes at least one chunk (--chunks 1 or more)");
-  VDT_CHECK(window == -1 || window >= 1, "--window ", window, ": the window keeps at least the last finished chunk "
+  VDT_CHECK(window == -1 || window >= 1, "--window ", window,
+            ": the window keeps at least the last finished chunk "
             "(--window 1 or more; leave it out to keep every chunk)");
   VDT_CHECK(sink_chunks >= 0, "--sink-chunks ", sink_chunks, ": expected 0 or more first chunks kept as the sink");
   VDT_CHECK(chunk_frames >= 1 && height >= 1 && width >= 1 && batch >= 1, "stream: chunk of ", chunk_frames,
             " latent frames of ", height, " x ", width, ", batch ", batch, ": expected >= 1 each");
   VDT_CHECK(span_chunks >= 1, "stream: the trained span has ", span_chunks, " chunks, expected >= 1");
   if (chunks <= span_chunks) return;  // every position is one the span had
-  VDT_CHECK(window >= 1, "--chunks ", chunks, " is past the ", span_chunks, " chunks the model was trained on: give "
-            "--window K (K <= ", std::max<int64_t>(span_chunks - 1 - sink_chunks, 0), " with --sink-chunks ",
-            sink_chunks, ") so that every position stays inside the trained span");
+  VDT_CHECK(window >= 1, "--chunks ", chunks, " is past the ", span_chunks,
+            " chunks the model was trained on: give "
+            "--window K (K <= ",
+            std::max<int64_t>(span_chunks - 1 - sink_chunks, 0), " with --sink-chunks ", sink_chunks,
+            ") so that every position stays inside the trained span");
   VDT_CHECK(sink_chunks + window + 1 <= span_chunks, "--window ", window, " with --sink-chunks ", sink_chunks,
             ": the sink, the window and the chunk being made (", sink_chunks + window + 1, " chunks) must fit in the ",
             span_chunks, " chunks the model was trained on; use --window ",

@@ -25,8 +25,8 @@ namespace vdt {
 struct StreamSpec {
   int64_t batch = 1;
   int64_t chunk_frames = 1, height = 0, width = 0;  // a chunk's latent frames, latent H and W
-  int64_t chunks = 1;        // chunks the stream makes (sizes the cache); --chunks
-  int64_t window = -1;       // finished chunks kept after the sink (-1: all); --window
+  int64_t chunks = 1;                               // chunks the stream makes (sizes the cache); --chunks
+  int64_t window = -1;                              // finished chunks kept after the sink (-1: all); --window
   int64_t sink_chunks = -1;  // first chunks kept as the attention sink (-1: the family's default); --sink-chunks
   int64_t span_chunks = 6;   // chunks of the span the model was trained on
   torch::Tensor context;     // [R, Lt, text_dim]: every text row a chunk may name (its context_ids)

@@ -44,7 +44,8 @@ bool is_lora_target(const std::string& module, const std::vector<std::string>& t
 
 std::string lora_module_of(const std::string& key, char* which) {
   for (const char w : {'A', 'B'})
-    for (const std::string& suffix : {std::string(".lora_") + w + ".weight", std::string(".lora_") + w + ".default.weight"})
+    for (const std::string& suffix :
+         {std::string(".lora_") + w + ".weight", std::string(".lora_") + w + ".default.weight"})
       if (ends_with(key, suffix)) {
         std::string m = key.substr(0, key.size() - suffix.size());
         for (const char* prefix : {"base_model.model.", "diffusion_model.", "dit."})
@@ -95,8 +96,8 @@ LoraWeights read_lora(const std::string& path, double default_alpha) {
   VDT_CHECK(!out.modules.empty(), path, ": no LoRA tensors (<module>.lora_A.weight / .lora_B.weight)");
   for (const auto& [m, p] : out.modules) {
     VDT_CHECK(p.a.defined() && p.b.defined(), path, ": module '", m, "' has only lora_", p.a.defined() ? "A" : "B");
-    VDT_CHECK(p.b.size(1) == p.a.size(0), path, ": module '", m, "': lora_B ", p.b.sizes(), " does not chain with lora_A ",
-              p.a.sizes());
+    VDT_CHECK(p.b.size(1) == p.a.size(0), path, ": module '", m, "': lora_B ", p.b.sizes(),
+              " does not chain with lora_A ", p.a.sizes());
     if (out.rank == 0) out.rank = p.a.size(0);
     VDT_CHECK(p.a.size(0) == out.rank, path, ": module '", m, "' has rank ", p.a.size(0), ", others have ", out.rank);
   }
@@ -105,7 +106,8 @@ LoraWeights read_lora(const std::string& path, double default_alpha) {
     if (meta.count(k)) out.alpha = metadata_double(meta, k, path, 0);
   if (const double a = alpha_tensors(*f, out, path); a > 0) {
     VDT_CHECK(out.alpha == 0 || std::abs(out.alpha - a) <= 1e-6 * a, path, ": metadata alpha ", out.alpha,
-              " but the <module>.alpha tensors say ", a, "\n---> HINT: the two must agree; rewrite the file's metadata");
+              " but the <module>.alpha tensors say ", a,
+              "\n---> HINT: the two must agree; rewrite the file's metadata");
     out.alpha = a;
   }
   if (out.alpha == 0) out.alpha = default_alpha > 0 ? default_alpha : static_cast<double>(out.rank);
@@ -212,7 +214,8 @@ std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::
     auto y = kept_linear(x, lin->weight, lin->bias);
     const int64_t out_dim = y.size(-1);
     const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
-    out.push_back(torch::addmm(y.reshape({-1, out_dim}), h[i].reshape({-1, ranks[i]}), b->weight.to(x.scalar_type()).t(),
+    out.push_back(torch::addmm(y.reshape({-1, out_dim}), h[i].reshape({-1, ranks[i]}),
+                               b->weight.to(x.scalar_type()).t(),
                                /*beta=*/1, /*alpha=*/scale)
                       .view(y.sizes()));  // as lora_or_linear: [M, out] -> [..., out]
   }
@@ -220,7 +223,7 @@ std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
-                                                                uint64_t seed) {
+                                                               uint64_t seed) {
   VDT_CHECK(cfg.rank >= 1, "--lora-rank ", cfg.rank, ": expected >= 1");
   const auto lins = target_linears(model, cfg.targets);
   VDT_CHECK(!lins.empty(), "LoRA: no Linear of the model matches the targets");

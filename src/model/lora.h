@@ -42,10 +42,10 @@ struct LoraWeights {
   std::string base;
 };
 
-// Reads a LoRA file (ours or PEFT's naming). Rank comes from the tensors; alpha from kohya's per-module `<module>.alpha`
-// tensors (vdt writes them; one value for every module) or the metadata (`alpha` or `lora_alpha`; both given, they
-// must agree), else `default_alpha` (PEFT files often carry none; 0 means: alpha = rank). A module with only A
-// or only B, or with shapes that do not chain, is an error naming the file and the key.
+// Reads a LoRA file (ours or PEFT's naming). Rank comes from the tensors; alpha from kohya's per-module
+// `<module>.alpha` tensors (vdt writes them; one value for every module) or the metadata (`alpha` or `lora_alpha`; both
+// given, they must agree), else `default_alpha` (PEFT files often carry none; 0 means: alpha = rank). A module with
+// only A or only B, or with shapes that do not chain, is an error naming the file and the key.
 LoraWeights read_lora(const std::string& path, double default_alpha = 0);
 
 // Rank and alpha of a LoRA file from its header alone (no tensor is read), as read_lora finds them: the rank of its
@@ -78,7 +78,7 @@ std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::
 // init drawn from `seed`, B [out, r] zero (so the model's output is unchanged), in the base weight's dtype and
 // device. Freezes every other parameter. Returns the LoRA parameters by name (`<module>.lora_A.weight`, ...).
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
-                                                                uint64_t seed);
+                                                               uint64_t seed);
 // Copies a LoRA file's factors into the attached ones: every attached module must be in the file with matching
 // shapes, and the file may hold no other module (errors name the module); the scale becomes alpha / rank.
 void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where);

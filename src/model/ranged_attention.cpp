@@ -47,7 +47,8 @@ torch::Tensor gather_keys(const torch::Tensor& t, const std::vector<std::pair<in
 }
 
 // Adds a block's key gradient [B, N, sum of lengths, Dh] into the full one's ranges.
-void scatter_keys(torch::Tensor& full, const torch::Tensor& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+void scatter_keys(torch::Tensor& full, const torch::Tensor& part,
+                  const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   int64_t at = 0;
   for (const auto& [k0, k1] : ranges) {
     full.narrow(2, k0, k1 - k0).add_(part.narrow(2, at, k1 - k0));
@@ -138,8 +139,8 @@ thread_local RangedAttentionKeep* current_keep = nullptr;
 
 // One call's record: which blocks keep, and their output [B, N, len, Dh] and state until the replay takes them.
 struct RangedAttentionKeep::Call {
-  std::vector<int64_t> layout, q_sizes;  // the call's blocks (encoded) and q's shape, checked on replay
-  std::vector<bool> keep;                // per block
+  std::vector<int64_t> layout, q_sizes;             // the call's blocks (encoded) and q's shape, checked on replay
+  std::vector<bool> keep;                           // per block
   std::vector<std::function<torch::Tensor()>> out;  // per block: empty unless kept and not yet taken
   std::vector<BlockState> state;
 };
@@ -160,7 +161,7 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
     for (size_t i = 0; i < blocks.size(); ++i) {
       const auto& b = blocks[i];
       BlockState st;
-      torch::Tensor o;  // [B, N, len, Dh]
+      torch::Tensor o;                // [B, N, len, Dh]
       if (replay && kept->keep[i]) {  // the forward's own result: this block's forward is not run again
         TORCH_CHECK(kept->out[i] != nullptr, "ranged_attention: kept block ", i, " was already taken");
         o = kept->out[i](), st = std::move(kept->state[i]);
@@ -204,11 +205,11 @@ class RangedAttentionFn : public torch::autograd::Function<RangedAttentionFn> {
     for (const int64_t i : order) {
       const auto& b = blocks[i];
       const int64_t len = b.end - b.begin;
-      BlockState st{saved[4 + 5 * i], saved[5 + 5 * i], saved[6 + 5 * i], saved[7 + 5 * i], saved[8 + 5 * i],
-                    maxes[2 * i], maxes[2 * i + 1]};
-      auto [gq, gk, gv] = block_backward(backend, g.narrow(2, b.begin, len), q.narrow(2, b.begin, len),
-                                         gather_keys(k, b.keys), gather_keys(v, b.keys), out.narrow(2, b.begin, len),
-                                         st);
+      BlockState st{saved[4 + 5 * i], saved[5 + 5 * i], saved[6 + 5 * i], saved[7 + 5 * i],
+                    saved[8 + 5 * i], maxes[2 * i],     maxes[2 * i + 1]};
+      auto [gq, gk, gv] =
+          block_backward(backend, g.narrow(2, b.begin, len), q.narrow(2, b.begin, len), gather_keys(k, b.keys),
+                         gather_keys(v, b.keys), out.narrow(2, b.begin, len), st);
       dq.narrow(2, b.begin, len).copy_(gq);
       if (i == whole) {
         dk = gk, dv = gv;  // [B, N, Lk, Dh]: the backend's own, new tensors
@@ -256,8 +257,8 @@ std::function<torch::Tensor()> RangedAttentionKeep::keep(const torch::Tensor& ou
 void RangedAttentionKeep::replay() { replaying_ = true, next_ = 0; }
 
 void RangedAttentionKeep::check_done() const {
-  VDT_CHECK(!replaying_ || next_ == calls_.size(), "--attn-keep: the block's recompute made ", next_, " ranged attention",
-            " calls, its forward ", calls_.size(), "; a block must run the same ops both times");
+  VDT_CHECK(!replaying_ || next_ == calls_.size(), "--attn-keep: the block's recompute made ", next_,
+            " ranged attention", " calls, its forward ", calls_.size(), "; a block must run the same ops both times");
 }
 
 RangedAttentionKeep::Call& RangedAttentionKeep::next_call(const std::vector<int64_t>& layout, const torch::Tensor& q,
@@ -271,8 +272,10 @@ RangedAttentionKeep::Call& RangedAttentionKeep::next_call(const std::vector<int6
     calls_.push_back(std::move(c));
     return *calls_.back();
   }
-  VDT_CHECK(next_ < calls_.size(), "--attn-keep: the block's recompute made more ranged attention calls than its "
-            "forward (", calls_.size(), "); a block must run the same ops both times");
+  VDT_CHECK(next_ < calls_.size(),
+            "--attn-keep: the block's recompute made more ranged attention calls than its "
+            "forward (",
+            calls_.size(), "); a block must run the same ops both times");
   auto& c = *calls_[next_++];
   VDT_CHECK(c.layout == layout && c.q_sizes == q.sizes().vec(), "--attn-keep: ranged attention call ", next_,
             " of the recompute has q ", q.sizes(), " over ", blocks.size(), " query blocks, unlike its forward's (q ",

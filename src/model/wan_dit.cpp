@@ -27,8 +27,7 @@ WanDiTImpl::WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options) : c
   rope_cache_ = std::make_shared<RopeCache>(cfg.head_dim());
   const int64_t D = cfg.dim;
   auto place = [&](auto m) {
-    if (options.has_device() || options.has_dtype())
-      m->to(options.device(), options.dtype().toScalarType());
+    if (options.has_device() || options.has_dtype()) m->to(options.device(), options.dtype().toScalarType());
     return m;
   };
   auto gelu_tanh = torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh"));
@@ -36,20 +35,23 @@ WanDiTImpl::WanDiTImpl(const ModelConfig& cfg, torch::TensorOptions options) : c
       "patch_embedding",
       place(torch::nn::Conv3d(torch::nn::Conv3dOptions(cfg.in_dim, D, {cfg.patch[0], cfg.patch[1], cfg.patch[2]})
                                   .stride({cfg.patch[0], cfg.patch[1], cfg.patch[2]}))));
-  text_embedding = register_module(
-      "text_embedding", place(torch::nn::Sequential(torch::nn::Linear(cfg.text_dim, D), gelu_tanh, torch::nn::Linear(D, D))));
+  text_embedding = register_module("text_embedding", place(torch::nn::Sequential(torch::nn::Linear(cfg.text_dim, D),
+                                                                                 gelu_tanh, torch::nn::Linear(D, D))));
   time_embedding = register_module(
-      "time_embedding", place(torch::nn::Sequential(torch::nn::Linear(cfg.freq_dim, D), torch::nn::SiLU(), torch::nn::Linear(D, D))));
+      "time_embedding",
+      place(torch::nn::Sequential(torch::nn::Linear(cfg.freq_dim, D), torch::nn::SiLU(), torch::nn::Linear(D, D))));
   time_projection =
       register_module("time_projection", place(torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(D, 6 * D))));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(place(WanBlock(D, cfg.ffn_dim, cfg.num_heads, cfg.eps)));
+  for (int64_t i = 0; i < cfg.num_layers; ++i)
+    blocks->push_back(place(WanBlock(D, cfg.ffn_dim, cfg.num_heads, cfg.eps)));
   head = register_module("head", place(Head(D, cfg.out_dim * cfg.patch_volume(), cfg.eps)));
 }
 
 std::array<int64_t, 3> WanDiTImpl::token_grid(at::IntArrayRef s) const {
   VDT_CHECK(s.size() == 5 && s[2] % cfg_.patch[0] == 0 && s[3] % cfg_.patch[1] == 0 && s[4] % cfg_.patch[2] == 0,
-            "latents of shape ", s, " do not tile into patches ", cfg_.patch[0], "x", cfg_.patch[1], "x", cfg_.patch[2]);
+            "latents of shape ", s, " do not tile into patches ", cfg_.patch[0], "x", cfg_.patch[1], "x",
+            cfg_.patch[2]);
   return {s[2] / cfg_.patch[0], s[3] / cfg_.patch[1], s[4] / cfg_.patch[2]};
 }
 
@@ -110,7 +112,7 @@ torch::Tensor WanDiTImpl::unpatchify(const torch::Tensor& out, std::array<int64_
   const auto [pt, ph, pw] = cfg_.patch;
   const auto [F, H, W] = grid;
   auto y = out.view({B, F, H, W, pt, ph, pw, C});  // [B, L, pt*ph*pw*C], channels fastest
-  y = y.permute({0, 7, 1, 4, 2, 5, 3, 6});          // -> [B, C, F, pt, H, ph, W, pw]
+  y = y.permute({0, 7, 1, 4, 2, 5, 3, 6});         // -> [B, C, F, pt, H, ph, W, pw]
   return y.reshape({B, C, F * pt, H * ph, W * pw});
 }
 
@@ -161,20 +163,21 @@ std::pair<torch::Tensor, torch::Tensor> WanDiTImpl::time_embedding_rows(const to
     return torch::linear(x, l.weight.to(torch::kFloat32), l.bias.to(torch::kFloat32));
   };
   auto time_mlp = [&](const torch::Tensor& tt) {  // [...] -> e [..., D], e0 [..., 6, D]
-    auto e = lin32(*time_embedding[2], torch::silu(lin32(*time_embedding[0],
-                                                           sinusoidal_embedding(tt, cfg_.freq_dim, torch::kFloat32))));
+    auto e = lin32(*time_embedding[2],
+                   torch::silu(lin32(*time_embedding[0], sinusoidal_embedding(tt, cfg_.freq_dim, torch::kFloat32))));
     return std::make_pair(e, lin32(*time_projection[1], torch::silu(e)).unflatten(-1, {6, cfg_.dim}));
   };
   if (!t_rows.defined()) return time_mlp(t);  // the reference: one row per timestep group
   // The MLP on the U distinct timesteps only, then each group picks its row: [U, D] -> [B, G, D] (the per-token
   // broadcast happens inside modulated_norm / gated_add, which view x per group).
-  TORCH_CHECK(t_rows.dim() == 1 && t_index.defined() && t_index.sizes() == t.sizes(), "WanDiT: expected "
-              "t_rows [U] and t_index of t's shape ", t.sizes(), ", got ", t_rows.sizes(), " and ",
-              t_index.defined() ? t_index.sizes() : at::IntArrayRef{});
-  auto [eu, e0u] = time_mlp(t_rows.to(device));           // [U, D], [U, 6, D]
-  const auto idx = t_index.to(device).flatten();            // [B*G]
-  auto e = eu.index_select(0, idx).view({t.size(0), t.size(1), -1});                // -> [B, G, D]
-  auto e0 = e0u.index_select(0, idx).view({t.size(0), t.size(1), 6, cfg_.dim});     // -> [B, G, 6, D]
+  TORCH_CHECK(t_rows.dim() == 1 && t_index.defined() && t_index.sizes() == t.sizes(),
+              "WanDiT: expected "
+              "t_rows [U] and t_index of t's shape ",
+              t.sizes(), ", got ", t_rows.sizes(), " and ", t_index.defined() ? t_index.sizes() : at::IntArrayRef{});
+  auto [eu, e0u] = time_mlp(t_rows.to(device));                                  // [U, D], [U, 6, D]
+  const auto idx = t_index.to(device).flatten();                                 // [B*G]
+  auto e = eu.index_select(0, idx).view({t.size(0), t.size(1), -1});             // -> [B, G, D]
+  auto e0 = e0u.index_select(0, idx).view({t.size(0), t.size(1), 6, cfg_.dim});  // -> [B, G, 6, D]
   return {e, e0};
 }
 
@@ -223,8 +226,10 @@ torch::Tensor WanDiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
   bin.ctx_ids = ctx_ids;
   const auto& pattern = in.attention;
   if (pattern.teacher_forcing) {  // [clean | noisy]: the span's positions twice
-    TORCH_CHECK(pattern.chunk_frames > 0 && grid[0] % (2 * pattern.chunk_frames) == 0, "WanDiT: teacher forcing "
-                "needs a chunk size and two equal halves of whole chunks, got ", grid[0], " token frames");
+    TORCH_CHECK(pattern.chunk_frames > 0 && grid[0] % (2 * pattern.chunk_frames) == 0,
+                "WanDiT: teacher forcing "
+                "needs a chunk size and two equal halves of whole chunks, got ",
+                grid[0], " token frames");
     bin.rope = rope_cache_->get(grid, x.device(), /*repeated=*/true);  // [L, Dh/2]: the halves share positions
     bin.pattern.teacher_forcing = true;
   } else {

@@ -20,11 +20,21 @@ const std::array<std::pair<const char*, const char*>, 7> kTop = {{
     {"head.modulation", "scale_shift_table"},
 }};
 const std::array<std::pair<const char*, const char*>, 15> kBlock = {{
-    {"self_attn.q", "attn1.to_q"},       {"self_attn.k", "attn1.to_k"},       {"self_attn.v", "attn1.to_v"},
-    {"self_attn.o", "attn1.to_out.0"},   {"self_attn.norm_q", "attn1.norm_q"}, {"self_attn.norm_k", "attn1.norm_k"},
-    {"cross_attn.q", "attn2.to_q"},      {"cross_attn.k", "attn2.to_k"},      {"cross_attn.v", "attn2.to_v"},
-    {"cross_attn.o", "attn2.to_out.0"},  {"cross_attn.norm_q", "attn2.norm_q"}, {"cross_attn.norm_k", "attn2.norm_k"},
-    {"norm3", "norm2"},                  {"ffn.0", "ffn.net.0.proj"},         {"ffn.2", "ffn.net.2"},
+    {"self_attn.q", "attn1.to_q"},
+    {"self_attn.k", "attn1.to_k"},
+    {"self_attn.v", "attn1.to_v"},
+    {"self_attn.o", "attn1.to_out.0"},
+    {"self_attn.norm_q", "attn1.norm_q"},
+    {"self_attn.norm_k", "attn1.norm_k"},
+    {"cross_attn.q", "attn2.to_q"},
+    {"cross_attn.k", "attn2.to_k"},
+    {"cross_attn.v", "attn2.to_v"},
+    {"cross_attn.o", "attn2.to_out.0"},
+    {"cross_attn.norm_q", "attn2.norm_q"},
+    {"cross_attn.norm_k", "attn2.norm_k"},
+    {"norm3", "norm2"},
+    {"ffn.0", "ffn.net.0.proj"},
+    {"ffn.2", "ffn.net.2"},
 }};
 
 // `rest` equals `from` or continues it with ".<suffix>": the suffix (with its dot), else nullopt-like false.

@@ -24,9 +24,10 @@ class WanStream : public KvStream {
     const auto& c = m_.config();
     grid_ = m_.token_grid({s.batch, c.in_dim, s.chunk_frames, s.height, s.width});
     tokens_ = grid_[0] * grid_[1] * grid_[2];
-    VDT_CHECK(s.context.defined() && s.context.dim() == 3 && s.context.size(2) == c.text_dim, "Wan stream: expected "
-              "context rows [R, Lt, ", c.text_dim, "], got ",
-              s.context.defined() ? s.context.sizes() : at::IntArrayRef{});
+    VDT_CHECK(s.context.defined() && s.context.dim() == 3 && s.context.size(2) == c.text_dim,
+              "Wan stream: expected "
+              "context rows [R, Lt, ",
+              c.text_dim, "], got ", s.context.defined() ? s.context.sizes() : at::IntArrayRef{});
     VDT_CHECK(s.side_streams.empty(), "the wan base has no side streams");
     const int64_t kept = std::min(s.chunks, s.sink_chunks + s.kept_window() + 1);  // kept chunks + the one being made
     const auto opts = torch::TensorOptions().device(m_.device()).dtype(m_.compute_dtype());
@@ -157,7 +158,8 @@ class WanStream : public KvStream {
 }  // namespace
 
 std::unique_ptr<KvStream> WanDiTImpl::open_stream(const StreamSpec& spec) {
-  VDT_CHECK(!has_sem_cond(), "streaming generation: this Wan base has the semantic-map adapter (gc_sem_cond), which "
+  VDT_CHECK(!has_sem_cond(),
+            "streaming generation: this Wan base has the semantic-map adapter (gc_sem_cond), which "
             "the causal model does not take");
   return std::make_unique<WanStream>(*this, spec);
 }

@@ -112,8 +112,9 @@ LoadReport load_weights(torch::nn::Module& module, const SafetensorsSet& files, 
   if (!non_finite.empty()) {
     std::string files_str;
     for (const auto& f : files.files()) files_str += (files_str.empty() ? "" : ", ") + f->path();
-    VDT_FAIL("weights in ", files_str, " hold NaN/Inf values in ", non_finite.size(), " tensor(s):",
-             name_list(non_finite), "\n---> HINT: the weights file is damaged or was saved after a diverged step; "
+    VDT_FAIL("weights in ", files_str, " hold NaN/Inf values in ", non_finite.size(),
+             " tensor(s):", name_list(non_finite),
+             "\n---> HINT: the weights file is damaged or was saved after a diverged step; "
              "`vdt ckpt check` lists them. Use an earlier checkpoint");
   }
   return report;

@@ -104,8 +104,8 @@ void launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
   int64_t chunks = 0;
   for (int64_t i = 0; i < T; ++i, row += kFields) {
     const auto &p = params[i], &g = grads[i], &m = exp_avgs[i], &v = exp_avg_sqs[i];
-    TORCH_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
-                "adamw_step: parameter ", i, " has ", p.numel(), " elements but its gradient or moments differ");
+    TORCH_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(), "adamw_step: parameter ", i,
+                " has ", p.numel(), " elements but its gradient or moments differ");
     row[kParam] = reinterpret_cast<int64_t>(p.data_ptr());
     row[kGrad] = reinterpret_cast<int64_t>(g.data_ptr());
     row[kExpAvg] = reinterpret_cast<int64_t>(m.data_ptr());
@@ -122,7 +122,8 @@ void launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
   const auto device = params.front().device();
   const auto table = host.to(device, /*non_blocking=*/true);
   Scalars c{};
-  c.lr = static_cast<float>(h.lr), c.lr_wd = static_cast<float>(h.lr * h.weight_decay), c.eps = static_cast<float>(h.eps);
+  c.lr = static_cast<float>(h.lr), c.lr_wd = static_cast<float>(h.lr * h.weight_decay),
+  c.eps = static_cast<float>(h.eps);
   c.beta1 = static_cast<float>(h.beta1), c.one_minus_beta1 = static_cast<float>(1 - h.beta1), c.beta1_d = h.beta1;
   c.beta2 = static_cast<float>(h.beta2), c.one_minus_beta2 = static_cast<float>(1 - h.beta2), c.beta2_d = h.beta2;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
@@ -130,7 +131,8 @@ void launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
   const float* inf = found_inf.defined() ? found_inf.data_ptr<float>() : nullptr;
   const float* scale = grad_scale.defined() ? grad_scale.data_ptr<float>() : nullptr;
   const int64_t* tp = table.data_ptr<int64_t>();
-  adamw_kernel<P, S, N><<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(tp, tp + T * kFields, T, c, inf, scale);
+  adamw_kernel<P, S, N>
+      <<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(tp, tp + T * kFields, T, c, inf, scale);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -145,20 +147,25 @@ bool adamw_takes(const Tensor& param, const Tensor& grad, const Tensor& exp_avg)
          cuda_common::image_fits(param.get_device(), adamw_kernel<float, float, 4>);
 }
 
-void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
-                const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps, const AdamWHyper& h,
-                const Tensor& found_inf, const Tensor& grad_scale) {
+void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                const std::vector<Tensor>& steps, const AdamWHyper& h, const Tensor& found_inf,
+                const Tensor& grad_scale) {
   if (params.empty()) return;
   c10::cuda::CUDAGuard guard(params.front().device());
   for (const auto* t : {&found_inf, &grad_scale})
-    TORCH_CHECK(!t->defined() || (t->numel() == 1 && t->scalar_type() == at::kFloat &&
-                                  t->device() == params.front().device()),
-                "adamw_step: found_inf / grad_scale must be one float32 on the parameters' device");
+    TORCH_CHECK(
+        !t->defined() || (t->numel() == 1 && t->scalar_type() == at::kFloat && t->device() == params.front().device()),
+        "adamw_step: found_inf / grad_scale must be one float32 on the parameters' device");
   const bool p32 = params.front().scalar_type() == at::kFloat, s32 = exp_avgs.front().scalar_type() == at::kFloat;
-  if (p32 && s32) launch<float, float>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
-  else if (p32) launch<float, bf16>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
-  else if (s32) launch<bf16, float>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
-  else launch<bf16, bf16>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
+  if (p32 && s32)
+    launch<float, float>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
+  else if (p32)
+    launch<float, bf16>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
+  else if (s32)
+    launch<bf16, float>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
+  else
+    launch<bf16, bf16>(params, grads, exp_avgs, exp_avg_sqs, steps, h, found_inf, grad_scale);
 }
 
 }  // namespace vdt::optim_cuda

@@ -20,7 +20,8 @@ struct AdamWHyper {
 bool adamw_takes(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg);
 
 // params, grads, exp_avgs, exp_avg_sqs, steps: one entry per parameter, all taken by adamw_takes with one dtype pair;
-// steps are 0-dim float32 (already counting this step). found_inf, grad_scale: 0-dim float32 on the device or undefined.
+// steps are 0-dim float32 (already counting this step). found_inf, grad_scale: 0-dim float32 on the device or
+// undefined.
 void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                 const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                 const std::vector<at::Tensor>& steps, const AdamWHyper& h, const at::Tensor& found_inf,

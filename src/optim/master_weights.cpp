@@ -10,8 +10,7 @@ namespace vdt {
 
 TrainParams::TrainParams(std::vector<std::pair<std::string, torch::Tensor>> named, bool fp32_masters)
     : model_(std::move(named)), masters_(fp32_masters) {
-  for (auto& [name, p] : model_)
-    optim_.push_back(masters_ ? p.detach().to(torch::kFloat32).clone() : p);
+  for (auto& [name, p] : model_) optim_.push_back(masters_ ? p.detach().to(torch::kFloat32).clone() : p);
 }
 
 void TrainParams::accumulate_grads() {

@@ -87,7 +87,8 @@ void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& g
               "' has no parameter names; its state cannot be loaded");
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& n = groups_[g].names[i];
-      for (auto [key, dst] : {std::pair{"exp_avg." + n, exp_avg_[g][i]}, {"exp_avg_sq." + n, exp_avg_sq_[g][i]},
+      for (auto [key, dst] : {std::pair{"exp_avg." + n, exp_avg_[g][i]},
+                              {"exp_avg_sq." + n, exp_avg_sq_[g][i]},
                               {"step." + n, step_tensors_[g][i]}}) {
         const auto src = get(key);
         VDT_CHECK(src.defined(), where, ": optimizer state '", key, "' is missing");
@@ -161,13 +162,15 @@ void AdamW::step_fused(size_t gi, const torch::Tensor& found_inf, const torch::T
       const bool mine = cfg_.own_kernel && own_kernel_takes(p, p.grad(), exp_avg_[gi][i]);
       (mine ? own : aten).add(p, exp_avg_[gi][i], exp_avg_sq_[gi][i], step_tensors_[gi][i]);
     }
-    if (!own.p.empty()) own_kernel_step(own, {g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps},
-                                        inf.value_or(torch::Tensor()), scale.value_or(torch::Tensor()));
+    if (!own.p.empty())
+      own_kernel_step(own, {g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps}, inf.value_or(torch::Tensor()),
+                      scale.value_or(torch::Tensor()));
     if (aten.p.empty()) continue;
     // at::_fused_adamw_ divides the gradients by its grad_scale (AMP's unscale): hand it 1 / ours.
     std::optional<torch::Tensor> divisor;
     if (scale) divisor = 1.0 / *scale;
-    at::_fused_adamw_(aten.p, aten.g, aten.m, aten.v, {}, aten.s, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay, cfg_.eps,
+    at::_fused_adamw_(aten.p, aten.g, aten.m, aten.v, {}, aten.s, g.lr, cfg_.beta1, cfg_.beta2, g.weight_decay,
+                      cfg_.eps,
                       /*amsgrad=*/false, /*maximize=*/false, divisor, inf);
   }
 }

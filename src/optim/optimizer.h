@@ -1,8 +1,8 @@
 // AdamW with parameter groups and explicit state dtype, as the trainers need it: a fused multi-tensor path (vdt's
 // kernel, optim/adamw_cuda.h, for CUDA parameters it takes; else at::_fused_adamw_, the kernel behind PyTorch's
-// AdamW(fused=True)) and a slow per-tensor reference path written from Loshchilov & Hutter's update, compared in tests. Plus gradient-norm clipping that reports the pre-clip norm
-// as a tensor (no host sync). Not here: LR schedules (train/), master weights (master_weights.h), gradient
-// synchronisation or sharding (distributed/grad_sync.h).
+// AdamW(fused=True)) and a slow per-tensor reference path written from Loshchilov & Hutter's update, compared in tests.
+// Plus gradient-norm clipping that reports the pre-clip norm as a tensor (no host sync). Not here: LR schedules
+// (train/), master weights (master_weights.h), gradient synchronisation or sharding (distributed/grad_sync.h).
 #pragma once
 #include <torch/types.h>
 
@@ -22,7 +22,7 @@ struct AdamWGroup {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  bool fused = true;  // false: the reference path
+  bool fused = true;       // false: the reference path
   bool own_kernel = true;  // fused on CUDA: vdt's kernel where it takes the parameter; false: at::_fused_adamw_ only
   std::optional<torch::ScalarType> state_dtype;  // moments dtype; default: the parameter's dtype
 };

@@ -32,8 +32,10 @@ TEST(DeviceFlags, EveryCommandNamesTheGpuItCannotSee) {
   test::TempDir d;
   for (const std::string& args :
        {"train sft --data_root /nonexistent --output " + d.file("s") + " --random-init --device " + gpu,
-        "train causal --data_root /nonexistent --out " + d.file("c") + " --random-init --lora-rank 4 --save_every 2 --device " + gpu,
-        "sample --ckpt " + std::string(VDT_BINARY) + " --data_root /nonexistent --out " + d.file("o") + " --device " + gpu,
+        "train causal --data_root /nonexistent --out " + d.file("c") +
+            " --random-init --lora-rank 4 --save_every 2 --device " + gpu,
+        "sample --ckpt " + std::string(VDT_BINARY) + " --data_root /nonexistent --out " + d.file("o") + " --device " +
+            gpu,
         "bench step --trainer sft --model tiny --device " + gpu,
         "parity " + test::fixture("wan_tiny_a.safetensors") + " --device " + gpu}) {
     const auto r = test::run_vdt(args);

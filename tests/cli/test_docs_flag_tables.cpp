@@ -33,8 +33,9 @@ TEST(DocsFlagTables, CliPageHasTheDeclaredTables) {
 // A marked block's body is replaced, the prose around it kept; rendering twice changes nothing; the rows carry each
 // command's own defaults (the trainers differ in --precision, vdt bench step in --device).
 TEST(DocsFlagTables, RenderingReplacesTheMarkedBlocksOnly) {
-  const std::string page = "before\n<!-- flags:bench-step -->\n| stale |\n<!-- /flags -->\nbetween\n"
-                           "<!-- flags:train-causal -->\n<!-- /flags -->\nafter\n";
+  const std::string page =
+      "before\n<!-- flags:bench-step -->\n| stale |\n<!-- /flags -->\nbetween\n"
+      "<!-- flags:train-causal -->\n<!-- /flags -->\nafter\n";
   const auto out = render_flag_tables(page);
   EXPECT_EQ(out.rfind("before\n<!-- flags:bench-step -->\n| flag | default | meaning |\n|---|---|---|\n", 0), 0u)
       << out;

@@ -14,8 +14,7 @@ namespace vdt {
 namespace {
 
 // Flags of other programs that the pages name on purpose (torchrun, DiffSynth, TensorBoard).
-const std::set<std::string> kForeign = {"--nproc-per-node", "--no-python", "--silent-on-missing-audio",
-                                          "--logdir"};
+const std::set<std::string> kForeign = {"--nproc-per-node", "--no-python", "--silent-on-missing-audio", "--logdir"};
 
 std::string dashed(std::string flag) {
   std::replace(flag.begin() + 2, flag.end(), '_', '-');

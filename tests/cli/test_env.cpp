@@ -42,11 +42,12 @@ TEST(EnvCommand, JsonSaysWhatThisBuildAndMachineHave) {
 TEST(EnvCommand, TextNamesEachPart) {
   const auto r = test::run_vdt("env");
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* s : {"vdt        ", "libtorch   " TORCH_VERSION, "cuda       runtime ", "kernels    vdt's CUDA kernels",
-                        "cache      ", "python     package "})
+  for (const char* s : {"vdt        ", "libtorch   " TORCH_VERSION, "cuda       runtime ",
+                        "kernels    vdt's CUDA kernels", "cache      ", "python     package "})
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "' in:\n" << r.output;
   EXPECT_NE(r.output.find(torch::cuda::is_available() ? "compute capability" : "gpus       none visible"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -10,9 +10,10 @@ namespace vdt {
 namespace {
 
 TEST(Cli, EveryFlagTakesBothSpellings) {
-  for (const std::string args : {"train sft --data-root /nonexistent_root --output /tmp/vdt_never --max-steps 1 --random_init",
-                                 "train causal --data_root /nonexistent_root --out /tmp/vdt_never --save_every 2 "
-                                 "--lora_rank 4 --random-init"}) {
+  for (const std::string args :
+       {"train sft --data-root /nonexistent_root --output /tmp/vdt_never --max-steps 1 --random_init",
+        "train causal --data_root /nonexistent_root --out /tmp/vdt_never --save_every 2 "
+        "--lora_rank 4 --random-init"}) {
     const auto r = test::run_vdt(args);
     EXPECT_NE(r.code, 0);
     EXPECT_EQ(r.output.find("not expected"), std::string::npos) << args << "\n" << r.output;
@@ -55,8 +56,10 @@ TEST(Version, NamesTheCommitOfTheBuild) {
   }
   const auto linked = std::chrono::duration_cast<std::chrono::seconds>(
       std::filesystem::last_write_time(VDT_BINARY).time_since_epoch() -
-      std::filesystem::file_time_type::clock::now().time_since_epoch() + std::chrono::system_clock::now().time_since_epoch());
-  if (linked.count() < committed) GTEST_SKIP() << VDT_BINARY << " was linked before HEAD (" << head << ") was committed";
+      std::filesystem::file_time_type::clock::now().time_since_epoch() +
+      std::chrono::system_clock::now().time_since_epoch());
+  if (linked.count() < committed)
+    GTEST_SKIP() << VDT_BINARY << " was linked before HEAD (" << head << ") was committed";
   EXPECT_EQ(r.output.rfind("vdt " + head, 0), 0u) << r.output << " (HEAD " << head << ")";
 }
 

@@ -20,7 +20,8 @@ TEST(DeviceFlag, ParsesTheFourSpellings) {
 }
 
 TEST(DeviceFlag, AnythingElseNamesTheFlagAndTheValue) {
-  for (const std::string bad : {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda:1a", "cuda:123456", "cuda 1", "", "mps"})
+  for (const std::string bad :
+       {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda:1a", "cuda:123456", "cuda 1", "", "mps"})
     test::expect_error([&] { parse_device_flag(bad, "--device"); },
                        {"--device '" + bad + "'", "expected auto, cpu, cuda or cuda:N"});
 }

@@ -22,7 +22,9 @@ struct Chunk {
   bool crc_ok = false;
 };
 
-uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+uint32_t be32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
+}
 
 std::vector<Chunk> read_chunks(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -108,8 +110,11 @@ TEST(Png, RejectsBadInput) {
   expect_error([&] { write_png(dir.file("d.png"), torch::zeros({4, 4, 3})); }, {"[3, H, W]"});
   expect_error([&] { write_png(dir.file("d.png"), torch::zeros({3, 2, 2}, torch::kInt)); }, {"dtype"});
   expect_error([&] { write_png(dir.file("d.png"), torch::full({3, 2, 2}, NAN)); }, {"NaN"});
-  expect_error([&] { write_png(dir.file("no/such/dir/d.png"), torch::zeros({2, 2, 3}, torch::kByte)); },
-               {"no/such/dir/d.png"});
+  expect_error(
+      [&] {
+        write_png(dir.file("no/such/dir/d.png"), torch::zeros({2, 2, 3}, torch::kByte));
+      },
+      {"no/such/dir/d.png"});
 }
 
 }  // namespace

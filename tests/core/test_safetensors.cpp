@@ -51,8 +51,9 @@ TEST(Safetensors, RoundTripEveryDtypeAndMetadata) {
 
 TEST(Safetensors, ReferenceLayoutHeaderPaddedAndTensorsAligned) {
   TempDir dir;
-  save_safetensors(dir.file("a.safetensors"),
-                   {{"b", torch::ones({3}, torch::kByte)}, {"a", torch::ones({2}, torch::kFloat64)}, {"c", torch::ones({1})}});
+  save_safetensors(
+      dir.file("a.safetensors"),
+      {{"b", torch::ones({3}, torch::kByte)}, {"a", torch::ones({2}, torch::kFloat64)}, {"c", torch::ones({1})}});
   std::ifstream in(dir.file("a.safetensors"), std::ios::binary);
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
@@ -73,8 +74,11 @@ TEST(Safetensors, SeveralFilesReadAsOneSet) {
   EXPECT_EQ(set.file_of("b"), dir.file("2.safetensors"));
   EXPECT_EQ(set.metadata().at("format"), "pt");
   save_safetensors(dir.file("3.safetensors"), {{"a", torch::ones({2})}});
-  expect_error([&] { SafetensorsSet::open({dir.file("1.safetensors"), dir.file("3.safetensors")}); },
-               {"'a'", "1.safetensors", "3.safetensors"});
+  expect_error(
+      [&] {
+        SafetensorsSet::open({dir.file("1.safetensors"), dir.file("3.safetensors")});
+      },
+      {"'a'", "1.safetensors", "3.safetensors"});
 }
 
 TEST(Safetensors, CorruptFilesAreRejectedNamingFileAndKey) {
@@ -95,8 +99,10 @@ TEST(Safetensors, CorruptFilesAreRejectedNamingFileAndKey) {
   write_raw(p, R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data8);
   expect_error([&] { SafetensorsFile::open(p); }, {p, "'w'", "do not match dtype F32"});
 
-  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-            data8);
+  write_raw(
+      p,
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      data8);
   expect_error([&] { SafetensorsFile::open(p); }, {p, "'b'", "overlaps"});
 
   write_raw(p, "{" + ok_entry + "," + ok_entry + "}", data8);
@@ -142,10 +148,14 @@ TEST(Safetensors, FailedWriteLeavesExistingFileAndNoTemp) {
   // An undefined tensor aborts the write before anything is replaced.
   expect_error([&] { save_safetensors(p, {{"a", torch::Tensor()}}); }, {p, "'a'", "undefined"});
   EXPECT_TRUE(torch::equal(SafetensorsFile::open(p)->get("a"), torch::ones({2})));
-  expect_error([&] { save_safetensors(dir.file("no/such/dir/x.safetensors"), {{"a", torch::ones({1})}}); },
-               {"no/such/dir/x.safetensors", "HINT"});
+  expect_error(
+      [&] {
+        save_safetensors(dir.file("no/such/dir/x.safetensors"), {{"a", torch::ones({1})}});
+      },
+      {"no/such/dir/x.safetensors", "HINT"});
   size_t n = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir.path())) n += e.path().string().find(".tmp.") != std::string::npos;
+  for (auto& e : std::filesystem::directory_iterator(dir.path()))
+    n += e.path().string().find(".tmp.") != std::string::npos;
   EXPECT_EQ(n, 0u);
 }
 

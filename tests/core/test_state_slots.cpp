@@ -43,8 +43,8 @@ TEST(StateSlots, AlternateAndTheLinkFollowsTheNewest) {
 TEST(StateSlots, NeverOverwritesTheSlotToKeep) {
   test::TempDir d;
   const auto run = d.path().string();
-  write_slot(run, 1);                              // A
-  write_slot(run, 2);                              // B, link -> B
+  write_slot(run, 1);                                     // A
+  write_slot(run, 2);                                     // B, link -> B
   const auto dir = write_slot(run, 3, run + "/state_A");  // keep A (e.g. resumed from it): writes B again
   EXPECT_EQ(fs::path(dir).filename(), "state_B");
   EXPECT_EQ(find_slot(run + "/state_A", nullptr)->info["step"], 1);
@@ -55,7 +55,7 @@ TEST(StateSlots, CorruptOrPartialSlotsFallBackToTheOther) {
   const auto run = d.path().string();
   write_slot(run, 1);
   write_slot(run, 2);  // state_B, newest
-  {  // flipped byte
+  {                    // flipped byte
     std::fstream f(run + "/state_B/payload.bin", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     f.put('#');
@@ -72,7 +72,7 @@ TEST(StateSlots, CorruptOrPartialSlotsFallBackToTheOther) {
   EXPECT_EQ(find_slot(run + "/state", &notes)->info["step"], 1);
   EXPECT_FALSE(notes.empty());
 
-  write_slot(run, 3, run + "/state_A");  // rewrites B (keeping A)
+  write_slot(run, 3, run + "/state_A");                // rewrites B (keeping A)
   fs::resize_file(run + "/state_B/payload.bin", 100);  // truncated
   EXPECT_NE(check_slot(run + "/state_B").find("truncated"), std::string::npos) << check_slot(run + "/state_B");
   EXPECT_EQ(find_slot(run, nullptr)->info["step"], 1);

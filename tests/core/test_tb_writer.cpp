@@ -97,9 +97,12 @@ std::pair<std::string, float> parse_value(const std::string& msg) {
   std::pair<std::string, float> v{"", NAN};
   while (!c.done()) {
     const uint64_t key = c.varint();
-    if (key == ((1 << 3) | 2)) v.first = c.bytes();
-    else if (key == ((2 << 3) | 5)) v.second = c.fixed<float>();
-    else ADD_FAILURE() << "unexpected Summary.Value field key " << key;
+    if (key == ((1 << 3) | 2))
+      v.first = c.bytes();
+    else if (key == ((2 << 3) | 5))
+      v.second = c.fixed<float>();
+    else
+      ADD_FAILURE() << "unexpected Summary.Value field key " << key;
   }
   return v;
 }
@@ -109,9 +112,12 @@ Event parse_event(const std::string& msg) {
   Event e;
   while (!c.done()) {
     const uint64_t key = c.varint();
-    if (key == ((1 << 3) | 1)) e.wall_time = c.fixed<double>();
-    else if (key == ((2 << 3) | 0)) e.step = static_cast<int64_t>(c.varint());
-    else if (key == ((3 << 3) | 2)) e.file_version = c.bytes();
+    if (key == ((1 << 3) | 1))
+      e.wall_time = c.fixed<double>();
+    else if (key == ((2 << 3) | 0))
+      e.step = static_cast<int64_t>(c.varint());
+    else if (key == ((3 << 3) | 2))
+      e.file_version = c.bytes();
     else if (key == ((5 << 3) | 2)) {
       const std::string summary = c.bytes();
       Cursor sc{summary, 0, summary.size()};
@@ -158,7 +164,7 @@ struct Scalar {
   int64_t step;
 };
 const std::vector<Scalar> kScalars = {
-    {"train/loss", 0.5, 1}, {"train/lr", 1e-5, 1}, {"train/loss", 0.25, 2},
+    {"train/loss", 0.5, 1},    {"train/lr", 1e-5, 1},        {"train/loss", 0.25, 2},
     {"val/mse_t500", 3.75, 2}, {"train/loss", -1.5, 300000}, {"train/grad_norm", 1e30, 7},
 };
 
@@ -322,8 +328,13 @@ TEST(TbWriter, ImagesAndHparamsReadByRealTensorBoard) {
   const auto img2 = torch::rand({3, 4, 6});  // float [3, H, W] in [0, 1]
   {
     TbWriter w(dir);
-    w.add_hparams(nlohmann::ordered_json{{"lr", 0.0001}, {"steps", 20}, {"objective", "df"}, {"act_offload", false},
-                                         {"prompt", "a red car"}, {"targets", {"q", "k"}}, {"none", nullptr}},
+    w.add_hparams(nlohmann::ordered_json{{"lr", 0.0001},
+                                         {"steps", 20},
+                                         {"objective", "df"},
+                                         {"act_offload", false},
+                                         {"prompt", "a red car"},
+                                         {"targets", {"q", "k"}},
+                                         {"none", nullptr}},
                   {"train/loss_v", "val/loss"});
     w.add_image("preview/clip_a", encode_png(img), 3);
     w.add_image("preview/clip_a", encode_png(img2), 9);
@@ -345,12 +356,13 @@ TEST(TbWriter, ImagesAndHparamsReadByRealTensorBoard) {
   const auto want2 = (img2 * 255).round().to(torch::kByte).permute({1, 2, 0}).contiguous();
   EXPECT_EQ(ims[1].rgb, std::vector<uint8_t>(want2.data_ptr<uint8_t>(), want2.data_ptr<uint8_t>() + want2.numel()));
 
-  const std::map<std::string, std::string> want = {
-      {"lr", "n:0.0001"}, {"steps", "n:20.0"}, {"objective", "s:df"}, {"act_offload", "b:0"},
-      {"prompt", "s:a red car"}, {"targets", "s:[\"q\",\"k\"]"}, {"none", "s:null"}};
+  const std::map<std::string, std::string> want = {{"lr", "n:0.0001"},        {"steps", "n:20.0"},
+                                                   {"objective", "s:df"},     {"act_offload", "b:0"},
+                                                   {"prompt", "s:a red car"}, {"targets", "s:[\"q\",\"k\"]"},
+                                                   {"none", "s:null"}};
   EXPECT_EQ(tb.hparams, want);
-  EXPECT_EQ(tb.hparam_names, (std::vector<std::string>{"lr", "steps", "objective", "act_offload", "prompt", "targets",
-                                                       "none"}));
+  EXPECT_EQ(tb.hparam_names,
+            (std::vector<std::string>{"lr", "steps", "objective", "act_offload", "prompt", "targets", "none"}));
   EXPECT_EQ(tb.metric_tags, (std::vector<std::string>{"train/loss_v", "val/loss"}));
   EXPECT_EQ(tb.scalars.at("train/loss_v").size(), 1u);
 }

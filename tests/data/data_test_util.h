@@ -29,10 +29,18 @@ class TinyRoot {
   TinyRoot() {
     root_ = dir_.path().string() + "/root";
     for (const char* sub : {"index", "latents", "cond", "meta"}) std::filesystem::create_directories(root_ + "/" + sub);
-    info_ = {{"format", "vdt-latents/1"}, {"res", "832x480"}, {"latent_channels", C}, {"latent_frames", F},
-             {"latent_hw", {H, W}}, {"cells", kCells}, {"sem_scale", S}, {"vocab", "parts"},
+    info_ = {{"format", "vdt-latents/1"},
+             {"res", "832x480"},
+             {"latent_channels", C},
+             {"latent_frames", F},
+             {"latent_hw", {H, W}},
+             {"cells", kCells},
+             {"sem_scale", S},
+             {"vocab", "parts"},
              {"collapse_parts", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9}},
-             {"text_dim", kTextDim}, {"text_len", kLt}, {"null_prompt", ""}};
+             {"text_dim", kTextDim},
+             {"text_len", kLt},
+             {"null_prompt", ""}};
     // train: runs rA, rB (t4 dropped); val: runs rC, rD (v2 dropped).
     clips_ = {{"t0", "train", "rA", false, {"a red car", "a red car", "a blue tree"}},
               {"t1", "train", "rA", false, {"a blue tree", "a dog", "a dog"}},
@@ -79,8 +87,8 @@ class TinyRoot {
   void write_index() const {
     std::string s;
     for (const auto& c : clips_) {
-      nlohmann::json j = {{"clip_id", c.clip_id}, {"split", c.split}, {"run", c.run}, {"drop", c.drop},
-                          {"cells", c.cells}};
+      nlohmann::json j = {
+          {"clip_id", c.clip_id}, {"split", c.split}, {"run", c.run}, {"drop", c.drop}, {"cells", c.cells}};
       s += j.dump() + "\n";
     }
     write_text(file("index/clips.jsonl"), s);

@@ -1,5 +1,5 @@
-// The causal dataset (docs/design.md §5): windows of a span cut from each clip's stream, start frames a pure function of
-// (seed, epoch, sample) inside the stream, val split by clip, flagged and short streams counted.
+// The causal dataset (docs/design.md §5): windows of a span cut from each clip's stream, start frames a pure function
+// of (seed, epoch, sample) inside the stream, val split by clip, flagged and short streams counted.
 #include <torch/torch.h>
 
 #include <set>

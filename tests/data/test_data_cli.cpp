@@ -40,9 +40,9 @@ TEST(DataCli, InspectSummarisesRoot) {
   TinyRoot t;
   const auto r = run_vdt("data inspect " + t.root());
   EXPECT_EQ(r.code, 0) << r.output;
-  for (const char* s : {"res 832x480", "latent_hw [4, 4]", "train 5 clips (1 drop:true)  2 runs",
-                        "val   3 clips (1 drop:true)  2 runs", "4 prompts x [4, 8]",
-                        "latents [4, 3, 4, 4] BFloat16  ids [3, 8, 8] uint8"})
+  for (const char* s :
+       {"res 832x480", "latent_hw [4, 4]", "train 5 clips (1 drop:true)  2 runs", "val   3 clips (1 drop:true)  2 runs",
+        "4 prompts x [4, 8]", "latents [4, 3, 4, 4] BFloat16  ids [3, 8, 8] uint8"})
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "' in:\n" << r.output;
 }
 
@@ -57,14 +57,16 @@ TEST(DataCli, CheckAppliesTheTrainersPromptsPerLatentFrameRule) {
   const auto r = run_vdt("data check " + t.root());
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find(t.file("dataset.json") + ": cells = 1 prompts per clip but latent_frames = 3"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("1 problem(s)"), std::string::npos) << r.output;
 }
 
 // An H3 root's picture1_2048 is Picture 1 at dataset.json's picture1_short_edge on its short edge (DiffSynth's
 // ref_image_short_edge, both sides to the nearest multiple of 32 pixels): `vdt data check` holds every clip to it.
 TEST(DataCli, CheckHoldsPicture2048ToTheRootsShortEdge) {
-  EXPECT_EQ(picture1_short_edge_size(30, 52, 2048), (std::pair<int64_t, int64_t>{128, 222}));  // 480x832 -> 2048x3552 px: 7104 rows
+  EXPECT_EQ(picture1_short_edge_size(30, 52, 2048),
+            (std::pair<int64_t, int64_t>{128, 222}));  // 480x832 -> 2048x3552 px: 7104 rows
   EXPECT_EQ(picture1_short_edge_size(52, 30, 2048), (std::pair<int64_t, int64_t>{222, 128}));
   EXPECT_EQ(picture1_short_edge_size(4, 6, 128), (std::pair<int64_t, int64_t>{8, 12}));
   test::TempDir d;
@@ -98,7 +100,8 @@ TEST(DataCli, CheckRefusesARootWithoutTrainingClips) {
   const auto r = run_vdt("data check " + t.root());
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find(t.file("index/clips.jsonl") + ": no training clips: all 8 clips are split \"val\""),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("--val-runs"), std::string::npos) << r.output;
 }
 

@@ -63,7 +63,8 @@ TEST(DataRoot, MalformedJsonlLineNamesFileAndLine) {
   TinyRoot::write_text(t.file("index/clips.jsonl"), all + "{\"clip_id\": \"x\", \"split\": \n");
   expect_error([&] { DataRoot::open(t.root()); }, {"clips.jsonl:9", "malformed JSON"});
   // Wrong field types or values, each naming its line.
-  TinyRoot::write_text(t.file("index/clips.jsonl"), all + R"({"clip_id":"x","split":"test","run":"r","cells":["","",""]})");
+  TinyRoot::write_text(t.file("index/clips.jsonl"),
+                       all + R"({"clip_id":"x","split":"test","run":"r","cells":["","",""]})");
   expect_error([&] { DataRoot::open(t.root()); }, {"clips.jsonl:9", "split"});
   TinyRoot::write_text(t.file("index/clips.jsonl"), R"({"clip_id":"x","split":"train","run":"r","cells":[""]})");
   expect_error([&] { DataRoot::open(t.root()); }, {"clips.jsonl:1", "cells = 3"});
@@ -98,14 +99,14 @@ TEST(DataRoot, CheckRootHealthyIsEmpty) {
 
 TEST(DataRoot, CheckRootReportsEveryProblemWithItsFile) {
   TinyRoot t;
-  std::filesystem::remove(t.latent("t0"));                                              // missing latent
-  t.write_ids("t1", torch::full({3, 8, 8}, 21, torch::kByte));                          // id out of range
+  std::filesystem::remove(t.latent("t0"));                      // missing latent
+  t.write_ids("t1", torch::full({3, 8, 8}, 21, torch::kByte));  // id out of range
   auto lat = TinyRoot::latents_for(2);
   lat[0][1][2][3] = std::numeric_limits<float>::quiet_NaN();
-  t.write_latents("t2", lat);                                                            // NaN
-  t.write_ids("t3", torch::zeros({3, 4, 4}, torch::kByte));                              // wrong ids shape
-  t.clips()[5].run = "rA";                                                               // run leak
-  t.clips()[6].cells[1] = "a purple whale";                                              // prompt not in table
+  t.write_latents("t2", lat);                                // NaN
+  t.write_ids("t3", torch::zeros({3, 4, 4}, torch::kByte));  // wrong ids shape
+  t.clips()[5].run = "rA";                                   // run leak
+  t.clips()[6].cells[1] = "a purple whale";                  // prompt not in table
   t.write_index();
   const auto p = check_root(t.root(), "", "1280x704");
   std::string all;

@@ -1,5 +1,5 @@
-// SftDataset: split rules of the Python trainer (drop rows, val, leaks, res), vocab folding, prompt lookup errors, dropout
-// draws as a function of (seed, epoch, index), the world-anchored mask, and collate's text context.
+// SftDataset: split rules of the Python trainer (drop rows, val, leaks, res), vocab folding, prompt lookup errors,
+// dropout draws as a function of (seed, epoch, index), the world-anchored mask, and collate's text context.
 #include <gtest/gtest.h>
 
 #include "data/sft_dataset.h"
@@ -82,8 +82,7 @@ TEST(DataSft, PromptMissingFromTableNamesClipCellPrompt) {
   TinyRoot t;
   t.clips()[1].cells[2] = "a cat";
   t.write_index();
-  expect_error([&] { SftDataset ds(t.config()); },
-               {"clips.jsonl:2", "clip 't1'", "cell 2", "\"a cat\"", t.table()});
+  expect_error([&] { SftDataset ds(t.config()); }, {"clips.jsonl:2", "clip 't1'", "cell 2", "\"a cat\"", t.table()});
 }
 
 TEST(DataSft, NullPromptMissingFromTable) {
@@ -113,7 +112,8 @@ TEST(DataSft, IdsFoldedByCollapseParts) {
   SftDataset ds(cfg);
   const auto s = ds.get_with(1, false, false);
   const auto raw = TinyRoot::ids_for(1).to(torch::kLong);
-  const auto want = torch::where(raw == 255, raw, torch::div(raw, 2, "floor")).to(torch::kByte);  // collapse 2k,2k+1 -> k
+  const auto want =
+      torch::where(raw == 255, raw, torch::div(raw, 2, "floor")).to(torch::kByte);  // collapse 2k,2k+1 -> k
   EXPECT_TRUE(torch::equal(s.ids, want));
   EXPECT_TRUE(torch::equal(SftDataset(t.config()).get_with(1, false, false).ids, TinyRoot::ids_for(1)));
   // A root stored in the ids vocabulary cannot be trained with --vocab parts.
@@ -233,8 +233,8 @@ TEST(DataSft, CollateDedupsContext) {
   EXPECT_EQ(b.context_ids.scalar_type(), torch::kLong);
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t c = 0; c < 3; ++c)
-      EXPECT_TRUE(torch::equal(b.context[b.context_ids[i][c].item<int64_t>()],
-                               ds.text_table()->rows({s[i].text_rows[c]})[0]));
+      EXPECT_TRUE(
+          torch::equal(b.context[b.context_ids[i][c].item<int64_t>()], ds.text_table()->rows({s[i].text_rows[c]})[0]));
   EXPECT_EQ(b.text_drop[2].item<float>(), 1.0f);
   EXPECT_EQ(b.cond_drop[0].item<float>(), 0.0f);
   EXPECT_EQ(b.mask_frac.scalar_type(), torch::kFloat);

@@ -47,9 +47,10 @@ TEST(TextTable, ValidationErrors) {
   save_safetensors(t.table(), {{"embeddings", torch::zeros({2, 4, 8})}, {"lengths", torch::zeros({2}, torch::kInt)}},
                    {{"prompts", "[\"\", \"x\"]"}});
   expect_error([&] { TextTable::open(t.table()); }, {t.table(), "'embeddings'", "F32", "BF16"});
-  save_safetensors(t.table(),
-                   {{"embeddings", torch::zeros({2, 4, 8}, torch::kBFloat16)}, {"lengths", torch::zeros({2}, torch::kInt)}},
-                   {{"prompts", "[\"\"]"}});
+  save_safetensors(
+      t.table(),
+      {{"embeddings", torch::zeros({2, 4, 8}, torch::kBFloat16)}, {"lengths", torch::zeros({2}, torch::kInt)}},
+      {{"prompts", "[\"\"]"}});
   expect_error([&] { TextTable::open(t.table()); }, {t.table(), "lists 1 prompts", "2 rows"});
   save_safetensors(t.table(), {{"embeddings", torch::zeros({2, 4, 8}, torch::kBFloat16)}});
   expect_error([&] { TextTable::open(t.table()); }, {t.table(), "'lengths'"});

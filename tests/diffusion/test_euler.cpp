@@ -61,7 +61,6 @@ TEST(Euler, CausalChunkByChunkUsesTheCleanPrefix) {
   EXPECT_TRUE(torch::allclose(one, x.narrow(2, 0, 2), 0, 0));
 }
 
-
 // A side stream (H3's audio, steps on the last axis, uneven chunks) rides along: the callback sees its finished
 // chunks clean and the current chunk's steps noisy, an oracle that knows both clean streams recovers them, and the
 // video comes out as without the side stream.
@@ -93,12 +92,19 @@ TEST(Euler, CausalSideStreamIsSampledWithItsChunk) {
   EXPECT_LT((x.video - x0.video).abs().max().item<double>(), 1e-4);
   EXPECT_LT((x.side.at("audio") - x0.side.at("audio")).abs().max().item<double>(), 1e-4);
   VelocityFn video_only = [&](const torch::Tensor& xv, const torch::Tensor& t) {
-    return oracle(SampleState{xv, {{"audio", x0.side.at("audio").narrow(-1, 0, bounds.at("audio")[static_cast<size_t>(xv.size(2) / 2)])}}}, t).video;
+    return oracle(SampleState{xv,
+                              {{"audio", x0.side.at("audio").narrow(
+                                             -1, 0, bounds.at("audio")[static_cast<size_t>(xv.size(2) / 2)])}}},
+                  t)
+        .video;
   };
   EXPECT_TRUE(torch::equal(causal_euler_sample(video_only, {}, noise.video, {}, 2, c), x.video));
   // Bounds that do not cover the stream are refused.
-  test::expect_error([&] { causal_euler_sample(oracle, {}, noise, {{"audio", {0, 3, 9}}}, {}, 2, c); },
-                     {"side stream 'audio'", "3 chunks"});
+  test::expect_error(
+      [&] {
+        causal_euler_sample(oracle, {}, noise, {{"audio", {0, 3, 9}}}, {}, 2, c);
+      },
+      {"side stream 'audio'", "3 chunks"});
 }
 
 }  // namespace

@@ -58,8 +58,8 @@ TEST(FlowMatch, EachFamilyHasItsOwnGridAndH3MatchesItsReferenceFixture) {
   test::expect_error([] { flow_schedule("flux"); }, {"flux", "wan, h3"});
 }
 
-// docs/design.md §1 and the Python trainer (GcTrainModule.forward): sigma, the noise mixing and the weight come from the exact float32 grid
-// value; only the model's input timestep is rounded to the compute dtype.
+// docs/design.md §1 and the Python trainer (GcTrainModule.forward): sigma, the noise mixing and the weight come from
+// the exact float32 grid value; only the model's input timestep is rounded to the compute dtype.
 TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyTheModelTimestep) {
   const auto grid = training_grid();
   const auto w = training_weights(grid);
@@ -94,8 +94,8 @@ TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyT
   EXPECT_NEAR(f32.timestep, 997.98, 0.01);
 }
 
-// The Python trainer's --no-first_frame_cond only gives frame 0 the drawn timestep: x_t[:, :, 0] = x0 and the loss over frames
-// 1.. hold either way.
+// The Python trainer's --no-first_frame_cond only gives frame 0 the drawn timestep: x_t[:, :, 0] = x0 and the loss over
+// frames 1.. hold either way.
 TEST(FlowMatch, NoFirstFrameCondOnlyChangesFrameZerosModelTimestep) {
   const auto grid = training_grid();
   const auto w = training_weights(grid);

@@ -21,8 +21,7 @@ TEST(Forcing, ShiftedLevelsFollowTheirDistribution) {
   for (uint64_t i = 0; i < 20000; ++i) sig.push_back(df_sigma(rng.uniform(i, 0), 3.0));
   std::sort(sig.begin(), sig.end());
   double ks = 0;  // Kolmogorov-Smirnov distance to the closed form
-  for (size_t i = 0; i < sig.size(); ++i)
-    ks = std::max(ks, std::abs(sigma_cdf(sig[i], 3.0) - (i + 0.5) / sig.size()));
+  for (size_t i = 0; i < sig.size(); ++i) ks = std::max(ks, std::abs(sigma_cdf(sig[i], 3.0) - (i + 0.5) / sig.size()));
   EXPECT_LT(ks, 0.015);  // the 1% critical value for n = 20000 is 0.0115; an unshifted U(0,1) gives ~0.17
   EXPECT_NEAR(df_sigma(0.5, 3.0), 0.75, 1e-12);
   EXPECT_EQ(df_sigma(0.0, 3.0), 0.0);
@@ -42,8 +41,8 @@ TEST(Forcing, ChunksGetTheirOwnLevelAndTheLossWeightsThem) {
   for (int64_t f = 1; f < 6; ++f) {
     const double s = ex.sigmas[f / 2];
     EXPECT_NEAR(ex.t[1][f].item<float>(), 1000 * s, 1e-3) << f;
-    EXPECT_TRUE(torch::allclose(ex.x_t.narrow(2, f, 1), (1 - s) * x0.narrow(2, f, 1) + s * noise.narrow(2, f, 1),
-                                1e-5, 1e-6));
+    EXPECT_TRUE(
+        torch::allclose(ex.x_t.narrow(2, f, 1), (1 - s) * x0.narrow(2, f, 1) + s * noise.narrow(2, f, 1), 1e-5, 1e-6));
   }
   EXPECT_LT(ex.sigmas[0], ex.sigmas[1]);
   EXPECT_LT(ex.sigmas[1], ex.sigmas[2]);
@@ -57,8 +56,8 @@ TEST(Forcing, ChunksGetTheirOwnLevelAndTheLossWeightsThem) {
   test::expect_error([&] { make_df_example(x0, noise, {0.1, 0.5, 0.9}, cfg, grid, w); }, {"3 chunks of 4 frames"});
 }
 
-// The causal objectives follow the SFT rule (docs/design.md §1): sigma, the mixing and the chunk weights from the exact level; the
-// model's timesteps rounded to the compute dtype (x0's), side streams too.
+// The causal objectives follow the SFT rule (docs/design.md §1): sigma, the mixing and the chunk weights from the exact
+// level; the model's timesteps rounded to the compute dtype (x0's), side streams too.
 TEST(Forcing, ModelTimestepsAreRoundedToTheComputeDtypeAndSigmasAreNot) {
   ForcingConfig cfg;
   cfg.chunks = 2, cfg.chunk_frames = 2;

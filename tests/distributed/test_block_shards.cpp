@@ -33,8 +33,7 @@ TEST(BlockShards, GatherRestoresTheWeightsAndReleaseFreesThem) {
     }
     shards.gather(block);
     shards.gather(block);  // idempotent
-    for (const auto& kv : block.named_parameters())
-      EXPECT_TRUE(torch::equal(kv.value(), before[kv.key()])) << kv.key();
+    for (const auto& kv : block.named_parameters()) EXPECT_TRUE(torch::equal(kv.value(), before[kv.key()])) << kv.key();
     shards.release(block);
     EXPECT_EQ(block.self_attn->q->weight.numel(), 0);
     std::lock_guard<std::mutex> lk(mu);

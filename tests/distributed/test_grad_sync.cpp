@@ -29,7 +29,9 @@ NamedTensors trainable_copy(const NamedTensors& p) {
   return out;
 }
 
-torch::Tensor data_x(int64_t step) { return torch::randn({8, 5}, torch::Generator(at::detail::createCPUGenerator(100 + step))); }
+torch::Tensor data_x(int64_t step) {
+  return torch::randn({8, 5}, torch::Generator(at::detail::createCPUGenerator(100 + step)));
+}
 
 torch::Tensor loss_of(const NamedTensors& p, const torch::Tensor& x) {
   auto h = torch::tanh(torch::nn::functional::linear(x, p[0].second, p[1].second));
@@ -106,8 +108,9 @@ struct Case {
 TEST(GradSync, EveryImplementationMatchesPlainAdamW) {
   std::vector<double> ref_norms;
   const auto ref = reference(5, 0.05, &ref_norms);  // a low clip: clipping acts on every step
-  for (const auto& c : {Case{1, false, "replicated"}, Case{1, true, "replicated"}, Case{2, true, "ZeRO-2"},
-                        Case{4, true, "ZeRO-2"}, Case{2, false, "replicated over 2"}, Case{4, false, "replicated over 4"}}) {
+  for (const auto& c :
+       {Case{1, false, "replicated"}, Case{1, true, "replicated"}, Case{2, true, "ZeRO-2"}, Case{4, true, "ZeRO-2"},
+        Case{2, false, "replicated over 2"}, Case{4, false, "replicated over 4"}}) {
     SCOPED_TRACE(std::to_string(c.world) + " ranks, shard " + std::to_string(c.shard));
     std::vector<double> norms;
     std::vector<std::string> described;
@@ -117,7 +120,9 @@ TEST(GradSync, EveryImplementationMatchesPlainAdamW) {
     for (size_t r = 1; r < ranks.size(); ++r)  // identical on every rank, bit for bit
       for (size_t i = 0; i < ranks[r].size(); ++i) EXPECT_TRUE(torch::equal(ranks[r][i].second, ranks[0][i].second));
     ASSERT_EQ(norms.size(), ref_norms.size());
-    for (size_t s = 0; s < norms.size(); ++s) EXPECT_NEAR(norms[s], ref_norms[s], 1e-5 * ref_norms[s]) << "step " << s << " " << norms[s] << " vs " << ref_norms[s];
+    for (size_t s = 0; s < norms.size(); ++s)
+      EXPECT_NEAR(norms[s], ref_norms[s], 1e-5 * ref_norms[s])
+          << "step " << s << " " << norms[s] << " vs " << ref_norms[s];
   }
 }
 
@@ -178,9 +183,11 @@ TEST(GradSync, ReplicatedStateContinuesOnZero2Ranks) {
   auto sync3 = make_grad_sync(s, options(false), *single);
   test::expect_error(
       [&] {
-        sync3->load([&](const std::string& kind, const std::string& name) {
-          return kind == "exp_avg_sq" ? torch::Tensor() : full.at(kind + "/" + name);
-        }, 2, "the slot");
+        sync3->load(
+            [&](const std::string& kind, const std::string& name) {
+              return kind == "exp_avg_sq" ? torch::Tensor() : full.at(kind + "/" + name);
+            },
+            2, "the slot");
       },
       {"the slot", "exp_avg_sq.layer.weight", "missing"});
 }
@@ -189,7 +196,8 @@ TEST(GradHooks, LaunchesInSlotOrderWhateverTheGradientOrder) {
   std::vector<torch::Tensor> p = {torch::ones({2}, torch::requires_grad()), torch::ones({3}, torch::requires_grad()),
                                   torch::ones({4}, torch::requires_grad())};
   std::vector<size_t> grads, launches;
-  GradHooks hooks(p, {{2}, {0, 1}}, [&](size_t i) { grads.push_back(i); }, [&](size_t k) { launches.push_back(k); });
+  GradHooks hooks(
+      p, {{2}, {0, 1}}, [&](size_t i) { grads.push_back(i); }, [&](size_t k) { launches.push_back(k); });
   // Backward produces p0 first, then p1 and p2: slot 1 ({0, 1}) is complete before slot 0 ({2}) but must wait for it.
   (p[0].sum() * 3).backward();
   EXPECT_TRUE(launches.empty());

@@ -60,31 +60,42 @@ TEST(LocalRanks, SplitGivesEachRankItsNode) {
   std::mutex mu;
   std::vector<float> node_sum(4), world_sum(4);
   std::vector<int> node_rank(4), node_world(4);
-  run_local_ranks(4, [&](Communicator& c) {
-    EXPECT_EQ(c.local_world(), 2);
-    auto node = c.split(c.local_world());
-    auto t = torch::full({1}, static_cast<float>(c.rank() + 1));
-    node->all_reduce(t)->wait();
-    auto w = torch::full({1}, static_cast<float>(c.rank() + 1));
-    c.all_reduce(w)->wait();
-    std::lock_guard<std::mutex> lk(mu);
-    node_sum[c.rank()] = t.item<float>(), world_sum[c.rank()] = w.item<float>();
-    node_rank[c.rank()] = node->rank(), node_world[c.rank()] = node->world();
-  }, /*local_world=*/2);
+  run_local_ranks(
+      4,
+      [&](Communicator& c) {
+        EXPECT_EQ(c.local_world(), 2);
+        auto node = c.split(c.local_world());
+        auto t = torch::full({1}, static_cast<float>(c.rank() + 1));
+        node->all_reduce(t)->wait();
+        auto w = torch::full({1}, static_cast<float>(c.rank() + 1));
+        c.all_reduce(w)->wait();
+        std::lock_guard<std::mutex> lk(mu);
+        node_sum[c.rank()] = t.item<float>(), world_sum[c.rank()] = w.item<float>();
+        node_rank[c.rank()] = node->rank(), node_world[c.rank()] = node->world();
+      },
+      /*local_world=*/2);
   EXPECT_EQ(node_sum, (std::vector<float>{3, 3, 7, 7}));  // 1 + 2 on node 0, 3 + 4 on node 1
   EXPECT_EQ(world_sum, (std::vector<float>{10, 10, 10, 10}));
   EXPECT_EQ(node_rank, (std::vector<int>{0, 1, 0, 1}));
   EXPECT_EQ(node_world, (std::vector<int>{2, 2, 2, 2}));
   test::expect_error([] { run_local_ranks(4, [](Communicator& c) { c.split(3); }); }, {"groups of 3", "world of 4"});
-  test::expect_error([] { run_local_ranks(4, [](Communicator&) {}, 3); }, {"3 ranks per node", "world of 4"});
   test::expect_error(
       [] {
-        run_local_ranks(4, [](Communicator& c) {
-          auto node = c.split(2);
-          if (c.rank() == 3) throw std::runtime_error("rank 3 broke");
-          auto t = torch::ones({1});
-          node->all_reduce(t)->wait();  // rank 2 would wait forever for rank 3
-        }, 2);
+        run_local_ranks(
+            4, [](Communicator&) {}, 3);
+      },
+      {"3 ranks per node", "world of 4"});
+  test::expect_error(
+      [] {
+        run_local_ranks(
+            4,
+            [](Communicator& c) {
+              auto node = c.split(2);
+              if (c.rank() == 3) throw std::runtime_error("rank 3 broke");
+              auto t = torch::ones({1});
+              node->all_reduce(t)->wait();  // rank 2 would wait forever for rank 3
+            },
+            2);
       },
       {"rank 3 broke"});
 }
@@ -118,8 +129,8 @@ TEST(LaunchEnv, ReadsTorchrunAndRejectsBadValues) {
   EXPECT_EQ(e.world, 8);
   EXPECT_EQ(e.local_rank, 3);
   EXPECT_EQ(e.local_world, 4);
-  for (const char* v : {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "MASTER_ADDR",
-                        "MASTER_PORT"})
+  for (const char* v :
+       {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "MASTER_ADDR", "MASTER_PORT"})
     ::unsetenv(v);
   EXPECT_EQ(LaunchEnv::from_env().world, 1);
   EXPECT_NO_THROW(make_communicator(LaunchEnv{}, torch::kCPU));

@@ -1,7 +1,8 @@
 // Golden loss curves: the first 20 losses and gradient norms of the tiny presets, fp32 on the CPU, for `train sft`
 // (gc_sem_cond adapter, per-cell text, the three dropouts, gradient accumulation, block checkpointing) and `train
-// causal` (df and tf on Wan's tiny; df on h3-tiny with Picture 1 and the silent audio stream), compared to tests/assets/golden_curves.json at 1e-5 relative. They guard every refactoring: a
-// change that moves them on purpose regenerates the file in its own commit and says why:
+// causal` (df and tf on Wan's tiny; df on h3-tiny with Picture 1 and the silent audio stream), compared to
+// tests/assets/golden_curves.json at 1e-5 relative. They guard every refactoring: a change that moves them on purpose
+// regenerates the file in its own commit and says why:
 //   VDT_UPDATE_GOLDEN=1 build/vdt_tests --gtest_filter='GoldenCurves.*'
 #include <torch/torch.h>
 
@@ -72,7 +73,8 @@ TEST_F(GoldenCurves, SftAdapterPerCellTextDropouts) {
   c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32";
   c.gradient_checkpointing = true;
   c.max_steps = kSteps, c.batch_size = 2, c.grad_accum = 2, c.lr = 5e-4, c.cond_lr = 2e-3, c.warmup_steps = 5;
-  c.val_every = 0, c.save_every = 0, c.num_workers = 2;  // dropouts at the Python trainer's defaults (0.1, 0.05, mask 0.5)
+  c.val_every = 0, c.save_every = 0,
+  c.num_workers = 2;  // dropouts at the Python trainer's defaults (0.1, 0.05, mask 0.5)
   const auto sum = train_sft(c);
   check_golden("sft", curve(sum.losses, sum.grad_norms));
 }

@@ -1,7 +1,8 @@
 // Fidelity to the Python trainer gc25d where a migrating user would notice: validation logs the grid point it
-// evaluates, exports carry the Python trainer's metadata keys as strings, done.json and config.json the Python trainer's keys, TensorBoard
-// hides the steps a resumed run replays, base weights are required (or --random-init said explicitly) and named with
-// their checksum, the per-cell text rule stops a run before any model work, and the command line parses as argparse.
+// evaluates, exports carry the Python trainer's metadata keys as strings, done.json and config.json the Python
+// trainer's keys, TensorBoard hides the steps a resumed run replays, base weights are required (or --random-init said
+// explicitly) and named with their checksum, the per-cell text rule stops a run before any model work, and the command
+// line parses as argparse.
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -32,8 +33,8 @@ class SeedFidelity : public test::SftSuiteTest<SeedFidelity> {
   static nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); }
 };
 
-// The Python trainer's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to 201.34
-// (val_log.csv) and logs val/mse_t201.
+// The Python trainer's run_validation keys its rows by the grid timestep it evaluates: --val_timesteps 200 snaps to
+// 201.34 (val_log.csv) and logs val/mse_t201.
 TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
   auto c = config("val", 2);
   train_sft(c);
@@ -48,12 +49,12 @@ TEST_F(SeedFidelity, ValidationLogsTheEvaluatedGridTimestep) {
   EXPECT_FALSE(tb.scalars.count("val/mse_t200"));
 }
 
-// Every top-level key of the Python trainer's export_metadata, each a string as its {k: str(v)}; done.json and config.json with
-// the Python trainer's keys; a relative --output recorded absolute.
-// train_log.csv as the Python trainer writes it: loss, mse, timestep and the drops are the step's last micro batch
-// (loss = mse x the weight of that micro batch's t; a drop of one sample is 0 or 1, never a mean of two micro
-// batches); the means over the micro batches are loss_mean / mse_mean. --no-val_uncond logs mse only, and validation
-// runs at step % val_every == 0 only (not again at the last step).
+// Every top-level key of the Python trainer's export_metadata, each a string as its {k: str(v)}; done.json and
+// config.json with the Python trainer's keys; a relative --output recorded absolute. train_log.csv as the Python
+// trainer writes it: loss, mse, timestep and the drops are the step's last micro batch (loss = mse x the weight of that
+// micro batch's t; a drop of one sample is 0 or 1, never a mean of two micro batches); the means over the micro batches
+// are loss_mean / mse_mean. --no-val_uncond logs mse only, and validation runs at step % val_every == 0 only (not again
+// at the last step).
 TEST_F(SeedFidelity, TrainLogHoldsTheLastMicroBatchAndNoValUncondLogsOnlyMse) {
   auto c = config("last_micro", 7);
   c.grad_accum = 2, c.text_dropout = 0.5, c.cond_dropout = 0.5, c.val_every = 3, c.val_uncond = false;
@@ -91,9 +92,12 @@ TEST_F(SeedFidelity, ExportsDoneAndConfigCarryTheSeedsKeys) {
   c.val_every = 0;
   const auto sum = train_sft(c);
   const auto meta = SafetensorsFile::open(sum.last_export)->metadata();
-  for (const char* k : {"vocab", "data", "data_root", "step", "res", "cond_type", "cond_key", "stage", "text_dropout",
-                        "cond_dropout", "mask_p", "lr", "cond_lr", "weight_decay", "warmup_steps", "first_frame_cond",
-                        "seed", "init_ckpt", "resumed_from", "resumed_step", "model_dir", "trainer"})
+  for (const char* k : {"vocab",        "data",         "data_root",    "step",
+                        "res",          "cond_type",    "cond_key",     "stage",
+                        "text_dropout", "cond_dropout", "mask_p",       "lr",
+                        "cond_lr",      "weight_decay", "warmup_steps", "first_frame_cond",
+                        "seed",         "init_ckpt",    "resumed_from", "resumed_step",
+                        "model_dir",    "trainer"})
     EXPECT_TRUE(meta.count(k)) << k;
   EXPECT_EQ(meta.at("cond_type"), "ids");
   EXPECT_EQ(meta.at("cond_key"), "ids");

@@ -30,8 +30,8 @@ double mean_col(const std::vector<std::map<std::string, std::string>>& rows, con
 }
 
 // One synthetic root and one trained run shared by the tests of this file. ctest runs each test in its own process,
-// so the run is cached in the build tree (keyed by the binary's build time): the first process trains (under an flock, so parallel ctest processes
-// wait instead of training twice) and leaves a `complete` marker; the others reuse it.
+// so the run is cached in the build tree (keyed by the binary's build time): the first process trains (under an flock,
+// so parallel ctest processes wait instead of training twice) and leaves a `complete` marker; the others reuse it.
 class SftRunTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

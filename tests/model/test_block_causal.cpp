@@ -57,7 +57,8 @@ TEST(BlockCausal, PrefixMaskAndEagerAgreeForwardAndBackward) {
 TEST(BlockCausal, TeacherForcingMaskIsUsableByTheMaskedKernel) {
   torch::manual_seed(1);
   const int64_t chunk = 3, n = 3;
-  const auto q = torch::randn({1, 2, 2 * n * chunk, 8}, torch::kFloat64), k = torch::randn_like(q), v = torch::randn_like(q);
+  const auto q = torch::randn({1, 2, 2 * n * chunk, 8}, torch::kFloat64), k = torch::randn_like(q),
+             v = torch::randn_like(q);
   const auto mask = teacher_forcing_mask(n, chunk);
   const auto ref = masked_attention_eager(q, k, v, mask);
   const auto fast = at::scaled_dot_product_attention(q, k, v, mask);

@@ -71,7 +71,8 @@ TEST(RopeCache, EqualsRopeTableAndKeepsItsTables) {
   EXPECT_TRUE(torch::equal(a.cos, direct.cos) && torch::equal(a.sin, direct.sin));
   EXPECT_EQ(cache.get({2, 3, 4}, torch::kCPU).cos.data_ptr(), a.cos.data_ptr());
   const auto r = cache.get({4, 3, 4}, torch::kCPU, /*repeated=*/true), half = rope_table(24, {2, 3, 4}, torch::kCPU);
-  EXPECT_TRUE(torch::equal(r.cos, torch::cat({half.cos, half.cos})) && torch::equal(r.sin, torch::cat({half.sin, half.sin})));
+  EXPECT_TRUE(torch::equal(r.cos, torch::cat({half.cos, half.cos})) &&
+              torch::equal(r.sin, torch::cat({half.sin, half.sin})));
   EXPECT_FALSE(torch::equal(r.cos, rope_table(24, {4, 3, 4}, torch::kCPU).cos));  // not the full grid's positions
   EXPECT_THROW(cache.get({3, 3, 4}, torch::kCPU, /*repeated=*/true), std::exception);
   for (int64_t f = 1; f <= static_cast<int64_t>(RopeCache::kMaxTables); ++f) cache.get({f, 1, 1}, torch::kCPU);

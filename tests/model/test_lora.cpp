@@ -32,8 +32,8 @@ TEST(Lora, MergeEqualsTheUnmergedForwardAndTheCliWritesIt) {
   torch::manual_seed(0);
   const auto w = torch::randn({12, 8}), bias = torch::randn({12}), other = torch::randn({3});
   const LoraPair p{torch::randn({4, 8}), torch::randn({12, 4})};
-  save_safetensors(d.file("base.safetensors"), {{"blocks.0.self_attn.q.weight", w}, {"blocks.0.self_attn.q.bias", bias},
-                                                {"head.norm", other}});
+  save_safetensors(d.file("base.safetensors"),
+                   {{"blocks.0.self_attn.q.weight", w}, {"blocks.0.self_attn.q.bias", bias}, {"head.norm", other}});
   // PEFT naming, alpha in the metadata.
   save_safetensors(d.file("peft.safetensors"),
                    {{"base_model.model.blocks.0.self_attn.q.lora_A.default.weight", p.a},
@@ -55,18 +55,20 @@ TEST(Lora, MergeEqualsTheUnmergedForwardAndTheCliWritesIt) {
                                d.file("peft.safetensors") + " --out " + d.file("merged.safetensors"));
   ASSERT_EQ(r.code, 0) << r.output;
   auto f = SafetensorsFile::open(d.file("merged.safetensors"));
-  EXPECT_TRUE(torch::allclose(torch::nn::functional::linear(x, f->get("blocks.0.self_attn.q.weight"), bias), want,
-                              1e-5, 1e-5));
+  EXPECT_TRUE(
+      torch::allclose(torch::nn::functional::linear(x, f->get("blocks.0.self_attn.q.weight"), bias), want, 1e-5, 1e-5));
   EXPECT_TRUE(torch::equal(f->get("head.norm"), other));
   EXPECT_EQ(f->metadata().at("lora_rank"), "4");
 
   // Bad inputs: a lone factor, and a LoRA that does not fit the base.
   save_safetensors(d.file("lone.safetensors"), {{"blocks.0.self_attn.q.lora_A.weight", p.a}});
-  test::expect_error([&] { read_lora(d.file("lone.safetensors")); }, {"lone.safetensors", "blocks.0.self_attn.q", "only lora_A"});
+  test::expect_error([&] { read_lora(d.file("lone.safetensors")); },
+                     {"lone.safetensors", "blocks.0.self_attn.q", "only lora_A"});
   save_safetensors(d.file("wide.safetensors"), {{"blocks.0.self_attn.q.lora_A.weight", torch::randn({4, 9})},
                                                 {"blocks.0.self_attn.q.lora_B.weight", p.b}});
-  test::expect_error([&] { merge_lora(SafetensorsSet::open({d.file("base.safetensors")}), read_lora(d.file("wide.safetensors")), 1); },
-                     {"blocks.0.self_attn.q.weight", "[12, 9]"});
+  test::expect_error(
+      [&] { merge_lora(SafetensorsSet::open({d.file("base.safetensors")}), read_lora(d.file("wide.safetensors")), 1); },
+      {"blocks.0.self_attn.q.weight", "[12, 9]"});
 }
 
 TEST(CkptCli, InspectCheckAndDiffATinyExport) {
@@ -78,7 +80,8 @@ TEST(CkptCli, InspectCheckAndDiffATinyExport) {
   const auto r2 = test::run_vdt("ckpt diff " + test::fixture("wan_tiny_a.safetensors") + " " +
                                 test::fixture("wan_tiny_a.safetensors"));
   ASSERT_EQ(r2.code, 0) << r2.output;
-  EXPECT_NE(r2.output.find("0 differ in presence or shape, worst relative L2 0.000e+00"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("0 differ in presence or shape, worst relative L2 0.000e+00"), std::string::npos)
+      << r2.output;
   // A checkpoint with a NaN and a missing key fails the check, naming both.
   save_safetensors(d.file("bad.safetensors"), {{"patch_embedding.weight", torch::full({2, 2}, NAN)}});
   const auto r3 = test::run_vdt("ckpt check " + d.file("bad.safetensors") + " --model tiny");
@@ -165,7 +168,7 @@ TEST(Lora, MergingTheAttachedFactorsKeepsTheForwardAndRemovesThem) {
   for (const auto& kv : model->named_modules("", false))
     EXPECT_EQ(kv.key().find(".lora_"), std::string::npos) << kv.key();
   const auto merged = model->forward({x, t, ctx});
-  EXPECT_GT((unmerged - merged).abs().max().item<double>(), 0);  // the sums are rounded in another order ...
+  EXPECT_GT((unmerged - merged).abs().max().item<double>(), 0);     // the sums are rounded in another order ...
   EXPECT_LT((unmerged - merged).abs().max().item<double>(), 1e-5);  // ... to the same numbers
   std::map<std::string, torch::Tensor> f(lora_params.begin(), lora_params.end());
   const auto expect_q = base_q + 2.0 * torch::matmul(f.at("blocks.0.self_attn.q.lora_B.weight"),

@@ -31,7 +31,7 @@ TEST(WanDiT, PerFrameTimestepsEqualPerTokenReference) {
   TinySetup s;
   auto t_frame = torch::tensor({{0.0, 700.0, 700.0}, {0.0, 250.0, 250.0}});  // [B, F]
   const int64_t tokens_per_frame = 2 * 3;
-  auto t_token = t_frame.repeat_interleave(tokens_per_frame, 1);              // [B, L]
+  auto t_token = t_frame.repeat_interleave(tokens_per_frame, 1);  // [B, L]
   auto a = s.model->forward({s.x, t_frame, s.ctx});
   auto b = s.model->forward({s.x, t_token, s.ctx});
   EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
@@ -72,13 +72,14 @@ TEST(WanDiT, DistinctTimestepRowsEqualPerGroupReference) {
     g["out"] = out.detach();
     return g;
   };
-  for (auto t : {torch::tensor({{0.0, 700.0, 700.0}, {0.0, 250.0, 250.0}}),  // SFT: two rows per sample
+  for (auto t : {torch::tensor({{0.0, 700.0, 700.0}, {0.0, 250.0, 250.0}}),      // SFT: two rows per sample
                  torch::tensor({{100.0, 100.0, 900.0}, {100.0, 400.0, 400.0}}),  // chunks, one row shared by both
-                 torch::tensor({350.0, 350.0})}) {                                   // one timestep per sample
+                 torch::tensor({350.0, 350.0})}) {                               // one timestep per sample
     auto ref = run(false, t), fast = run(true, t);
     // Not bit for bit: the CPU GEMM's result for one row depends on how many rows it is given (U vs B * G), by an
     // ulp or so; everything after the time MLP is the same computation.
-    EXPECT_LT((ref["out"] - fast["out"]).abs().max().item<double>(), 1e-6 * (1 + ref["out"].abs().max().item<double>()));
+    EXPECT_LT((ref["out"] - fast["out"]).abs().max().item<double>(),
+              1e-6 * (1 + ref["out"].abs().max().item<double>()));
     for (auto& [k, v] : ref) {
       EXPECT_GT(v.abs().max().item<double>(), 0.0) << k;
       EXPECT_LT((v - fast[k]).abs().max().item<double>(), 1e-6 * (1 + v.abs().max().item<double>())) << k;
@@ -98,8 +99,8 @@ TEST(WanDiT, SdpaEqualsEagerAttention) {
 TEST(WanDiT, PerCellTextWithOneSharedRowEqualsSingleContext) {
   TinySetup s;
   auto t = torch::tensor({300.0, 900.0});
-  auto rows = s.ctx;                                     // [R=2, Lt, text_dim]: row b for sample b
-  auto ids = torch::tensor({{0, 0, 0}, {1, 1, 1}});      // [B, F]
+  auto rows = s.ctx;                                 // [R=2, Lt, text_dim]: row b for sample b
+  auto ids = torch::tensor({{0, 0, 0}, {1, 1, 1}});  // [B, F]
   auto a = s.model->forward({s.x, t, s.ctx});
   auto b = s.model->forward({s.x, t, rows, ids});
   EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
@@ -145,8 +146,11 @@ TEST(WanDiT, ResidualStreamAndItsGradientAreRowMajor) {
 
 TEST(WanDiT, BadShapesNameWhatWasExpected) {
   TinySetup s;
-  test::expect_error([&] { s.model->forward({torch::randn({1, 5, 3, 4, 6}), torch::ones({1}), s.ctx}); },
-                     {"expected x [B, 16, F, H, W]"});
+  test::expect_error(
+      [&] {
+        s.model->forward({torch::randn({1, 5, 3, 4, 6}), torch::ones({1}), s.ctx});
+      },
+      {"expected x [B, 16, F, H, W]"});
   test::expect_error([&] { s.model->forward({s.x, torch::ones({2, 5}), s.ctx}); }, {"expected t"});
 }
 

@@ -104,8 +104,10 @@ TEST(AdamW, GradScaleEqualsClippingFirst) {
 TEST(AdamW, CudaKernelEqualsAtenFusedAndReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto dev = torch::Device(torch::kCUDA);
-  for (auto [pdt, sdt] : {std::pair{torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16},
-                          {torch::kFloat32, torch::kBFloat16}, {torch::kBFloat16, torch::kFloat32}}) {
+  for (auto [pdt, sdt] : {std::pair{torch::kFloat32, torch::kFloat32},
+                          {torch::kBFloat16, torch::kBFloat16},
+                          {torch::kFloat32, torch::kBFloat16},
+                          {torch::kBFloat16, torch::kFloat32}}) {
     const auto make = [&] {
       torch::manual_seed(7);
       const auto o = torch::TensorOptions().device(dev).dtype(pdt);

@@ -26,10 +26,12 @@ const ParityRow* find(const H3ParityResult& r, const std::string& name) {
 TEST(H3Parity, TinyAForwardLossGradientsAndPacker) {
   const auto cfg = h3_tiny();
   const auto r = run_h3_parity(cfg);
-  for (const auto& row : r.rows) std::printf("  %-56s rel_l2 %.3e  %s\n", row.name.c_str(), row.rel_l2, row.pass ? "ok" : "FAIL");
+  for (const auto& row : r.rows)
+    std::printf("  %-56s rel_l2 %.3e  %s\n", row.name.c_str(), row.rel_l2, row.pass ? "ok" : "FAIL");
   for (const auto& n : r.notes) std::printf("  note: %s\n", n.c_str());
   std::vector<std::string> expected = {"fixture.video_logits", "fixture.audio_logits", "fixture.pred_video",
-                                       "fixture.pred_audio", "fixture.loss", "fixture.loss_video", "fixture.loss_audio"};
+                                       "fixture.pred_audio",   "fixture.loss",         "fixture.loss_video",
+                                       "fixture.loss_audio"};
   if (r.notes.empty())  // the packer rows are there unless a note says why not
     for (const char* k : {"packer.x", "packer.img_position_ids", "packer.video_logits", "packer.audio_logits"})
       expected.push_back(k);
@@ -105,7 +107,8 @@ TEST(H3Parity, CudaBf16WithFp32Islands) {
     cfg.dtype = dtype;
     const auto r = run_h3_parity(cfg);
     for (const auto& row : r.rows)
-      std::printf("  cuda %s %-50s rel_l2 %.3e  %s\n", dtype.c_str(), row.name.c_str(), row.rel_l2, row.pass ? "ok" : "FAIL");
+      std::printf("  cuda %s %-50s rel_l2 %.3e  %s\n", dtype.c_str(), row.name.c_str(), row.rel_l2,
+                  row.pass ? "ok" : "FAIL");
     EXPECT_TRUE(r.pass()) << dtype;
   }
 }

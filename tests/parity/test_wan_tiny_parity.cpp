@@ -50,9 +50,12 @@ TEST(Parity, TheLossIsTheOneTheFixtureStates) {
   loss.backward();
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& k : src.keys()) {
-    if (k == "fixture.out") tensors.emplace_back(k, out.detach().clone());
-    else if (k == "fixture.loss") tensors.emplace_back(k, loss.detach().reshape({1}).clone());
-    else tensors.emplace_back(k, src.get(k));
+    if (k == "fixture.out")
+      tensors.emplace_back(k, out.detach().clone());
+    else if (k == "fixture.loss")
+      tensors.emplace_back(k, loss.detach().reshape({1}).clone());
+    else
+      tensors.emplace_back(k, src.get(k));
   }
   for (auto& [k, t] : tensors)
     if (k.rfind("fixture.grad.", 0) == 0) t = model->named_parameters()[k.substr(13)].grad().clone();

@@ -89,8 +89,11 @@ TEST(CkptExport, CustomWidthsNeedTheHeadCount) {
   mc.dim = 96, mc.num_heads = 4;  // no preset has these widths; 96 is not a multiple of Wan's head dim 128
   WanDiT model(mc);
   save_safetensors(d.file("custom.safetensors"), export_weights(*model, torch::kFloat32));
-  test::expect_error([&] { export_ckpt({{d.file("custom.safetensors")}, "diffusers", d.file("o"), false}); },
-                     {"custom.safetensors", "head count", "--num-heads"});
+  test::expect_error(
+      [&] {
+        export_ckpt({{d.file("custom.safetensors")}, "diffusers", d.file("o"), false});
+      },
+      {"custom.safetensors", "head count", "--num-heads"});
   ExportConfig c{{d.file("custom.safetensors")}, "diffusers", d.file("o"), false, 4};
   export_ckpt(c);
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(d.file("o/config.json")))["attention_head_dim"], 24);
@@ -107,10 +110,13 @@ TEST(CkptExport, CustomWidthsNeedTheHeadCount) {
 TEST(CkptExport, LoraAlphaWhereDiffusersAndComfyReadIt) {
   test::TempDir d;
   torch::manual_seed(0);
-  const auto a = torch::randn({4, 128}), b = torch::randn({128, 4}), a2 = torch::randn({4, 128}), b2 = torch::randn({384, 4});
+  const auto a = torch::randn({4, 128}), b = torch::randn({128, 4}), a2 = torch::randn({4, 128}),
+             b2 = torch::randn({384, 4});
   save_safetensors(d.file("lora.safetensors"),
-                   {{"blocks.0.self_attn.q.lora_A.weight", a}, {"blocks.0.self_attn.q.lora_B.weight", b},
-                    {"blocks.1.ffn.0.lora_A.weight", a2}, {"blocks.1.ffn.0.lora_B.weight", b2}},
+                   {{"blocks.0.self_attn.q.lora_A.weight", a},
+                    {"blocks.0.self_attn.q.lora_B.weight", b},
+                    {"blocks.1.ffn.0.lora_A.weight", a2},
+                    {"blocks.1.ffn.0.lora_B.weight", b2}},
                    {{"rank", "4"}, {"alpha", "8"}});
   const auto rd = export_ckpt({{d.file("lora.safetensors")}, "diffusers", d.file("lora_diffusers.safetensors"), false});
   EXPECT_EQ(rd.kind, "lora");
@@ -141,17 +147,26 @@ TEST(CkptExport, AnH3LoraIsRefusedForDiffusers) {
   save_safetensors(d.file("h3_nometa.safetensors"), fused, {});
   save_safetensors(d.file("h3_split.safetensors"),
                    {{"transformer_blocks.0.attn.to_q.lora_A.weight", a},
-                    {"transformer_blocks.0.attn.to_q.lora_B.weight", torch::randn({64, 4})}}, {});
+                    {"transformer_blocks.0.attn.to_q.lora_B.weight", torch::randn({64, 4})}},
+                   {});
   for (const char* f : {"h3.safetensors", "h3_nometa.safetensors", "h3_split.safetensors"})
-    test::expect_error([&] { export_ckpt({{d.file(f)}, "diffusers", d.file("out.safetensors"), false}); },
-                       {d.file(f), "--format diffusers", "H3", "merge-lora"});
+    test::expect_error(
+        [&] {
+          export_ckpt({{d.file(f)}, "diffusers", d.file("out.safetensors"), false});
+        },
+        {d.file(f), "--format diffusers", "H3", "merge-lora"});
   EXPECT_FALSE(std::filesystem::exists(d.file("out.safetensors")));
   // A module that has no diffusers name at all is refused the same way.
-  save_safetensors(d.file("odd.safetensors"), {{"blocks.0.odd.lora_A.weight", a}, {"blocks.0.odd.lora_B.weight", b}}, {});
-  test::expect_error([&] { export_ckpt({{d.file("odd.safetensors")}, "diffusers", d.file("out.safetensors"), false}); },
-                     {"odd.safetensors", "'blocks.0.odd'", "--format comfy"});
+  save_safetensors(d.file("odd.safetensors"), {{"blocks.0.odd.lora_A.weight", a}, {"blocks.0.odd.lora_B.weight", b}},
+                   {});
+  test::expect_error(
+      [&] {
+        export_ckpt({{d.file("odd.safetensors")}, "diffusers", d.file("out.safetensors"), false});
+      },
+      {"odd.safetensors", "'blocks.0.odd'", "--format comfy"});
   const auto rc = export_ckpt({{d.file("h3.safetensors")}, "comfy", d.file("c.safetensors"), false});
-  EXPECT_TRUE(torch::equal(SafetensorsFile::open(rc.written)->get("diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight"), a));
+  EXPECT_TRUE(
+      torch::equal(SafetensorsFile::open(rc.written)->get("diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight"), a));
 }
 
 }  // namespace

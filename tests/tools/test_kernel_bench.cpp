@@ -24,8 +24,10 @@ TEST(KernelBench, SmallShapesOnCpuPass) {
     // the output and its gradients: three for most (h3_qk_norm_rope: qkv, w_q, w_k; fp8_linear: x, w, b), four for
     // wan_qk_norm_rope (q_in, k_in, w_q, w_k), two for wan_rms_norm (x, w), one for swiglu (h) and gather_rows (rows)
     wan_qk += k.op == "wan_qk_norm_rope";
-    const size_t want = k.op == "wan_qk_norm_rope" ? 5u : k.op == "wan_rms_norm" ? 3u
-                        : k.op == "swiglu" || k.op == "gather_rows" ? 2u : 4u;
+    const size_t want = k.op == "wan_qk_norm_rope"                  ? 5u
+                        : k.op == "wan_rms_norm"                    ? 3u
+                        : k.op == "swiglu" || k.op == "gather_rows" ? 2u
+                                                                    : 4u;
     EXPECT_EQ(k.tensors.size(), want) << k.op;
     EXPECT_GT(k.fused_ms, 0);
   }

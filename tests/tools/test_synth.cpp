@@ -169,8 +169,8 @@ TEST_F(SynthRoot, IdsPredictLatentsFarBetterThanTheMean) {
     pred.push_back(vae.encode(synth::ids_to_rgb(ids)));
     floor.push_back(vae.encode(synth::ids_to_rgb(torch::zeros_like(ids))));
   }
-  const auto x = torch::stack(lat);                                                   // [N, C, F, H, W]
-  const auto mean = x.mean({0, 2, 3, 4}, /*keepdim=*/true);                          // per channel
+  const auto x = torch::stack(lat);                          // [N, C, F, H, W]
+  const auto mean = x.mean({0, 2, 3, 4}, /*keepdim=*/true);  // per channel
   const double mse_mean = (x - mean).square().mean().item<double>();
   const double mse_ids = (x - torch::stack(pred)).square().mean().item<double>();
   const double mse_floor = (x - torch::stack(floor)).square().mean().item<double>();

@@ -44,7 +44,8 @@ inline CausalConfig causal_test_run(const std::string& root, const std::string& 
                                     int64_t chunk_frames, int64_t steps) {
   CausalConfig c;
   c.data_root = root, c.out = out;
-  c.model = model, c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.chunk_frames = chunk_frames;
+  c.model = model, c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32",
+  c.chunk_frames = chunk_frames;
   c.lora_rank = 4, c.lora_alpha = 4;
   c.steps = steps, c.save_every = 4, c.val_clips = 3, c.lr = 1e-2, c.lr_min = 1e-4, c.warmup = 2;
   return c;
@@ -76,11 +77,14 @@ inline void expect_same_lora(const NamedTensors& a, const NamedTensors& b) {
 inline std::vector<CausalSummary> run_ranks(const CausalConfig& c, int world, int local_world = 0) {
   std::vector<CausalSummary> out(static_cast<size_t>(world));
   std::mutex mu;
-  run_local_ranks(world, [&](Communicator& comm) {
-    auto s = train_causal(c, comm, 0);
-    std::lock_guard<std::mutex> lk(mu);
-    out[static_cast<size_t>(comm.rank())] = s;
-  }, local_world);
+  run_local_ranks(
+      world,
+      [&](Communicator& comm) {
+        auto s = train_causal(c, comm, 0);
+        std::lock_guard<std::mutex> lk(mu);
+        out[static_cast<size_t>(comm.rank())] = s;
+      },
+      local_world);
   return out;
 }
 inline std::vector<CausalSummary> run_two_ranks(const CausalConfig& c) { return run_ranks(c, 2); }

@@ -25,7 +25,8 @@ inline std::string write_sft_root(const std::string& out, int64_t train_runs = 2
 inline SftConfig sft_test_run(const std::string& root, const std::string& res, const std::string& out, int64_t steps) {
   SftConfig c;
   c.data_root = root, c.output = out, c.res = res;
-  c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32", c.gradient_checkpointing = false;
+  c.model = "tiny", c.random_init = true, c.compute.device = "cpu", c.compute.precision = "fp32",
+  c.gradient_checkpointing = false;
   c.max_steps = steps, c.batch_size = 1, c.grad_accum = 1, c.lr = 1e-3, c.cond_lr = 1e-3, c.warmup_steps = 2;
   c.save_every = 2, c.num_workers = 1;
   return c;

@@ -101,7 +101,6 @@ TEST(ActivationCheckpoint, LoraOnAFrozenBaseGetsEveryGradientAndHooksWrapEachRun
   }
 }
 
-
 // --- selective checkpointing -------------------------------------------------------------------------------------
 
 using test::Family;
@@ -109,13 +108,15 @@ using test::Family;
 // The gradient of every trainable parameter and of the latents (test::tiny_grads) under a checkpointing mode.
 std::map<std::string, torch::Tensor> grads_of(Family family, Checkpointing mode, bool lora, int64_t causal_chunk,
                                               int64_t selective_blocks = -1, double attention_keep = 0) {
-  return test::tiny_grads(family, lora, causal_chunk, [&](Denoiser& m) {
-           if (mode == Checkpointing::none) return;
-           CheckpointOptions o;
-           o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
-           o.attention_keep = attention_keep;
-           enable_block_checkpointing(m, o);
-         }).grads;
+  return test::tiny_grads(family, lora, causal_chunk,
+                          [&](Denoiser& m) {
+                            if (mode == Checkpointing::none) return;
+                            CheckpointOptions o;
+                            o.selective = mode == Checkpointing::selective, o.selective_blocks = selective_blocks;
+                            o.attention_keep = attention_keep;
+                            enable_block_checkpointing(m, o);
+                          })
+      .grads;
 }
 
 void expect_same_grads(const std::map<std::string, torch::Tensor>& ref, const std::map<std::string, torch::Tensor>& got,
@@ -167,8 +168,8 @@ TEST(ActivationCheckpoint, SftSelectiveBlocksNeedsSelective) {
   test::expect_error([&] { c.validate(); }, {"--selective-blocks -3"});
 }
 
-// test::OpCounter (op_counter.h) counts aten::linear: a block that keeps its GEMM outputs runs each GEMM once (forward),
-// a block that recomputes whole runs them twice (forward and backward's recompute).
+// test::OpCounter (op_counter.h) counts aten::linear: a block that keeps its GEMM outputs runs each GEMM once
+// (forward), a block that recomputes whole runs them twice (forward and backward's recompute).
 using test::OpCounter;
 
 // --attn-keep: blocks that recompute whole keep a share of their prefix attention's results from forward to recompute.
@@ -197,18 +198,17 @@ TEST(ActivationCheckpoint, AttentionKeepGradientsEqualPlainAndTheRecomputeSkipsT
     }
 }
 
-// --act-offload on a GPU (HostOffload: the copies on a side stream): a LoRA on a frozen tiny Wan of 6 blocks, block-causal.
-// Between forward and backward the blocks' residual inputs are off the GPU (nothing else keeps them there: the model's
-// block closure and the checkpoint's held call drop theirs), and so are the attention outputs --attn-keep 1 keeps
-// (on the GPU without the offload: one block input's worth a block); every factor's gradient equals the run without.
+// --act-offload on a GPU (HostOffload: the copies on a side stream): a LoRA on a frozen tiny Wan of 6 blocks,
+// block-causal. Between forward and backward the blocks' residual inputs are off the GPU (nothing else keeps them
+// there: the model's block closure and the checkpoint's held call drop theirs), and so are the attention outputs
+// --attn-keep 1 keeps (on the GPU without the offload: one block input's worth a block); every factor's gradient equals
+// the run without.
 TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
 #ifndef VDT_TEST_CUDA_ALLOC
   GTEST_SKIP() << "needs LibTorch with CUDA";
 #else
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
-  auto allocated = [] {
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
-  };
+  auto allocated = [] { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current; };
   const int64_t layers = 6, tokens = 8 * 8 * 8;  // latents [1, 16, 8, 16, 16], 2x2 patches
   auto run = [&](bool offload, double keep, int64_t* held) {
     torch::manual_seed(0);
@@ -248,10 +248,10 @@ TEST(ActivationCheckpoint, OffloadedInputsLeaveTheGpuAndGiveTheSameGradients) {
   const auto keep = run(false, 1, &held_keep), keep_on = run(true, 1, &held_keep_on);
   const int64_t x_bytes = tokens * preset_config("tiny").dim * 4;  // one block's residual input, float32
   EXPECT_GE(held_off - held_on, (layers - 1) * x_bytes) << "held after forward: " << held_off << " vs " << held_on;
-  EXPECT_GE(held_keep - held_off, (layers - 1) * x_bytes) << "kept attention outputs: " << held_keep << " vs "
-                                                          << held_off;
-  EXPECT_LT(held_keep_on - held_on, layers * x_bytes / 4) << "kept outputs offloaded: " << held_keep_on << " vs "
-                                                          << held_on;
+  EXPECT_GE(held_keep - held_off, (layers - 1) * x_bytes)
+      << "kept attention outputs: " << held_keep << " vs " << held_off;
+  EXPECT_LT(held_keep_on - held_on, layers * x_bytes / 4)
+      << "kept outputs offloaded: " << held_keep_on << " vs " << held_on;
   expect_same_grads(off, on, "offload");
   expect_same_grads(off, keep, "keep 1");
   expect_same_grads(off, keep_on, "keep 1 + offload");
@@ -296,7 +296,8 @@ TEST(ActivationCheckpoint, TheBlockClosureHoldsNoInput) {
       m->forward(in);
     }
     ASSERT_EQ(closures.size(), m->block_modules().size()) << (h3 ? "h3" : "wan");
-    for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(inputs[i].expired()) << (h3 ? "h3" : "wan") << " block " << i;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      EXPECT_TRUE(inputs[i].expired()) << (h3 ? "h3" : "wan") << " block " << i;
   }
 }
 
@@ -386,7 +387,6 @@ TEST(ActivationCheckpoint, CheckpointingFlagsNameTheChoices) {
   causal.memory.checkpointing = "none";
   test::expect_error([&] { causal.checkpointing_mode(); }, {"--checkpointing", "'none'", "block, selective"});
 }
-
 
 // model_inputs finds the distinct timesteps of a host t (where the objectives build it) without touching a device.
 TEST(ModelInputs, HostTimestepsComeWithTheirDistinctRows) {

@@ -1,7 +1,7 @@
-// `vdt train causal` (docs/design.md §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans of 6 chunks
-// x 1 frame): the loss falls, the Python trainer's files, exact resume from the state slot (and the Python trainer's fresh-moment
-// resume without it), a killed run re-run with the same command continues bit for bit, and with two in-process ranks
-// the LoRA stays identical on both and sharding the frozen base changes nothing.
+// `vdt train causal` (docs/design.md §5) on CPU with the tiny preset and synthetic streams of 14 latent frames (spans
+// of 6 chunks x 1 frame): the loss falls, the Python trainer's files, exact resume from the state slot (and the Python
+// trainer's fresh-moment resume without it), a killed run re-run with the same command continues bit for bit, and with
+// two in-process ranks the LoRA stays identical on both and sharding the frozen base changes nothing.
 #include <signal.h>
 #include <torch/torch.h>
 
@@ -110,7 +110,8 @@ TEST_F(CausalTest, SampleCausalWritesTheValWindows) {
   train_causal(c);
   const auto out = dir_->file("sample_out");
   ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--lora", lora_step_path(c.out, 4), "--data_root", c.data_root,
-                             "--out", out, "--n", "2", "--steps", "4"}, {}),
+                             "--out", out, "--n", "2", "--steps", "4"},
+                            {}),
             0);
   auto val = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
   for (int i = 0; i < 2; ++i) {
@@ -217,8 +218,8 @@ TEST_F(CausalTest, TensorBoardScalarsHparamsAndPreviews) {
   // previews: one tag (val window 0), steps 0, 2, 4; 2 rows of 6 frames, each frame the latent grid x sem_scale x 4
   ASSERT_EQ(tb.images.size(), 1u);
   const auto val_samples = nlohmann::json::parse(std::ifstream(c.out + "/val_samples.json"));
-  const std::string tag = "preview/" + val_samples[0][0].get<std::string>() + "@" +
-                          std::to_string(val_samples[0][1].get<int64_t>());
+  const std::string tag =
+      "preview/" + val_samples[0][0].get<std::string>() + "@" + std::to_string(val_samples[0][1].get<int64_t>());
   ASSERT_EQ(tb.images.count(tag), 1u) << tb.images.begin()->first;
   const auto& ims = tb.images.at(tag);
   ASSERT_EQ(ims.size(), 3u);
@@ -384,10 +385,33 @@ TEST_F(CausalTest, TwoRanksResumeExactlyAndOneRankContinuesTheStream) {
 
 // What the issue asks: kill a run, re-run the same command, and it continues exactly.
 TEST_F(CausalTest, KilledRunRerunWithTheSameCommandContinuesExactly) {
-  const std::vector<std::string> base = {"train", "causal", "--data-root", dir_->file("data"), "--model", "tiny",
-                                         "--random-init", "--device", "cpu", "--precision", "fp32", "--chunk-frames", "1",
-                                         "--lora-rank", "4", "--lora-alpha", "4", "--val-clips", "3", "--lr", "1e-2",
-                                         "--warmup", "2", "--steps", "150", "--save-every", "1000"};
+  const std::vector<std::string> base = {"train",
+                                         "causal",
+                                         "--data-root",
+                                         dir_->file("data"),
+                                         "--model",
+                                         "tiny",
+                                         "--random-init",
+                                         "--device",
+                                         "cpu",
+                                         "--precision",
+                                         "fp32",
+                                         "--chunk-frames",
+                                         "1",
+                                         "--lora-rank",
+                                         "4",
+                                         "--lora-alpha",
+                                         "4",
+                                         "--val-clips",
+                                         "3",
+                                         "--lr",
+                                         "1e-2",
+                                         "--warmup",
+                                         "2",
+                                         "--steps",
+                                         "150",
+                                         "--save-every",
+                                         "1000"};
   auto args = [&](const std::string& out) {
     auto a = base;
     a.insert(a.end(), {"--out", dir_->file(out)});

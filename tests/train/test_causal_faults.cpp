@@ -1,8 +1,8 @@
-// The causal trainer's saves under kill -9 (docs/design.md §8, docs/causal.md): a real `vdt train causal` killed at every fault
-// point of every save (core/fault.h), then re-run with the same command, ends with the LoRA file and the log of an
-// uninterrupted run, bit for bit — the state slot and the LoRA file of a step are one unit, so a re-run continues
-// exactly from the newest sealed slot (writing its LoRA file when the kill came between the two), never from a LoRA
-// file with fresh moments.
+// The causal trainer's saves under kill -9 (docs/design.md §8, docs/causal.md): a real `vdt train causal` killed at
+// every fault point of every save (core/fault.h), then re-run with the same command, ends with the LoRA file and the
+// log of an uninterrupted run, bit for bit — the state slot and the LoRA file of a step are one unit, so a re-run
+// continues exactly from the newest sealed slot (writing its LoRA file when the kill came between the two), never from
+// a LoRA file with fresh moments.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -22,9 +22,35 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<std::string> causal_args(const std::string& data, const std::string& out, int64_t steps) {
-  return {"train", "causal", "--random-init", "--data-root", data, "--out", out, "--model", "tiny", "--device", "cpu", "--precision",
-          "fp32", "--chunk-frames", "1", "--lora-rank", "4", "--lora-alpha", "4", "--val-clips", "3", "--lr", "1e-2",
-          "--warmup", "1", "--save-every", "1", "--steps", std::to_string(steps)};
+  return {"train",
+          "causal",
+          "--random-init",
+          "--data-root",
+          data,
+          "--out",
+          out,
+          "--model",
+          "tiny",
+          "--device",
+          "cpu",
+          "--precision",
+          "fp32",
+          "--chunk-frames",
+          "1",
+          "--lora-rank",
+          "4",
+          "--lora-alpha",
+          "4",
+          "--val-clips",
+          "3",
+          "--lr",
+          "1e-2",
+          "--warmup",
+          "1",
+          "--save-every",
+          "1",
+          "--steps",
+          std::to_string(steps)};
 }
 
 void expect_same_file_tensors(const std::string& a, const std::string& b) {
@@ -70,7 +96,7 @@ TEST(CausalFaults, KilledAtEveryPointOfEverySaveTheRerunEndsAsTheUninterruptedRu
     std::ifstream rl(dir.file("rerun.log"));
     const std::string rerun((std::istreambuf_iterator<char>(rl)), std::istreambuf_iterator<char>());
     EXPECT_EQ(rerun.find("afresh"), std::string::npos) << rerun;  // never the Python trainer's fresh-moment resume
-    EXPECT_EQ(temp_files(out), std::vector<std::string>{});  // the interrupted save's temp files are gone
+    EXPECT_EQ(temp_files(out), std::vector<std::string>{});       // the interrupted save's temp files are gone
     fs::remove_all(out);
   }
 }

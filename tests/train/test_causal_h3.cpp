@@ -1,7 +1,8 @@
 // `vdt train causal` on a MiniMax-H3 base (h3-tiny, CPU) and a synthetic H3 root (Picture 1, the silent audio stream,
 // token tags): spans of 6 one-clip chunks, diffusion forcing and teacher forcing train, --picture1 2048 and the
-// Python trainer's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without
-// the 2048 Picture 1 is refused up front.
+// Python trainer's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep
+// one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without the 2048 Picture 1 is
+// refused up front.
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -75,8 +76,9 @@ TEST_F(CausalH3Test, TwoRanksKeepOneLora) {
   EXPECT_EQ(r[0].lora_crc, r[1].lora_crc);
 }
 
-// The Python trainer's layout on two nodes of two: the frozen blocks sharded within each node (half the weights per rank, not a
-// quarter), the LoRA's gradients summed over all four; every rank ends with one LoRA, the same as one node of four.
+// The Python trainer's layout on two nodes of two: the frozen blocks sharded within each node (half the weights per
+// rank, not a quarter), the LoRA's gradients summed over all four; every rank ends with one LoRA, the same as one node
+// of four.
 TEST_F(CausalH3Test, TwoNodesShardWithinEachNode) {
   auto c = config("nodes", 2);
   c.shard_base = "on";
@@ -104,7 +106,7 @@ TEST_F(CausalH3Test, InitLoraInSplitNamingTrainsOn) {
   };
   for (int64_t b = 0; b < hc.num_layers + hc.refiner_layers; ++b) {
     const std::string blk = b < hc.num_layers ? "transformer_blocks." + std::to_string(b)
-                                               : "token_refiner.refiner_blocks." + std::to_string(b - hc.num_layers);
+                                              : "token_refiner.refiner_blocks." + std::to_string(b - hc.num_layers);
     for (const char* p : {"to_q", "to_k", "to_v"}) add(blk + ".attn." + p, hc.hidden, hc.inner());
     add(blk + ".attn.to_out.0", hc.inner(), hc.hidden);
     add(blk + ".ff.net.0.proj", hc.hidden, 2 * hc.ffn);
@@ -133,7 +135,8 @@ TEST_F(CausalH3Test, SampleCausalSamplesVideoAndAudio) {
   std::vector<torch::Tensor> runs;
   for (const char* out : {"sample_a", "sample_b"}) {
     ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--lora", lora_step_path(c.out, 2), "--data_root", c.data_root,
-                               "--out", dir_->file(out), "--n", "1", "--steps", "2", "--cfg", "2"}, {}),
+                               "--out", dir_->file(out), "--n", "1", "--steps", "2", "--cfg", "2"},
+                              {}),
               0);
     const auto f = SafetensorsFile::open(dir_->file(out) + "/" + name + ".safetensors");
     const auto s = f->get("sample"), a = f->get("audio.sample"), a0 = f->get("audio.ground_truth");
@@ -201,8 +204,8 @@ TEST_F(CausalH3Test, TheBaseComesFromTheRootAndTheWeights) {
   synth_root(wan);
   c = config("conflict_weights", 1);
   c.data_root = wan.out, c.model = "", c.random_init = false, c.weights = weights;
-  test::expect_error([&] { train_causal(c); }, {"--weights " + weights + " is a h3 base (h3-tiny)",
-                                               "model_family wan"});
+  test::expect_error([&] { train_causal(c); },
+                     {"--weights " + weights + " is a h3 base (h3-tiny)", "model_family wan"});
   // A random base has no shapes: --model is needed, and the error lists the root's presets
   c = config("random_no_model", 1);
   c.model = "";

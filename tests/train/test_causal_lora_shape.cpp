@@ -66,9 +66,9 @@ TEST_F(CausalLoraShape, TheInitFileDecidesAndAReRunEqualsTheUninterruptedRun) {
   const auto resumed = train_causal(cut);
   EXPECT_EQ(resumed.start_step, 4);
   expect_same_lora(ref.lora, resumed.lora);
-  // Without the state slot (the Python trainer's resume from the newest lora_step, fresh moments) the file's alpha still applies:
-  // its first step's loss equals the uninterrupted run's step 5 up to the bf16 rounding of the lora_step file's factors
-  // (measured 3e-6 relative; another alpha moves it far more).
+  // Without the state slot (the Python trainer's resume from the newest lora_step, fresh moments) the file's alpha
+  // still applies: its first step's loss equals the uninterrupted run's step 5 up to the bf16 rounding of the lora_step
+  // file's factors (measured 3e-6 relative; another alpha moves it far more).
   auto seedlike = config("init_seedlike", 8);
   seedlike.init_lora = full.init_lora;
   copy_before_last_save(full.out, seedlike.out, 8);
@@ -181,8 +181,8 @@ TEST_F(CausalLoraShape, AlphaTensorsThatDisagreeAreAnErrorNamingTheKey) {
   EXPECT_EQ(read_lora(dir_->file("kohya.safetensors")).alpha, 8.0);
   EXPECT_EQ(read_lora_shape(dir_->file("kohya.safetensors")).alpha, 8.0);
   save_safetensors(dir_->file("kohya_meta.safetensors"), t, {{"alpha", "4"}});
-  test::expect_error([&] { read_lora(dir_->file("kohya_meta.safetensors")); }, {"kohya_meta.safetensors", "alpha 4",
-                                                                                 "8"});
+  test::expect_error([&] { read_lora(dir_->file("kohya_meta.safetensors")); },
+                     {"kohya_meta.safetensors", "alpha 4", "8"});
   t[5].second = torch::tensor(2.0f);
   save_safetensors(dir_->file("kohya_mixed.safetensors"), t);
   test::expect_error([&] { read_lora(dir_->file("kohya_mixed.safetensors")); },

@@ -114,7 +114,8 @@ TEST(Fp8Blocks, EmulatedGradientsAgreeUnderEveryCheckpointingMode) {
       EXPECT_NE(plain.described.find("blocks 0-1 of 2"), std::string::npos) << plain.described;
       for (const auto mode : {Checkpointing::block, Checkpointing::selective}) {
         const auto r = run(family, mode, lora, both);
-        EXPECT_LT(max_rel(plain.grads, r.grads), 1e-5) << what << (mode == Checkpointing::block ? " block" : " selective");
+        EXPECT_LT(max_rel(plain.grads, r.grads), 1e-5)
+            << what << (mode == Checkpointing::block ? " block" : " selective");
         EXPECT_TRUE(torch::allclose(plain.out, r.out, 1e-6, 1e-6)) << what;
       }
       const auto off = run(family, Checkpointing::block, lora, std::nullopt);
@@ -142,8 +143,8 @@ TEST(Fp8Blocks, EmulatedGradientsAgreeUnderEveryCheckpointingMode) {
 TEST(Fp8Blocks, HeldFrozenBaseGivesTheSameGradientsAndReleasesItsData) {
   for (const auto family : {Family::wan, Family::h3})
     for (const auto mode : {Checkpointing::none, Checkpointing::block, Checkpointing::selective}) {
-      const std::string what = std::string(family == Family::wan ? "wan" : "h3") + " mode " +
-                               std::to_string(static_cast<int>(mode));
+      const std::string what =
+          std::string(family == Family::wan ? "wan" : "h3") + " mode " + std::to_string(static_cast<int>(mode));
       const std::vector<int64_t> both = {0, 1};
       const auto plain = run(family, mode, /*lora=*/true, both, /*hold=*/false);
       const auto held = run(family, mode, /*lora=*/true, both, /*hold=*/true);

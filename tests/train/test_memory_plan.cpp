@@ -220,15 +220,14 @@ TEST(CostTable, SavesLoadsAndNamesFileAndKeyInErrors) {
     std::ifstream f(path);
     text.assign(std::istreambuf_iterator<char>(f), {});
   }
-  auto write = [&](const std::string& s) {
-    std::ofstream(path) << s;
-  };
+  auto write = [&](const std::string& s) { std::ofstream(path) << s; };
   const auto at_kept = text.find("\"kept_bytes\"", text.find("\"rows\""));
   write(text.substr(0, at_kept) + "\"kept_byte\"" + text.substr(at_kept + 12));
   auto msg = error_of([&] { load_cost_table(path); });
   EXPECT_NE(msg.find(path + ": rows[0]: missing key 'kept_bytes'"), std::string::npos) << msg;
 
-  write(text.substr(0, text.find("\"rows\"")) + "\"rows\": [{\"training\": \"full\", \"checkpointing\": \"block\", "
+  write(text.substr(0, text.find("\"rows\"")) +
+        "\"rows\": [{\"training\": \"full\", \"checkpointing\": \"block\", "
         "\"attn\": \"full\", \"offload\": false, \"attn_keep\": \"half\"}]}");
   msg = error_of([&] { load_cost_table(path); });
   EXPECT_NE(msg.find(path + ": rows[0]: key 'attn_keep': expected a number"), std::string::npos) << msg;
@@ -248,8 +247,8 @@ TEST(MemoryPlan, FixedMemoryFromParameterCounts) {
   FixedMemoryInputs in;
   in.trainable_params = P, in.compute_bytes = 2, in.moment_bytes = 2;  // --precision bf16
   auto f = fixed_memory(in);
-  EXPECT_EQ(f.static_bytes, 6 * P);  // weights + two bf16 moments
-  EXPECT_EQ(f.grad_bytes, 2 * P);    // bf16 gradients through backward
+  EXPECT_EQ(f.static_bytes, 6 * P);             // weights + two bf16 moments
+  EXPECT_EQ(f.grad_bytes, 2 * P);               // bf16 gradients through backward
   in.fp32_masters = true, in.moment_bytes = 4;  // --precision mixed, docs/distributed.md's one-GPU column
   f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 18 * P);

@@ -110,8 +110,8 @@ TEST_F(Reliability, TwoRunsInOneDirectoryTheSecondIsRefusedNamingTheFirst) {
   auto c = config("locked", 2);
   {
     RunDirLock held(c.output, "--output");  // another run in this directory (this test process)
-    test::expect_error([&] { train_sft(c); }, {"--output", c.output, "in use by another vdt process",
-                                               "pid " + std::to_string(::getpid())});
+    test::expect_error([&] { train_sft(c); },
+                       {"--output", c.output, "in use by another vdt process", "pid " + std::to_string(::getpid())});
     auto k = CausalConfig{};
     k.data_root = dir_->file("data"), k.out = c.output, k.model = "tiny", k.compute.device = "cpu", k.steps = 1;
     k.random_init = true;
@@ -136,8 +136,9 @@ TEST_F(Reliability, LeftoversOfInterruptedSavesAreRemovedAndOnlyOurs) {
   EXPECT_NE(describe_leftovers(removed).find("removed 4 temp files"), std::string::npos) << describe_leftovers(removed);
   // At start-up, through the binary: the line says what went.
   std::ofstream(c.output + "/step-6.safetensors.tmp.31337") << std::string(5000, 'x');
-  const auto r = test::run_vdt("train sft --random-init --data_root " + c.data_root + " --res " + res_ + " --output " + c.output +
-                               " --model tiny --device cpu --precision fp32 --resume auto --max_steps 2 --val_every 0");
+  const auto r =
+      test::run_vdt("train sft --random-init --data_root " + c.data_root + " --res " + res_ + " --output " + c.output +
+                    " --model tiny --device cpu --precision fp32 --resume auto --max_steps 2 --val_every 0");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("removed 1 temp file left by an interrupted save"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(c.output + "/step-6.safetensors.tmp.31337"));
@@ -185,7 +186,7 @@ TEST(ReliabilityFlags, NoFlagIsAcceptedSilently) {
   EXPECT_EQ(c.val_timestep_list(), (std::vector<double>{200, 500, 800}));
   // Usage errors exit 2 (docs/cli.md), whatever CLI11's own code for them.
   for (const char* args : {"train sft --bogus 1", "train sft --output o", "sample --n 0 --data_root d --out o",
-                                  "data check", "train causal --steps abc --out o --data-root d"}) {
+                           "data check", "train causal --steps abc --out o --data-root d"}) {
     const auto r = test::run_vdt(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.output;
   }
@@ -251,8 +252,9 @@ TEST_F(Reliability, ASignalDuringStartUpStopsBeforeTheFirstStep) {
   // Through the binary: SIGTERM as soon as the run holds its directory, long before the first step ends.
   const auto out = dir_->file("early_signal_cli");
   pid_t pid = 0;
-  test::spawn_vdt({"train", "sft", "--random-init", "--data_root", dir_->file("data"), "--res", res_, "--output", out, "--model",
-                   "tiny", "--device", "cpu", "--precision", "fp32", "--max_steps", "3"}, {}, &pid);
+  test::spawn_vdt({"train", "sft", "--random-init", "--data_root", dir_->file("data"), "--res", res_, "--output", out,
+                   "--model", "tiny", "--device", "cpu", "--precision", "fp32", "--max_steps", "3"},
+                  {}, &pid);
   for (int i = 0; i < 20000 && !fs::exists(out + "/" + RunDirLock::kFile); ++i) ::usleep(500);
   ::kill(pid, SIGTERM);
   int status = 0;
@@ -264,8 +266,10 @@ TEST_F(Reliability, ASignalDuringStartUpStopsBeforeTheFirstStep) {
 // Over a file-size limit a save fails with EFBIG, reported like a full disk, instead of SIGXFSZ killing vdt silently.
 TEST_F(Reliability, AFileSizeLimitIsReportedLikeAFullDisk) {
   const auto out = dir_->file("fsize");
-  const std::string cmd = "sh -c 'ulimit -f 64; exec " + std::string(VDT_BINARY) + " train sft --random-init --data_root " +
-                          dir_->file("data") + " --res " + res_ + " --output " + out + " --model tiny --device cpu "
+  const std::string cmd = "sh -c 'ulimit -f 64; exec " + std::string(VDT_BINARY) +
+                          " train sft --random-init --data_root " + dir_->file("data") + " --res " + res_ +
+                          " --output " + out +
+                          " --model tiny --device cpu "
                           "--precision fp32 --max_steps 2 --save_every 1 --val_every 0 --num_workers 1' 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string output;

@@ -1,8 +1,9 @@
-// Exact resume (docs/design.md §4, §8): a run stopped at step K and resumed matches the uninterrupted run in every logged column
-// but the timings and memory (step_time, data_time: wall clock; mem_gb: the process's peak RSS), in its validation
-// rows and bit for bit in its final weights and optimizer moments — mid-epoch, at an epoch boundary, before the short
-// last step of an epoch (5 micro batches, grad_accum 2), with validation and export in between. Plus: a signal stop,
-// a geometry change, vocab/res mismatches, a corrupt newest slot, kill -9 at every point of a save, and a full disk.
+// Exact resume (docs/design.md §4, §8): a run stopped at step K and resumed matches the uninterrupted run in every
+// logged column but the timings and memory (step_time, data_time: wall clock; mem_gb: the process's peak RSS), in its
+// validation rows and bit for bit in its final weights and optimizer moments — mid-epoch, at an epoch boundary, before
+// the short last step of an epoch (5 micro batches, grad_accum 2), with validation and export in between. Plus: a
+// signal stop, a geometry change, vocab/res mismatches, a corrupt newest slot, kill -9 at every point of a save, and a
+// full disk.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -261,13 +262,42 @@ TEST(StateFaults, AFullDiskLeavesThePreviousStateIntact) {
   EXPECT_TRUE(torch::equal(loaded->full("weight", "a"), w[0].second));
 }
 
-
 std::vector<std::string> cli_args(const std::string& data, const std::string& res, const std::string& out,
                                   int64_t steps) {
-  return {"train", "sft", "--data_root", data, "--res", res, "--output", out, "--model", "tiny", "--random-init", "--device", "cpu",
-          "--precision", "fp32", "--no-gradient_checkpointing", "--batch_size", "1", "--grad_accum", "2",
-          "--num_workers", "1", "--lr", "1e-3", "--cond_lr", "1e-3", "--warmup_steps", "2", "--val_every", "0",
-          "--save_every", "1", "--max_steps", std::to_string(steps)};
+  return {"train",
+          "sft",
+          "--data_root",
+          data,
+          "--res",
+          res,
+          "--output",
+          out,
+          "--model",
+          "tiny",
+          "--random-init",
+          "--device",
+          "cpu",
+          "--precision",
+          "fp32",
+          "--no-gradient_checkpointing",
+          "--batch_size",
+          "1",
+          "--grad_accum",
+          "2",
+          "--num_workers",
+          "1",
+          "--lr",
+          "1e-3",
+          "--cond_lr",
+          "1e-3",
+          "--warmup_steps",
+          "2",
+          "--val_every",
+          "0",
+          "--save_every",
+          "1",
+          "--max_steps",
+          std::to_string(steps)};
 }
 
 TEST_F(ResumeTest, SigintExitsZeroWithStateAndAutoResumeContinues) {
@@ -345,7 +375,9 @@ TEST(Checkpointer, ASlotOfTheOtherTrainerIsRefusedNamingBoth) {
   auto single = make_single_rank();
   CheckpointParts parts;
   parts.trainer = "vdt train causal", parts.step = 3, parts.replicated = true;
-  parts.update = {{{"blocks.0.q.lora_A.weight", torch::ones({2, 4})}}, {{"exp_avg.blocks.0.q.lora_A.weight", torch::zeros({2, 4})}}, {}};
+  parts.update = {{{"blocks.0.q.lora_A.weight", torch::ones({2, 4})}},
+                  {{"exp_avg.blocks.0.q.lora_A.weight", torch::zeros({2, 4})}},
+                  {}};
   parts.train_state = {{"samples_seen", 6}};
   parts.config_json = R"({"out": "x"})";
   const auto slot = save_checkpoint(run, "", parts, *single);
@@ -355,7 +387,8 @@ TEST(Checkpointer, ASlotOfTheOtherTrainerIsRefusedNamingBoth) {
   EXPECT_EQ(ck->train_state["step"], 3);
   EXPECT_EQ(ck->train_state["samples_seen"], 6);
   EXPECT_TRUE(torch::equal(ck->full("weight", "blocks.0.q.lora_A.weight"), torch::ones({2, 4})));
-  test::expect_error([&] { load_trainer_state(run, false); }, {"vdt train causal", "vdt train sft", "trainer_state.json"});
+  test::expect_error([&] { load_trainer_state(run, false); },
+                     {"vdt train causal", "vdt train sft", "trainer_state.json"});
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ class StartupPlanCli : public ::testing::Test {
     return test::run_command("VDT_PLANS=" + dir_.file("plans") + " " + VDT_BINARY + " train sft --data_root " +
                              dir_.file("data") + " --res " + res_ + " --output " + dir_.file(name) +
                              " --model tiny --random-init --device cpu --precision fp32 --max_steps 2 --batch_size 1 "
-                             "--grad_accum 1 --save_every 0 --val_every 0 --num_workers 1 " + extra + " 2>&1");
+                             "--grad_accum 1 --save_every 0 --val_every 0 --num_workers 1 " +
+                             extra + " 2>&1");
   }
   test::TempDir dir_;
   std::string res_;

@@ -17,7 +17,7 @@ TEST(StepTrace, RankFileTagsEveryRankOfSeveral) {
   EXPECT_EQ(rank_file("out/trace.json", 0, 2), "out/trace.rank0.json");
   EXPECT_EQ(rank_file("out/trace.json", 1, 2), "out/trace.rank1.json");
   EXPECT_EQ(rank_file("/a.b/trace", 3, 4), "/a.b/trace.rank3");  // a dot in a directory is no extension
-  EXPECT_EQ(rank_file("out/.trace", 1, 2), "out/.trace.rank1");   // nor is a hidden file's leading dot
+  EXPECT_EQ(rank_file("out/.trace", 1, 2), "out/.trace.rank1");  // nor is a hidden file's leading dot
 }
 
 TEST(StepTrace, TwoRanksWriteTwoFiles) {

@@ -163,8 +163,8 @@ TEST_F(StreamTest, CachedModulationStreamsAsComputingItEveryPass) {
     for (int64_t slots : {1, 2, 32}) {
       so.modulation_slots = slots;
       const auto got = stream_causal_window(*s.model, *s.ds, 0, 5, ec, 5, clean_first, so);
-      const std::string what = "slots " + std::to_string(slots) + " cfg " + std::to_string(cfg) +
-                               (clean_first ? " clean first frame" : "");
+      const std::string what =
+          "slots " + std::to_string(slots) + " cfg " + std::to_string(cfg) + (clean_first ? " clean first frame" : "");
       EXPECT_LE(max_diff(got.sample, ref.sample), 1e-5) << what;
       EXPECT_LE(max_diff(got.side_sample.at("audio"), ref.side_sample.at("audio")), 1e-5) << what;
     }
@@ -192,7 +192,11 @@ TEST_F(StreamTest, CudaGraphsAreOffOnTheCpuAndGiveTheEagerNumbersOnAGpu) {
   int calls = 0;
   const auto x = torch::ones({2, 3});
   for (int i = 0; i < 3; ++i)
-    EXPECT_TRUE(torch::equal(off.run(0, {x}, [&](const std::vector<torch::Tensor>& v) { ++calls; return v[0] * 2; }),
+    EXPECT_TRUE(torch::equal(off.run(0, {x},
+                                     [&](const std::vector<torch::Tensor>& v) {
+                                       ++calls;
+                                       return v[0] * 2;
+                                     }),
                              x * 2));
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(off.replays(), 0);
@@ -222,8 +226,8 @@ TEST_F(StreamTest, CudaGraphsAreOffOnTheCpuAndGiveTheEagerNumbersOnAGpu) {
 // A chunk is final when it is handed out: making more chunks after it (or fewer) does not change it, and what the
 // callback got is what the stream returns.
 TEST_F(StreamTest, AChunkDoesNotChangeWhenLaterChunksAreMade) {
-  for (const auto& [preset, root, cf] : std::vector<std::tuple<std::string, std::string, int64_t>>{
-           {"tiny", "wan", 1}, {"h3-tiny", "h3", 5}}) {
+  for (const auto& [preset, root, cf] :
+       std::vector<std::tuple<std::string, std::string, int64_t>>{{"tiny", "wan", 1}, {"h3-tiny", "h3", 5}}) {
     SCOPED_TRACE(preset);
     auto s = setup(preset, root, cf, 4);
     EulerConfig ec;
@@ -305,8 +309,8 @@ TEST_F(StreamTest, RollingOffsetMovesOnlyTheSinkAlongTime) {
     EXPECT_GT(max_diff(stream->cache().keys(b, 0), sink0[b]), 1e-3) << "block " << b;
     EXPECT_TRUE(torch::equal(stream->cache().keys(b, 1), last0[b])) << "block " << b;
   }
-  const auto out = stream->forward(model_inputs(model, torch::randn({1, C, 1, H, W}, gen), torch::full({1, 1}, 700.0f),
-                                                context, {}));
+  const auto out = stream->forward(
+      model_inputs(model, torch::randn({1, C, 1, H, W}, gen), torch::full({1, 1}, 700.0f), context, {}));
   EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
 }
 
@@ -336,8 +340,9 @@ TEST_F(StreamTest, SampleStreamWritesEveryChunk) {
   train_causal(c);
   const auto out = dir_->file("stream_out");
   const std::string lora = lora_step_path(c.out, 2);
-  ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--stream", "--lora", lora, "--data_root", c.data_root, "--out",
-                             out, "--n", "1", "--steps", "2", "--chunks", "8", "--window", "3"}, {}),
+  ASSERT_EQ(test::spawn_vdt({"sample", "--causal", "--stream", "--lora", lora, "--data_root", c.data_root, "--out", out,
+                             "--n", "1", "--steps", "2", "--chunks", "8", "--window", "3"},
+                            {}),
             0);
   fs::path stream_file;
   for (const auto& e : fs::directory_iterator(out))
@@ -356,9 +361,12 @@ TEST_F(StreamTest, SampleStreamWritesEveryChunk) {
   }
   EXPECT_TRUE(fs::exists(fs::path(stream_file).replace_extension(".png")));
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
-           {"--window 2", "belong to --stream"}, {"--stream --window 0", "--window 0"},
-           {"--stream --chunks 9", "--window K"}, {"--fp8 on", "belong to --stream"},
-           {"--stream --fp8 on", "compute capability"}, {"--stream --fp8 emulate", "--fp8 off, on or fast"},
+           {"--window 2", "belong to --stream"},
+           {"--stream --window 0", "--window 0"},
+           {"--stream --chunks 9", "--window K"},
+           {"--fp8 on", "belong to --stream"},
+           {"--stream --fp8 on", "compute capability"},
+           {"--stream --fp8 emulate", "--fp8 off, on or fast"},
            {"--stream --cuda-graphs on", "--cuda-graphs on: CUDA graphs need a CUDA device"}}) {
     const auto r = test::run_vdt("sample --causal --lora '" + lora + "' --data_root '" + c.data_root + "' --out '" +
                                  dir_->file("bad") + "' --steps 1 " + args);

@@ -48,8 +48,8 @@ struct LoopFixture : ::testing::Test {
 
 TEST_F(LoopFixture, CadenceAndLastStep) {
   const auto res = run_training_loop(ctx, {.start_step = 0, .last_step = 5, .val_every = 2, .save_every = 2}, t);
-  const std::vector<std::string> want = {"step1", "step2", "val2", "save2:c", "step3", "step4", "val4", "save4:c",
-                                         "step5", "val5",  "save5:l"};
+  const std::vector<std::string> want = {"step1", "step2",   "val2",  "save2:c", "step3",  "step4",
+                                         "val4",  "save4:c", "step5", "val5",    "save5:l"};
   EXPECT_EQ(t.calls, want);
   EXPECT_EQ(res.steps, 5);
   EXPECT_FALSE(res.stopped);
@@ -60,7 +60,11 @@ TEST_F(LoopFixture, CadenceAndLastStep) {
 }
 
 TEST_F(LoopFixture, ResumedRunStartsAfterItsStepAndValidatesFirstOnlyWhenFresh) {
-  LoopPlan plan{.start_step = 3, .last_step = 4, .val_every = 10, .validate_last = false, .validate_first = true,
+  LoopPlan plan{.start_step = 3,
+                .last_step = 4,
+                .val_every = 10,
+                .validate_last = false,
+                .validate_first = true,
                 .save_every = 10};
   run_training_loop(ctx, plan, t);
   EXPECT_EQ(t.calls, (std::vector<std::string>{"step4", "save4:l"}));

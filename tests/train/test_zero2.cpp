@@ -1,5 +1,5 @@
-// ZeRO-2 against the replicated reference path, with in-process ranks on the CPU (docs/design.md §6): 1 rank x GA 4 (the
-// replicated path), 2 ranks x GA 2 and 4 ranks x GA 1 train on the same 4 samples per step with the same timesteps
+// ZeRO-2 against the replicated reference path, with in-process ranks on the CPU (docs/design.md §6): 1 rank x GA 4
+// (the replicated path), 2 ranks x GA 2 and 4 ranks x GA 1 train on the same 4 samples per step with the same timesteps
 // and noise (the draws are keyed by global position), so they differ only in the order gradients are summed —
 // float32 rounding, ~1e-7 relative per sum. AdamW turns each gradient element into a step of about lr, so the bound
 // is on the weights' total change: |dW_zero - dW_ref| / |dW_ref| < 1e-3 after 4 steps. The pre-clip gradient norm

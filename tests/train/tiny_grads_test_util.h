@@ -35,12 +35,12 @@ inline TinyGrads tiny_grads(Family family, bool lora, int64_t causal_chunk,
     auto w = WanDiT(preset_config("tiny"));
     w->init_random_base(5);
     m = w.ptr();
-    in.x = torch::randn({1, 16, 4, 4, 4});                  // [B, C, F, H, W]
-    in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});     // [B, F]
-    in.context = torch::randn({1, 5, 64});                  // [B, Lt, text_dim]
+    in.x = torch::randn({1, 16, 4, 4, 4});               // [B, C, F, H, W]
+    in.t = torch::tensor({{0.0, 600.0, 600.0, 250.0}});  // [B, F]
+    in.context = torch::randn({1, 5, 64});               // [B, Lt, text_dim]
     if (family == Family::wan_cells) {
-      in.context = torch::randn({3, 5, 64});                // rows [R, Lt, text_dim]
-      in.context_ids = torch::tensor({{0, 2, 2, 1}});       // [B, F] the row of each latent frame
+      in.context = torch::randn({3, 5, 64});           // rows [R, Lt, text_dim]
+      in.context_ids = torch::tensor({{0, 2, 2, 1}});  // [B, F] the row of each latent frame
     }
   } else {
     auto h = H3DiT(h3_preset("h3-tiny"));

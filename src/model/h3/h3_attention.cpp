@@ -1,5 +1,5 @@
-// H3 attention, as DiffSynth's MiniMaxH3Attention / MiniMaxH3Rope / _sdpa_varlen_attention (docs/h3_model.md §1.3, §1.7).
-// The float32 recipe of the rotary table is the reference's op by op: inv_freq = reciprocal(10000 ** (i / R)),
+// H3 attention, as DiffSynth's MiniMaxH3Attention / MiniMaxH3Rope / _sdpa_varlen_attention (docs/h3_model.md §1.3,
+// §1.7). The float32 recipe of the rotary table is the reference's op by op: inv_freq = reciprocal(10000 ** (i / R)),
 // angles = float32(pos) * inv_freq, then cos/sin cast to the activations' dtype.
 #include "model/h3/h3_attention.h"
 
@@ -35,12 +35,12 @@ torch::nn::Linear h3_linear(int64_t in, int64_t out, bool bias) {
 H3RopeTable h3_rope_table(const torch::Tensor& positions, int64_t rope_len) {
   TORCH_CHECK(positions.dim() == 2 && positions.size(1) == 3, "h3 rope: expected positions [S, 3], got ",
               positions.sizes());
-  auto pos = positions.to(torch::kFloat32);                                        // [S, 3]
+  auto pos = positions.to(torch::kFloat32);  // [S, 3]
   auto steps = torch::arange(rope_len, pos.options());
   auto inv_freq = torch::pow(10000.0, steps / static_cast<double>(rope_len)).reciprocal();  // [R]
-  auto per_axis = pos.unsqueeze(-1) * inv_freq.view({1, 1, -1});                  // [S, 3, R]
-  auto half = per_axis.flatten(1);                                                 // [S, 3, R] -> [S, 3R] (t|h|w)
-  auto freqs = torch::cat({half, half}, -1);                                       // [S, 6R]
+  auto per_axis = pos.unsqueeze(-1) * inv_freq.view({1, 1, -1});                            // [S, 3, R]
+  auto half = per_axis.flatten(1);            // [S, 3, R] -> [S, 3R] (t|h|w)
+  auto freqs = torch::cat({half, half}, -1);  // [S, 6R]
   return {freqs.cos(), freqs.sin()};
 }
 
@@ -57,8 +57,8 @@ H3AttentionLayout H3AttentionLayout::segments(const std::vector<int64_t>& bounds
               "must run from 0 to S = ", S);
   H3AttentionLayout l;
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-    TORCH_CHECK(bounds[i + 1] >= bounds[i], "h3 attention: segment bounds must not decrease, got ", bounds[i],
-                " then ", bounds[i + 1]);
+    TORCH_CHECK(bounds[i + 1] >= bounds[i], "h3 attention: segment bounds must not decrease, got ", bounds[i], " then ",
+                bounds[i + 1]);
     if (bounds[i + 1] > bounds[i]) l.blocks.push_back({bounds[i], bounds[i + 1], {{bounds[i], bounds[i + 1]}}});
   }
   return l;
@@ -80,7 +80,9 @@ torch::Tensor H3AttentionLayout::dense_mask(int64_t S, torch::Device device) con
 torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const H3AttentionLayout& layout, AttentionKernel kernel, bool per_block_autograd) {
   const int64_t S = q.size(0);
-  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };  // [L, N, Dh] -> [1, N, L, Dh]
+  auto heads_first = [](const torch::Tensor& t) {
+    return t.transpose(0, 1).unsqueeze(0);
+  };  // [L, N, Dh] -> [1, N, L, Dh]
   if (layout.mask.defined() && kernel == AttentionKernel::sdpa) {
     TORCH_CHECK(layout.mask.dim() == 2 && layout.mask.size(0) == S && layout.mask.size(1) == S, "h3 attention: mask ",
                 layout.mask.sizes(), " for ", S, " rows");
@@ -105,7 +107,7 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
       return torch::cat(ranges, 0);
     };
     auto out = attention(heads_first(q.narrow(0, b.begin, b.end - b.begin)), heads_first(keys(k)), heads_first(keys(v)),
-                         kernel);                // [1, N, len, Dh]
+                         kernel);                     // [1, N, len, Dh]
     parts.push_back(out.squeeze(0).transpose(0, 1));  // -> [len, N, Dh]
   }
   TORCH_CHECK(next == S, "h3 attention: query blocks end at row ", next, ", expected S = ", S);
@@ -125,12 +127,12 @@ H3AttentionImpl::H3AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, d
   out_proj = register_module("out_proj", h3_linear(heads * head_dim, dim, /*bias=*/false));
 }
 
-torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope,
-                                       const H3AttentionLayout& layout, KvSlot kv) {
+torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable* rope, const H3AttentionLayout& layout,
+                                       KvSlot kv) {
   const int64_t S = x.size(0);
   // Rows per head are [q | k | v] (the original checkpoint's order, docs/h3_model.md §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
-  torch::Tensor q, k, v;  // [S, N, Dh]
+  torch::Tensor q, k, v;                                                   // [S, N, Dh]
   if (kv && rope) {  // a stream: k and v written straight into the cache's rows of this pass, then attention over it
     auto [k_rows, v_rows] = kv.cache->pass_rows(kv.block);  // [1, S, N, Dh] views of the cache
     q = kernels::h3_qk_norm_rope_into(qkv, q_norm->weight, k_norm->weight, qk_eps_, rope->cos, rope->sin, k_rows[0],

@@ -40,7 +40,8 @@ torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, co
   return kernels::h3_modulate(x, shift, scale, rows);  // fused (model/kernels), or the reference with the switch off
 }
 
-torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y, const torch::Tensor& rows) {
+torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y,
+                      const torch::Tensor& rows) {
   return kernels::h3_gate(x, gate, y, rows);
 }
 

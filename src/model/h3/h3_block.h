@@ -1,4 +1,5 @@
-// H3 blocks under their checkpoint names (docs/h3_model.md §1.3): the SwiGLU `mlp` (fc1 = [gate; up]), the AdaLN projection
+// H3 blocks under their checkpoint names (docs/h3_model.md §1.3): the SwiGLU `mlp` (fc1 = [gate; up]), the AdaLN
+// projection
 // (`adaln_proj.linear`: SiLU(t_emb) -> one row per (timestep, modality)), the token-refiner block (plain pre-norm,
 // no AdaLN, no RoPE) and the DiT block `H3Block` (per-token AdaLN picked by row index). Blocks are separate modules
 // so checkpointing, sharding and LoRA can be applied to them from outside. Not here: the stack (h3_dit).
@@ -45,12 +46,12 @@ class H3RefinerBlockImpl : public torch::nn::Module {
 TORCH_MODULE(H3RefinerBlock);
 
 struct H3BlockInputs {
-  torch::Tensor x;          // [S, D] residual stream
-  torch::Tensor t_emb;      // [M, time_dim] time MLP output (no SiLU yet)
-  torch::Tensor ada_rows;   // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
-  torch::Tensor ada;        // [6, 3M', D]: the six AdaLN tensors of M' timesteps precomputed, each contiguous (a
-                            // stream's cache, whose rows ada_rows then index); undefined: computed here from t_emb
-  H3RopeTable rope;         // [S, 6R]
+  torch::Tensor x;           // [S, D] residual stream
+  torch::Tensor t_emb;       // [M, time_dim] time MLP output (no SiLU yet)
+  torch::Tensor ada_rows;    // [S] int64: inverse_index * 3 + max(tag, 0), the AdaLN row of each token
+  torch::Tensor ada;         // [6, 3M', D]: the six AdaLN tensors of M' timesteps precomputed, each contiguous (a
+                             // stream's cache, whose rows ada_rows then index); undefined: computed here from t_emb
+  H3RopeTable rope;          // [S, 6R]
   H3AttentionLayout attend;  // which rows see which (packed segments, or block-causal chunks)
   KvSlot kv;  // a stream's cache (model/kv_cache.h): x holds the new rows, which attend to the cache and themselves
 };
@@ -70,6 +71,7 @@ TORCH_MODULE(H3Block);
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                           const torch::Tensor& rows);
 // x + gate[rows] * y: x, y [S, D], gate [R, D], rows [S] -> [S, D] in x's dtype.
-torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y, const torch::Tensor& rows);
+torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y,
+                      const torch::Tensor& rows);
 
 }  // namespace vdt

@@ -11,8 +11,8 @@ namespace vdt {
 int64_t h3_span_audio_steps(int64_t frames) { return (5 * h3_first_pixel_frame(frames) + 2) / 3; }
 
 std::vector<int64_t> h3_audio_chunk_bounds(int64_t frames, int64_t chunk_frames) {
-  VDT_CHECK(chunk_frames >= 1 && frames % chunk_frames == 0, "h3 chunks: a span of ", frames, " latent frames does not ",
-            "split into chunks of ", chunk_frames, " (--chunk-frames)");
+  VDT_CHECK(chunk_frames >= 1 && frames % chunk_frames == 0, "h3 chunks: a span of ", frames,
+            " latent frames does not ", "split into chunks of ", chunk_frames, " (--chunk-frames)");
   std::vector<int64_t> b;
   for (int64_t c = 0; c * chunk_frames < frames; ++c) b.push_back((5 * h3_first_pixel_frame(c * chunk_frames) + 2) / 3);
   b.push_back(h3_span_audio_steps(frames));
@@ -33,8 +33,8 @@ H3Inputs h3_block_causal(const H3Layout& layout, const H3Packed& noisy, const H3
 
   // Source rows: [0, S) noisy, [S, 2S) clean, 2S a padding row.
   std::vector<int64_t> src;
-  for (int64_t r = 0; r < L; ++r) src.push_back(r);           // text
-  for (int64_t r = 0; r < cond; ++r) src.push_back(img[r]);   // Picture 1 (reference image rows)
+  for (int64_t r = 0; r < L; ++r) src.push_back(r);          // text
+  for (int64_t r = 0; r < cond; ++r) src.push_back(img[r]);  // Picture 1 (reference image rows)
   const int64_t prefix = static_cast<int64_t>(src.size());
   std::vector<int64_t> out_rows, audio_rows;  // final rows of the target video (frame-major) and audio
   std::vector<std::pair<int64_t, int64_t>> clean_chunks, noisy_chunks;
@@ -76,8 +76,8 @@ H3Inputs h3_block_causal(const H3Layout& layout, const H3Packed& noisy, const H3
   const float t_pad = noisy.timesteps.narrow(0, layout.used < S ? layout.used : 0, 1).item<float>();
   H3Inputs out;
   out.x = gather(n.x[0], c_in.x[0], torch::zeros({1, n.x.size(2)}, n.x.options())).unsqueeze(0);
-  out.audio_x = gather(n.audio_x[0], c_in.audio_x[0], torch::zeros({1, n.audio_x.size(2)}, n.audio_x.options()))
-                    .unsqueeze(0);
+  out.audio_x =
+      gather(n.audio_x[0], c_in.audio_x[0], torch::zeros({1, n.audio_x.size(2)}, n.audio_x.options())).unsqueeze(0);
   out.position_ids =
       gather(n.position_ids[0], c_in.position_ids[0], torch::zeros({1, 3}, n.position_ids.options())).unsqueeze(0);
   out.token_tags = gather(n.token_tags, c_in.token_tags, torch::full({1}, -1, n.token_tags.options()));
@@ -100,8 +100,8 @@ H3Inputs h3_block_causal(const H3Layout& layout, const H3Packed& noisy, const H3
   // Which rows see which.
   auto& blocks = out.attend.blocks;
   if (prefix > 0) blocks.push_back({0, prefix, {{0, prefix}}});
-  for (size_t c = 0; c < clean_chunks.size(); ++c) blocks.push_back({clean_chunks[c].first, clean_chunks[c].second,
-                                                                     {{0, clean_chunks[c].second}}});
+  for (size_t c = 0; c < clean_chunks.size(); ++c)
+    blocks.push_back({clean_chunks[c].first, clean_chunks[c].second, {{0, clean_chunks[c].second}}});
   for (size_t c = 0; c < noisy_chunks.size(); ++c) {
     const auto [b, e] = noisy_chunks[c];
     if (clean && clean_chunks[c].first > 0)  // P and the clean chunks before c, then itself

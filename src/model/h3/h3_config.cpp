@@ -1,6 +1,6 @@
-// Presets follow docs/h3_model.md §1.1 (Ref2VA/transformer/config.json = DiffSynth's defaults); `h3-tiny` is the config of
-// fixtures/h3_tiny_a. The tensor list follows docs/h3_model.md §1.9: 11 top-level + 8 per refiner block + 1 + 10 per DiT
-// block + 7 final-layer tensors.
+// Presets follow docs/h3_model.md §1.1 (Ref2VA/transformer/config.json = DiffSynth's defaults); `h3-tiny` is the config
+// of fixtures/h3_tiny_a. The tensor list follows docs/h3_model.md §1.9: 11 top-level + 8 per refiner block + 1 + 10 per
+// DiT block + 7 final-layer tensors.
 #include "model/h3/h3_config.h"
 
 #include <nlohmann/json.hpp>
@@ -62,7 +62,8 @@ H3Config H3Config::from_json(const std::string& text, const std::string& where) 
   c.preset = j.value("preset", std::string("custom"));
   auto geti = [&](const char* key, int64_t& v) {
     if (!j.contains(key)) return;
-    VDT_CHECK(j[key].is_number_integer(), where, ": h3 model config '", key, "' must be an integer, got ", j[key].dump());
+    VDT_CHECK(j[key].is_number_integer(), where, ": h3 model config '", key, "' must be an integer, got ",
+              j[key].dump());
     v = j[key].get<int64_t>();
   };
   auto getd = [&](const char* key, double& v) {
@@ -95,8 +96,8 @@ H3Config H3Config::from_json(const std::string& text, const std::string& where) 
   int64_t adaln = c.adaln_out(), final_adaln = c.final_adaln_out();
   geti("adaln_out_features", adaln);
   geti("final_adaln_out_features", final_adaln);
-  VDT_CHECK(adaln == c.adaln_out(), where, ": adaln_out_features ", adaln, " must be 3 modalities x 6 x hidden_size = ",
-            c.adaln_out());
+  VDT_CHECK(adaln == c.adaln_out(), where, ": adaln_out_features ", adaln,
+            " must be 3 modalities x 6 x hidden_size = ", c.adaln_out());
   VDT_CHECK(final_adaln == c.final_adaln_out(), where, ": final_adaln_out_features ", final_adaln,
             " must be 2 x hidden_size = ", c.final_adaln_out());
   c.validate();

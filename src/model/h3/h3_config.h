@@ -15,26 +15,26 @@ namespace vdt {
 struct H3Config {
   std::string preset = "minimax-h3";
   int64_t num_layers = 50;
-  int64_t refiner_layers = 2;       // token refiner blocks (text only)
-  int64_t hidden = 5376;            // residual width D
-  int64_t heads = 56;               // N
-  int64_t head_dim = 128;           // Dh; attention inner width N*Dh (7168) differs from D
-  int64_t ffn = 14336;              // SwiGLU inner width (fc1 gives 2*ffn)
-  int64_t latent_channels = 24;     // video latent C
-  int64_t audio_channels = 32;      // audio latent width Da
+  int64_t refiner_layers = 2;                // token refiner blocks (text only)
+  int64_t hidden = 5376;                     // residual width D
+  int64_t heads = 56;                        // N
+  int64_t head_dim = 128;                    // Dh; attention inner width N*Dh (7168) differs from D
+  int64_t ffn = 14336;                       // SwiGLU inner width (fc1 gives 2*ffn)
+  int64_t latent_channels = 24;              // video latent C
+  int64_t audio_channels = 32;               // audio latent width Da
   std::array<int64_t, 3> patch = {1, 2, 2};  // (t, h, w)
-  int64_t text_dim = 5120;          // Qwen3-VL hidden
-  int64_t time_freq_dim = 256;      // sinusoid width
-  int64_t time_hidden = 5376;       // time MLP hidden
-  int64_t time_dim = 2688;          // time MLP output (AdaLN input)
-  int64_t rope_len = 16;            // frequencies per axis; 6*rope_len head channels are rotated
+  int64_t text_dim = 5120;                   // Qwen3-VL hidden
+  int64_t time_freq_dim = 256;               // sinusoid width
+  int64_t time_hidden = 5376;                // time MLP hidden
+  int64_t time_dim = 2688;                   // time MLP output (AdaLN input)
+  int64_t rope_len = 16;                     // frequencies per axis; 6*rope_len head channels are rotated
   double norm_eps = 1e-5;
   double qk_norm_eps = 1e-5;
   double final_norm_eps = 1e-5;
 
   int64_t inner() const { return heads * head_dim; }
   int64_t video_dim() const { return latent_channels * patch[0] * patch[1] * patch[2]; }  // Dv
-  int64_t adaln_out() const { return 3 * 6 * hidden; }  // 3 modalities x 6 chunks
+  int64_t adaln_out() const { return 3 * 6 * hidden; }                                    // 3 modalities x 6 chunks
   int64_t final_adaln_out() const { return 2 * hidden; }
   // Throws naming the field, value and fix when the config cannot describe an H3 DiT.
   void validate() const;

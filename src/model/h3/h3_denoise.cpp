@@ -30,8 +30,10 @@ torch::Tensor H3DiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
   const int64_t B = in.x.size(0), F_all = in.x.size(2), H = in.x.size(3), W = in.x.size(4);
   const auto& pattern = in.attention;
   const bool tf = pattern.teacher_forcing;
-  VDT_CHECK(!tf || (pattern.causal() && F_all % 2 == 0), "H3DiT: teacher forcing needs a chunk size and [clean | "
-            "noisy] halves, got ", F_all, " frames");
+  VDT_CHECK(!tf || (pattern.causal() && F_all % 2 == 0),
+            "H3DiT: teacher forcing needs a chunk size and [clean | "
+            "noisy] halves, got ",
+            F_all, " frames");
   const int64_t F = tf ? F_all / 2 : F_all;
   VDT_CHECK(in.t.dim() == 1 || (in.t.dim() == 2 && in.t.size(1) == F_all), "H3DiT: expected t [B] or [B, F=", F_all,
             "], got ", in.t.sizes());
@@ -46,7 +48,8 @@ torch::Tensor H3DiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
             audio ? audio->sizes() : at::IntArrayRef{}, audio_t ? " and " : " and no audio.t",
             audio_t ? audio_t->sizes() : at::IntArrayRef{});
   VDT_CHECK(!pic || (pic->dim() == 5 && pic->size(0) == B && pic->size(1) == c.latent_channels && pic->size(2) == 1),
-            "H3DiT: expected picture1 [B, ", c.latent_channels, ", 1, Hp, Wp], got ", pic ? pic->sizes() : at::IntArrayRef{});
+            "H3DiT: expected picture1 [B, ", c.latent_channels, ", 1, Hp, Wp], got ",
+            pic ? pic->sizes() : at::IntArrayRef{});
   const int64_t A_all = audio ? audio->size(3) : 0, A = tf ? A_all / 2 : A_all;
 
   std::vector<torch::Tensor> videos, audios;
@@ -79,15 +82,15 @@ torch::Tensor H3DiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
     if (tags) content.text_tags = (*tags)[b];
     if (pic) {
       auto clean = h3_patchify_video((*pic)[b].unsqueeze(0).to(torch::kFloat32));  // [1, C, 1, Hp, Wp] -> [R, Dv]
-      auto noise = pic_noise ? h3_patchify_video((*pic_noise)[b].unsqueeze(0).to(torch::kFloat32))
-                             : torch::zeros_like(clean);
+      auto noise =
+          pic_noise ? h3_patchify_video((*pic_noise)[b].unsqueeze(0).to(torch::kFloat32)) : torch::zeros_like(clean);
       content.cond_rows = h3_cond_rows(clean, noise, 0.999);
     }
     auto pack = [&](bool second) {  // the target half (noisy, or the clean copy under teacher forcing)
       H3Content ct = content;
       ct.video_latents = in.x[b].narrow(1, second ? F : 0, F).unsqueeze(0);  // [C, F, H, W] -> [1, C, F, H, W]
-      ct.audio_latents = audio ? (*audio)[b].narrow(2, second ? A : 0, A)
-                               : torch::zeros({2, c.audio_channels, 0}, in.x.options());
+      ct.audio_latents =
+          audio ? (*audio)[b].narrow(2, second ? A : 0, A) : torch::zeros({2, c.audio_channels, 0}, in.x.options());
       H3Times times;
       times.video = tf ? half(t_all, F, second) : t_all;
       times.audio = A > 0 ? (tf ? half(ta_all, A, second) : ta_all) : std::vector<double>{1.0};
@@ -102,15 +105,16 @@ torch::Tensor H3DiTImpl::forward(const DenoiserInputs& in, DenoiserAux* aux) {
       packed = h3_block_causal(layout, noisy, clean ? &*clean : nullptr, pattern.chunk_frames);
     } else {
       packed = noisy.inputs;
-      packed.out_pos = layout.img_pos.narrow(0, layout.cond_rows, layout.img_pos.size(0) - layout.cond_rows)
-                           .to(in.x.device());
+      packed.out_pos =
+          layout.img_pos.narrow(0, layout.cond_rows, layout.img_pos.size(0) - layout.cond_rows).to(in.x.device());
     }
     const auto out = forward(packed);
     // The raw heads approximate x0 − ε: negate for the prediction of noise − x0.
-    videos.push_back(-h3_unpatchify_video(out.video_logits, F_all, H, W));             // [1, C, F_all, H, W]
+    videos.push_back(-h3_unpatchify_video(out.video_logits, F_all, H, W));  // [1, C, F_all, H, W]
     if (audio)
-      audios.push_back(-h3_unpack_audio(out.audio_logits.narrow(0, 0, spec.audio_channels * A_all),
-                                        spec.audio_channels, A_all).unsqueeze(0));  // [1, Ch, Da, A_all]
+      audios.push_back(
+          -h3_unpack_audio(out.audio_logits.narrow(0, 0, spec.audio_channels * A_all), spec.audio_channels, A_all)
+               .unsqueeze(0));  // [1, Ch, Da, A_all]
   }
   if (aux && audio) aux->streams["audio"] = torch::cat(audios, 0);
   return torch::cat(videos, 0);

@@ -52,9 +52,9 @@ torch::Tensor H3TimeEmbedderImpl::forward(const torch::Tensor& t) {
   const int64_t half = freq_dim_ / 2;
   // float32 throughout, as MiniMaxH3TimeEmbedder: exp(-ln(1e4) * i / half), features [cos | sin]
   auto freqs = torch::exp(torch::arange(half, t.options().dtype(torch::kFloat32)) * (-std::log(10000.0)) /
-                          static_cast<double>(half));                        // [half]
-  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);      // [M, half]
-  auto t_freq = torch::cat({args.cos(), args.sin()}, -1);                   // [M, freq_dim]
+                          static_cast<double>(half));                               // [half]
+  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);              // [M, half]
+  auto t_freq = torch::cat({args.cos(), args.sin()}, -1);                           // [M, freq_dim]
   return proj_out(torch::silu(proj_in(t_freq.to(proj_in->weight.scalar_type()))));  // [M, out]
 }
 
@@ -86,7 +86,7 @@ H3FinalLayerImpl::H3FinalLayerImpl(const H3Config& c) {
 
 std::pair<torch::Tensor, torch::Tensor> H3FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& t_emb,
                                                                   const torch::Tensor& inverse) {
-  auto mod = adaln_proj(t_emb);  // shift, scale: 2 x [M, D], indexed by timestep only
+  auto mod = adaln_proj(t_emb);                            // shift, scale: 2 x [M, D], indexed by timestep only
   auto h = h3_modulate(norm(x), mod[0], mod[1], inverse);  // [S, D]
   // Both heads see every row; the caller selects rows.
   return {video_out(h.to(video_out->weight.scalar_type())), audio_out(h.to(audio_out->weight.scalar_type()))};
@@ -143,8 +143,9 @@ void H3DiTImpl::init_weights(uint64_t seed) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));  // fan_in of the Linear
     p.uniform_(-bound, bound, gen);
   }
-  rope->inv_freq.copy_(torch::pow(10000.0, torch::arange(cfg_.rope_len, torch::kFloat32) /
-                                              static_cast<double>(cfg_.rope_len)).reciprocal());
+  rope->inv_freq.copy_(
+      torch::pow(10000.0, torch::arange(cfg_.rope_len, torch::kFloat32) / static_cast<double>(cfg_.rope_len))
+          .reciprocal());
 }
 
 std::vector<torch::nn::Module*> H3DiTImpl::block_modules() {
@@ -178,11 +179,13 @@ std::string H3DiTImpl::describe_sequence(const WindowShape& w) const {
   const int64_t audio = w.copies * 2 * side_stream_chunks("audio", w.frames, w.chunk_frames).back();
   const int64_t rows = w.text_len + w.cond_rows + video + audio;
   char line[512];
-  std::snprintf(line, sizeof(line), "rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld "
+  std::snprintf(line, sizeof(line),
+                "rows per window: text %lld + Picture 1 (%s) %lld + video %lld + audio %lld = %lld "
                 "(%lld with padding to 64); text and Picture 1 are the prefix every chunk sees (text handling: "
-                "docs/h3_model.md §4.2 (a))", static_cast<long long>(w.text_len), w.cond_variant.c_str(),
-                static_cast<long long>(w.cond_rows), static_cast<long long>(video), static_cast<long long>(audio),
-                static_cast<long long>(rows), static_cast<long long>((rows + 63) / 64 * 64));
+                "docs/h3_model.md §4.2 (a))",
+                static_cast<long long>(w.text_len), w.cond_variant.c_str(), static_cast<long long>(w.cond_rows),
+                static_cast<long long>(video), static_cast<long long>(audio), static_cast<long long>(rows),
+                static_cast<long long>((rows + 63) / 64 * 64));
   return line;
 }
 
@@ -237,9 +240,9 @@ H3Outputs H3DiTImpl::forward(const H3Inputs& in) {
   auto island = [&](torch::nn::Linear& l, const torch::Tensor& x) {
     return l(x.to(device, l->weight.scalar_type())).to(dtype);
   };
-  auto video = island(video_patch_proj, in.x[0].index_select(0, img_pos.to(in.x.device())));        // [Nv, D]
+  auto video = island(video_patch_proj, in.x[0].index_select(0, img_pos.to(in.x.device())));          // [Nv, D]
   auto audio = island(audio_patch_proj, in.audio_x[0].index_select(0, audio_pos.to(in.x.device())));  // [Na, D]
-  auto text = token_refiner(condition_proj(in.prompt_embeds.to(device, dtype)), refiner_bounds);     // [Lt, D]
+  auto text = token_refiner(condition_proj(in.prompt_embeds.to(device, dtype)), refiner_bounds);      // [Lt, D]
   auto h = torch::zeros({S, c.hidden}, torch::TensorOptions().device(device).dtype(dtype))
                .index_add(0, text_pos, text.narrow(0, 0, text_pos.size(0)))
                .index_add(0, img_pos, video)

@@ -22,20 +22,20 @@ namespace vdt {
 
 // The arguments of the reference MiniMaxH3DiT.forward, one packed sequence of S rows.
 struct H3Inputs {
-  torch::Tensor x;                  // [1, S, Dv] video rows: conditioning and target video at img_pos, 0 elsewhere
-  torch::Tensor audio_x;            // [1, S, Da] audio rows at audio_pos, 0 elsewhere
-  torch::Tensor position_ids;       // [1, S, 3] (t, h, w), float64 as built; cast to float32 for RoPE
-  torch::Tensor token_tags;         // [S] int64: 0 video, 1 text, 2 audio, -1 padding (clamped to 0)
-  torch::Tensor unique_timesteps;   // [M] float32 model time in [0, 1] (1 = clean), sorted
-  torch::Tensor inverse_indices;    // [S] int64: each row's index into unique_timesteps
-  torch::Tensor prompt_embeds;      // [Lt, text_dim]
-  torch::Tensor img_pos;            // [Nv] int64 rows fed by video_patch_proj
-  torch::Tensor audio_pos;          // [Na] int64 rows fed by audio_patch_proj; audio_logits come from these rows
-  torch::Tensor text_pos;           // [Lt'] int64 rows that take the first Lt' refined text rows
-  torch::Tensor cu_seqlens;         // [K+1] main attention segments {0, ..., S} (padding is its own segment)
-  torch::Tensor refiner_cu_seqlens; // [K'+1] token-refiner segments over the Lt text rows {0, ..., Lt}
-  torch::Tensor out_pos;            // optional [Nv'] rows whose video head is returned (default img_pos)
-  H3AttentionLayout attend;         // optional: which rows see which (block-causal chunks); empty = cu_seqlens segments
+  torch::Tensor x;                   // [1, S, Dv] video rows: conditioning and target video at img_pos, 0 elsewhere
+  torch::Tensor audio_x;             // [1, S, Da] audio rows at audio_pos, 0 elsewhere
+  torch::Tensor position_ids;        // [1, S, 3] (t, h, w), float64 as built; cast to float32 for RoPE
+  torch::Tensor token_tags;          // [S] int64: 0 video, 1 text, 2 audio, -1 padding (clamped to 0)
+  torch::Tensor unique_timesteps;    // [M] float32 model time in [0, 1] (1 = clean), sorted
+  torch::Tensor inverse_indices;     // [S] int64: each row's index into unique_timesteps
+  torch::Tensor prompt_embeds;       // [Lt, text_dim]
+  torch::Tensor img_pos;             // [Nv] int64 rows fed by video_patch_proj
+  torch::Tensor audio_pos;           // [Na] int64 rows fed by audio_patch_proj; audio_logits come from these rows
+  torch::Tensor text_pos;            // [Lt'] int64 rows that take the first Lt' refined text rows
+  torch::Tensor cu_seqlens;          // [K+1] main attention segments {0, ..., S} (padding is its own segment)
+  torch::Tensor refiner_cu_seqlens;  // [K'+1] token-refiner segments over the Lt text rows {0, ..., Lt}
+  torch::Tensor out_pos;             // optional [Nv'] rows whose video head is returned (default img_pos)
+  H3AttentionLayout attend;  // optional: which rows see which (block-causal chunks); empty = cu_seqlens segments
 };
 
 struct H3Outputs {
@@ -103,8 +103,8 @@ class H3DiTImpl : public Denoiser {
   // clean Picture 1 latent (a Ref2VA image reference on its own grid, rows 0.999·clean + 0.001·"picture1.noise", at
   // model time max(t_text, 0.999)), "audio" [B, 2, Da, A] with "audio.t" [B, A] (the side stream; none: no audio
   // rows). Block-causal patterns: chunks of attention.chunk_frames latents with their audio steps
-  // (h3_audio_chunk_bounds), text and Picture 1 the prefix at model time 0.999 (docs/h3_model.md §4.2 (a)). Returns the video
-  // prediction [B, C, F, H, W]; aux->streams["audio"] the audio one.
+  // (h3_audio_chunk_bounds), text and Picture 1 the prefix at model time 0.999 (docs/h3_model.md §4.2 (a)). Returns the
+  // video prediction [B, C, F, H, W]; aux->streams["audio"] the audio one.
   torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux = nullptr) override;
 
   // Casts to `dtype`, keeping the fp32 islands in float32 when asked (the release checkpoint's mixed dtypes, so

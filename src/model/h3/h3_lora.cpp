@@ -108,8 +108,9 @@ LoraWeights h3_lora_from_split(const LoraWeights& w, int64_t head_dim, const std
 LoraWeights h3_lora_for_base(const LoraWeights& w, const SafetensorsSet& base, const std::string& where) {
   if (!h3_lora_is_split(w)) return w;
   const std::string key = "blocks.0.attn.q_norm.weight";
-  VDT_CHECK(base.contains(key), where, ": a LoRA in diffusers' split naming (to_q/to_k/to_v) needs an H3 base, and the ",
-            "base has no '", key, "'");
+  VDT_CHECK(base.contains(key), where,
+            ": a LoRA in diffusers' split naming (to_q/to_k/to_v) needs an H3 base, and the ", "base has no '", key,
+            "'");
   return h3_lora_from_split(w, base.entry(key).shape.at(0), where);
 }
 

@@ -1,6 +1,6 @@
-// An H3 LoRA saved in the split naming of diffusers / DiffSynth's converter (docs/h3_model.md §1.9: the attention projections
-// `transformer_blocks.N.attn.to_q|to_k|to_v`, `attn.to_out.0`, the MLP `ff.net.0.proj` with rows [up; gate] and
-// `ff.net.2`, the refiner's `token_refiner.refiner_blocks.N.…`, optionally under `transformer.`) turned into vdt's
+// An H3 LoRA saved in the split naming of diffusers / DiffSynth's converter (docs/h3_model.md §1.9: the attention
+// projections `transformer_blocks.N.attn.to_q|to_k|to_v`, `attn.to_out.0`, the MLP `ff.net.0.proj` with rows [up; gate]
+// and `ff.net.2`, the refiner's `token_refiner.refiner_blocks.N.…`, optionally under `transformer.`) turned into vdt's
 // names, which are the original checkpoint's (`blocks.N.attn.qkv_proj`, `attn.out_proj`, `mlp.fc1` [gate; up],
 // `mlp.fc2`).
 // q/k/v of rank r fuse into one `qkv_proj` LoRA of rank 3r: A = [A_q; A_k; A_v] [3r, in] and B block-diagonal

@@ -59,8 +59,8 @@ struct RowWriter {
   // Audio latent j at origin + j; channel 0 sits at the left video column, the others at the right one.
   void audio_rows(int64_t origin3, int64_t steps, int64_t channels, const Grid& g) {
     for (int64_t c = 0; c < channels; ++c)
-      for (int64_t j = 0; j < steps; ++j) put(at_thirds(origin3, 3 * j), 0.0, c == 0 ? g.w.front() : g.w.back(), 2),
-                                          audio.push_back(row++);
+      for (int64_t j = 0; j < steps; ++j)
+        put(at_thirds(origin3, 3 * j), 0.0, c == 0 ? g.w.front() : g.w.back(), 2), audio.push_back(row++);
   }
   void put(double t, double h, double w, int64_t tag) {
     pos[row * 3] = t, pos[row * 3 + 1] = h, pos[row * 3 + 2] = w;
@@ -86,10 +86,11 @@ torch::Tensor h3_patchify_video(const torch::Tensor& latent) {
 }
 
 torch::Tensor h3_unpatchify_video(const torch::Tensor& rows, int64_t T, int64_t H, int64_t W) {
-  TORCH_CHECK(rows.dim() == 2 && rows.size(1) % 4 == 0 && rows.size(0) == T * (H / 2) * (W / 2), "h3_unpatchify_video:",
-              " expected rows [", T * (H / 2) * (W / 2), ", C*4] for T ", T, ", H ", H, ", W ", W, ", got ", rows.sizes());
+  TORCH_CHECK(rows.dim() == 2 && rows.size(1) % 4 == 0 && rows.size(0) == T * (H / 2) * (W / 2),
+              "h3_unpatchify_video:", " expected rows [", T * (H / 2) * (W / 2), ", C*4] for T ", T, ", H ", H, ", W ",
+              W, ", got ", rows.sizes());
   const int64_t C = rows.size(1) / 4;
-  auto p = rows.reshape({1, T, H / 2, W / 2, C, 1, 2, 2});  // [n, t, h, w, c, r, p, q]
+  auto p = rows.reshape({1, T, H / 2, W / 2, C, 1, 2, 2});                           // [n, t, h, w, c, r, p, q]
   return p.permute({0, 4, 1, 5, 2, 6, 3, 7}).reshape({1, C, T, H, W}).contiguous();  // -> [1, C, T, H, W]
 }
 
@@ -165,7 +166,8 @@ H3Layout build_h3_layout(const H3LayoutSpec& spec) {
   const Grid target = spatial_grid(spec.latent_h, spec.latent_w);
   int64_t cursor3 = 3 * L;  // the media clock starts at t = L
   // FL2VA keyframes: the first at the target's first latent, the last at its last pixel frame, (5/3)·(F − 1).
-  for (int64_t k : spec.keyframes) out.frame(at_thirds(cursor3, k == 0 ? 0 : 5 * (h3_first_pixel_frame(T) - 1)), target);
+  for (int64_t k : spec.keyframes)
+    out.frame(at_thirds(cursor3, k == 0 ? 0 : 5 * (h3_first_pixel_frame(T) - 1)), target);
   // Ref2VA blocks, each on its own spatial grid: an image takes one unit; a video packs its soundtrack first and
   // takes the longer of the two spans; an audio reference (on the target's columns) takes its steps.
   int64_t ref_audio_rows = 0;
@@ -224,11 +226,11 @@ H3Packed pack_h3(const H3Layout& lay, const H3Content& c, const H3Times& times) 
                                      c.cond_rows.size(0) == lay.cond_rows && c.cond_rows.size(1) == Dv),
               "pack_h3: the layout has ", lay.cond_rows, " keyframe/reference rows: expected cond_rows [",
               lay.cond_rows, ", ", Dv, "], got ", c.cond_rows.defined() ? c.cond_rows.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(lay.ref_audio_rows == 0 || (c.ref_audio_rows.defined() && c.ref_audio_rows.dim() == 2 &&
-                                          c.ref_audio_rows.size(0) == lay.ref_audio_rows &&
-                                          c.ref_audio_rows.size(1) == Da),
-              "pack_h3: the layout has ", lay.ref_audio_rows, " reference audio rows: expected ref_audio_rows [",
-              lay.ref_audio_rows, ", ", Da, "]");
+  TORCH_CHECK(
+      lay.ref_audio_rows == 0 || (c.ref_audio_rows.defined() && c.ref_audio_rows.dim() == 2 &&
+                                  c.ref_audio_rows.size(0) == lay.ref_audio_rows && c.ref_audio_rows.size(1) == Da),
+      "pack_h3: the layout has ", lay.ref_audio_rows, " reference audio rows: expected ref_audio_rows [",
+      lay.ref_audio_rows, ", ", Da, "]");
   TORCH_CHECK(times.video.size() == 1 || static_cast<int64_t>(times.video.size()) == T, "pack_h3: times.video must ",
               "hold 1 value or one per latent frame (", T, "), got ", times.video.size());
   TORCH_CHECK(times.audio.size() == 1 || static_cast<int64_t>(times.audio.size()) == A, "pack_h3: times.audio must ",
@@ -246,13 +248,14 @@ H3Packed pack_h3(const H3Layout& lay, const H3Content& c, const H3Times& times) 
   x.index_copy_(0, img_pos.narrow(0, cond, Nv - cond), h3_patchify_video(c.video_latents.to(torch::kFloat32)));
   if (cond > 0) x.index_copy_(0, img_pos.narrow(0, 0, cond), c.cond_rows.to(f32));
   auto audio_x = torch::zeros({S, Da}, f32);
-  audio_x.index_copy_(0, audio_pos.narrow(0, ref_audio, Na - ref_audio), h3_pack_audio(c.audio_latents.to(torch::kFloat32)));
+  audio_x.index_copy_(0, audio_pos.narrow(0, ref_audio, Na - ref_audio),
+                      h3_pack_audio(c.audio_latents.to(torch::kFloat32)));
   if (ref_audio > 0) audio_x.index_copy_(0, audio_pos.narrow(0, 0, ref_audio), c.ref_audio_rows.to(f32));
 
   auto tags = lay.token_tags.clone();
   if (c.text_tags.defined()) {
-    TORCH_CHECK(c.text_tags.numel() == sp.text_len, "pack_h3: text_tags has ", c.text_tags.numel(),
-                " entries for ", sp.text_len, " text rows");
+    TORCH_CHECK(c.text_tags.numel() == sp.text_len, "pack_h3: text_tags has ", c.text_tags.numel(), " entries for ",
+                sp.text_len, " text rows");
     tags.index_copy_(0, lay.text_pos, c.text_tags.reshape({-1}).to(torch::kCPU, torch::kLong));
   }
 
@@ -267,14 +270,15 @@ H3Packed pack_h3(const H3Layout& lay, const H3Content& c, const H3Times& times) 
   for (int64_t r = 0; r < Na - ref_audio; ++r)
     ts[aud[ref_audio + r]] = static_cast<float>(times.audio.size() == 1 ? times.audio[0] : times.audio[r % A]);
   for (int64_t r = 0; r < cond; ++r) ts[img[r]] = static_cast<float>(std::max(t_text, times.cond_floor));
-  for (int64_t r = 0; r < ref_audio; ++r) ts[aud[r]] = static_cast<float>(std::max(t_audio_base, times.ref_audio_floor));
+  for (int64_t r = 0; r < ref_audio; ++r)
+    ts[aud[r]] = static_cast<float>(std::max(t_audio_base, times.ref_audio_floor));
   auto timesteps = torch::tensor(ts, torch::kFloat32);
   auto [unique, inverse, counts] = at::_unique2(timesteps, /*sorted=*/true, /*return_inverse=*/true);
 
   H3Packed p;
   auto& in = p.inputs;
-  in.x = x.unsqueeze(0);              // [1, S, Dv]
-  in.audio_x = audio_x.unsqueeze(0);  // [1, S, Da]
+  in.x = x.unsqueeze(0);                                    // [1, S, Dv]
+  in.audio_x = audio_x.unsqueeze(0);                        // [1, S, Da]
   in.position_ids = lay.position_ids.unsqueeze(0).to(dev);  // [1, S, 3] float64
   in.token_tags = tags.to(dev);
   in.unique_timesteps = unique.to(dev);
@@ -298,8 +302,8 @@ H3Prediction h3_prediction(const H3Layout& lay, const H3Outputs& out) {
               "h3_prediction: expected video_logits [", lay.img_pos.size(0), ", Dv] and audio_logits [",
               lay.audio_pos.size(0), ", Da], got ", out.video_logits.sizes(), " and ", out.audio_logits.sizes());
   auto v = out.video_logits.narrow(0, lay.cond_rows, out.video_logits.size(0) - lay.cond_rows).to(torch::kFloat32);
-  auto a = out.audio_logits.narrow(0, lay.ref_audio_rows, out.audio_logits.size(0) - lay.ref_audio_rows)
-               .to(torch::kFloat32);
+  auto a =
+      out.audio_logits.narrow(0, lay.ref_audio_rows, out.audio_logits.size(0) - lay.ref_audio_rows).to(torch::kFloat32);
   // The raw output approximates x0 − ε; the reference returns its negation (the flow-matching target ε − x0).
   return {-h3_unpatchify_video(v, sp.latent_t, sp.latent_h, sp.latent_w),
           -h3_unpack_audio(a, sp.audio_channels, sp.audio_t)};

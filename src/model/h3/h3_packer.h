@@ -1,6 +1,6 @@
 // The packed H3 sequence as DiffSynth's MiniMaxH3Unit_PackedSequenceBuilder and model_fn_minimax_h3 build it
-// (docs/h3_model.md §1.5–1.7, §2): T2VA [text | audio ch0, ch1 | video | pad], FL2VA [text | keyframe rows | audio | video |
-// pad], Ref2VA [text | ref blocks | audio | video | pad]; rows rounded up to a multiple of 64, padding its own
+// (docs/h3_model.md §1.5–1.7, §2): T2VA [text | audio ch0, ch1 | video | pad], FL2VA [text | keyframe rows | audio |
+// video | pad], Ref2VA [text | ref blocks | audio | video | pad]; rows rounded up to a multiple of 64, padding its own
 // attention segment. Two steps: the layout (positions, tags, row indices: geometry only) and the packing of content
 // and per-row timesteps into H3Inputs. Also patchify/unpatchify and audio pack/unpack.
 // Not here: encoding keyframes or references (the caller gives their rows), the DiT, losses.
@@ -39,26 +39,26 @@ struct H3RefSpec {  // one Ref2VA reference block
 };
 
 struct H3LayoutSpec {
-  int64_t text_len = 0;                               // Lt
+  int64_t text_len = 0;                              // Lt
   int64_t latent_t = 0, latent_h = 0, latent_w = 0;  // target video latent T, H, W (H, W even)
-  int64_t audio_t = 0;                                // target audio latent steps A
-  int64_t audio_channels = 2;                         // stereo: one row per (channel, step)
-  std::vector<int64_t> keyframes;                     // FL2VA: 0 (first) / -1 (last), in row order
-  std::vector<H3RefSpec> references;                  // Ref2VA, in request order (not with keyframes)
+  int64_t audio_t = 0;                               // target audio latent steps A
+  int64_t audio_channels = 2;                        // stereo: one row per (channel, step)
+  std::vector<int64_t> keyframes;                    // FL2VA: 0 (first) / -1 (last), in row order
+  std::vector<H3RefSpec> references;                 // Ref2VA, in request order (not with keyframes)
   int64_t seq_align = 64;
   void validate() const;  // throws naming the field, value and fix
 };
 
 struct H3Layout {
   H3LayoutSpec spec;
-  int64_t seq_len = 0, used = 0;  // S (multiple of seq_align) and real rows
-  int64_t cond_rows = 0;          // leading img_pos rows that are keyframe/reference visual rows
-  int64_t ref_audio_rows = 0;     // leading audio_pos rows that are reference audio
-  torch::Tensor position_ids;     // [S, 3] float64 (t, h, w)
-  torch::Tensor token_tags;       // [S] int64: text 1, keyframe/reference/video 0, audio 2, padding -1
+  int64_t seq_len = 0, used = 0;               // S (multiple of seq_align) and real rows
+  int64_t cond_rows = 0;                       // leading img_pos rows that are keyframe/reference visual rows
+  int64_t ref_audio_rows = 0;                  // leading audio_pos rows that are reference audio
+  torch::Tensor position_ids;                  // [S, 3] float64 (t, h, w)
+  torch::Tensor token_tags;                    // [S] int64: text 1, keyframe/reference/video 0, audio 2, padding -1
   torch::Tensor img_pos, audio_pos, text_pos;  // int64 row indices (conditioning first)
-  torch::Tensor cu_seqlens;          // [3] int32 {0, used, S}
-  torch::Tensor refiner_cu_seqlens;  // [3] int32 {0, Lt, Lt}
+  torch::Tensor cu_seqlens;                    // [3] int32 {0, used, S}
+  torch::Tensor refiner_cu_seqlens;            // [3] int32 {0, Lt, Lt}
   int64_t frame_rows() const { return (spec.latent_h / 2) * (spec.latent_w / 2); }
 };
 H3Layout build_h3_layout(const H3LayoutSpec& spec);
@@ -66,11 +66,11 @@ H3Layout build_h3_layout(const H3LayoutSpec& spec);
 // Model time t in [0, 1] (1 = clean; DiffSynth's t = 1 - timestep/1000) for each kind of row, in float64; each
 // row's value is rounded to float32 once, as the reference's float32 timestep vector.
 struct H3Times {
-  std::vector<double> video;  // target video: one value, or one per latent frame (diffusion forcing)
-  std::vector<double> audio;  // target audio: one value, or one per latent step
-  std::optional<double> text; // text and padding rows ("the target t"); default: the single video value
-  double cond_floor = 0.999;      // keyframe/reference visual rows: max(text t, cond_floor)
-  double ref_audio_floor = 1.0;   // reference audio rows: max(audio t (text t if per step), floor)
+  std::vector<double> video;     // target video: one value, or one per latent frame (diffusion forcing)
+  std::vector<double> audio;     // target audio: one value, or one per latent step
+  std::optional<double> text;    // text and padding rows ("the target t"); default: the single video value
+  double cond_floor = 0.999;     // keyframe/reference visual rows: max(text t, cond_floor)
+  double ref_audio_floor = 1.0;  // reference audio rows: max(audio t (text t if per step), floor)
 };
 
 struct H3Content {

@@ -43,9 +43,10 @@ class H3Stream : public KvStream {
                 "' (known: text_tags, picture1, picture1.noise)");
     for (const auto& name : s.side_streams) VDT_CHECK(name == "audio", "the h3 base has no side stream '", name, "'");
     audio_ = !s.side_streams.empty();
-    VDT_CHECK(s.context.defined() && s.context.dim() == 3 && s.context.size(2) == c.text_dim, "h3 stream: expected "
-              "context rows [R, Lt, ", c.text_dim, "], got ",
-              s.context.defined() ? s.context.sizes() : at::IntArrayRef{});
+    VDT_CHECK(s.context.defined() && s.context.dim() == 3 && s.context.size(2) == c.text_dim,
+              "h3 stream: expected "
+              "context rows [R, Lt, ",
+              c.text_dim, "], got ", s.context.defined() ? s.context.sizes() : at::IntArrayRef{});
     const int64_t row = s.prefix_ids.defined() ? s.prefix_ids.reshape({-1})[0].item<int64_t>() : 0;
     const auto prompt = s.context[row];  // [Lt, text_dim]
     const int64_t Lt = prompt.size(0);
@@ -63,11 +64,13 @@ class H3Stream : public KvStream {
     frame_rows_ = probe.frame_rows();
     prefix_pos_ = probe.position_ids.narrow(0, 0, prefix_rows_).clone();  // [P, 3] float64
     frame_hw_ = probe.position_ids.index_select(0, probe.img_pos.narrow(0, probe.cond_rows, frame_rows_))
-                    .narrow(1, 1, 2).clone();  // [fr, 2]
+                    .narrow(1, 1, 2)
+                    .clone();                                              // [fr, 2]
     const auto aud = probe.position_ids.index_select(0, probe.audio_pos);  // [2, 3]: ch0, ch1
     audio_w_ = {aud[0][2].item<double>(), aud[1][2].item<double>()};
     origin3_ = 3 * Lt + (pic ? 3 : 0);
-    VDT_CHECK(aud[0][0].item<double>() == at_thirds(origin3_, 0), "h3 stream: the media clock's origin differs from "
+    VDT_CHECK(aud[0][0].item<double>() == at_thirds(origin3_, 0),
+              "h3 stream: the media clock's origin differs from "
               "the packer's");
 
     // Rows: the prefix, then the kept chunks and the one being made (the largest chunk: audio steps vary by one).
@@ -96,8 +99,8 @@ class H3Stream : public KvStream {
     if (pic) {
       const auto* noise = find(s.extra, "picture1.noise");
       auto clean = h3_patchify_video((*pic).to(torch::kFloat32));  // [1, C, 1, Hp, Wp] -> [R, Dv]
-      auto rows = h3_cond_rows(clean, noise ? h3_patchify_video(noise->to(torch::kFloat32)) : torch::zeros_like(clean),
-                               0.999);
+      auto rows =
+          h3_cond_rows(clean, noise ? h3_patchify_video(noise->to(torch::kFloat32)) : torch::zeros_like(clean), 0.999);
       h = torch::cat({h, island(m_.video_patch_proj, rows)});  // [P, D]
     }
     std::vector<int64_t> tags(static_cast<size_t>(prefix_rows_), 0);
@@ -305,8 +308,8 @@ class H3Stream : public KvStream {
   void rotate_sink(int64_t moved) {
     torch::NoGradGuard ng;
     const int64_t S = spec_.sink_chunks, cf = spec_.chunk_frames;
-    const double shift = (5.0 / 3.0) * static_cast<double>(h3_first_pixel_frame((S + moved) * cf) -
-                                                           h3_first_pixel_frame(S * cf));
+    const double shift =
+        (5.0 / 3.0) * static_cast<double>(h3_first_pixel_frame((S + moved) * cf) - h3_first_pixel_frame(S * cf));
     const auto& segs = cache_->segments();
     for (size_t i = 0; i < segs.size(); ++i) {
       if (segs[i].chunk >= S) continue;
@@ -326,9 +329,9 @@ class H3Stream : public KvStream {
   int64_t prefix_rows_ = 0, frame_rows_ = 0, origin3_ = 0, moved_ = 0;
   torch::Tensor prefix_pos_, frame_hw_;  // [P, 3], [fr, 2] float64
   std::array<double, 2> audio_w_{};
-  torch::Tensor t_emb_, inverse_;  // the last pass's time embedding and each row's index into it
-  torch::Tensor ada_;              // [L, 6, slots * 3, D]: each block's AdaLN tensors of the slots' model times
-  std::vector<float> slot_time_;   // the model time each slot holds
+  torch::Tensor t_emb_, inverse_;   // the last pass's time embedding and each row's index into it
+  torch::Tensor ada_;               // [L, 6, slots * 3, D]: each block's AdaLN tensors of the slots' model times
+  std::vector<float> slot_time_;    // the model time each slot holds
   std::vector<int64_t> slot_used_;  // the pass that last used each slot (-1: empty)
   int64_t passes_ = 0;
 };

@@ -34,7 +34,8 @@ void check_h3_weights(const SafetensorsSet& files, const H3Config& cfg, const Lo
       unexpected.push_back(k);
     } else if (files.entry(k).shape != it->second) {
       std::ostringstream os;
-      os << k << ": file has " << at::IntArrayRef(files.entry(k).shape) << ", model expects " << at::IntArrayRef(it->second);
+      os << k << ": file has " << at::IntArrayRef(files.entry(k).shape) << ", model expects "
+         << at::IntArrayRef(it->second);
       mismatched.push_back(os.str());
     }
   }

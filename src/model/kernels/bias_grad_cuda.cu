@@ -89,8 +89,8 @@ __global__ void finish_kernel(const float* __restrict__ partial, int64_t slices,
 template <typename T>
 void launch_finish(const Tensor& partial, Tensor& out, cudaStream_t stream) {
   const int64_t slices = partial.size(0), C = partial.size(1);
-  finish_kernel<T><<<static_cast<unsigned>((C + 31) / 32), kThreads, 0, stream>>>(partial.data_ptr<float>(), slices,
-                                                                                   C, out.data_ptr<T>());
+  finish_kernel<T><<<static_cast<unsigned>((C + 31) / 32), kThreads, 0, stream>>>(partial.data_ptr<float>(), slices, C,
+                                                                                  out.data_ptr<T>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -101,12 +101,12 @@ void launch(const Tensor& g, Tensor& out) {
   const int64_t tiles = (C + 32 * N - 1) / (32 * N);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   // ~4 blocks per SM in pass 1 (enough 16-byte loads in flight to cover the memory latency), slices of >= 64 rows
-  const int64_t slices =
-      std::max<int64_t>(1, std::min<int64_t>((4 * sms + tiles - 1) / tiles, (rows + 63) / 64));
+  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((4 * sms + tiles - 1) / tiles, (rows + 63) / 64));
   const int64_t per = (rows + slices - 1) / slices;
   auto partial = at::empty({slices, C}, g.options().dtype(at::kFloat));
-  partial_kernel<T, N, kVec><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)), kThreads, 0,
-                               stream>>>(g.data_ptr<T>(), rows, C, per, partial.data_ptr<float>());
+  partial_kernel<T, N, kVec>
+      <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)), kThreads, 0, stream>>>(
+          g.data_ptr<T>(), rows, C, per, partial.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_finish<T>(partial, out, stream);
 }

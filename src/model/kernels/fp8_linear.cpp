@@ -41,8 +41,8 @@ bool use_kernel(const Tensor& t, QuantPath path) {
 // The ATen twin of the kernels: rows of tf [R, C] float32 -> (q, scale), the steps the kernels take; amax [R] when
 // known (a fused pass's), else taken here.
 Fp8Rows aten_quantize_rows(const Tensor& tf, const Tensor& known_amax = {}) {
-  const auto amax = known_amax.defined() ? known_amax : tf.abs().amax(1);     // [R]; NaN-propagating
-  const auto scale = amax.clamp_min(kFp8AmaxFloor) * static_cast<double>(kFp8InvMax);  // exact in double
+  const auto amax = known_amax.defined() ? known_amax : tf.abs().amax(1);                       // [R]; NaN-propagating
+  const auto scale = amax.clamp_min(kFp8AmaxFloor) * static_cast<double>(kFp8InvMax);           // exact in double
   const auto q = (tf / scale.unsqueeze(1)).clamp(-kFp8Max, kFp8Max).to(torch::kFloat8_e4m3fn);  // [R, C]
   return {q, scale};
 }
@@ -59,8 +59,8 @@ std::vector<int64_t> with_last(torch::IntArrayRef sizes, int64_t last) {
 // x [..., in], w [out, in], b [out] or undefined -> act(x) w^T + b [..., out] in x's dtype
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend backend, bool fast_accum,
                       Fp8OperandMemo* memo, InputAct act) {
-  VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ",
-            w.sizes(), " do not chain (expected x [..., in], w [out, in])");
+  VDT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "fp8_linear: x ", x.sizes(), " and w ", w.sizes(),
+            " do not chain (expected x [..., in], w [out, in])");
   const int64_t K = w.size(1), N = w.size(0);
   const auto x2 = x.reshape({-1, K});  // [..., in] -> [M, in]
   if (x2.size(0) == 0) {
@@ -99,20 +99,20 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool want_x = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
     const bool want_b = has_bias && ctx->needs_input_grad(2);
-    const auto r = fp8_linear_grads(grads[0], saved[0], saved[1], want_x, want_w, want_b,
-                                    static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
-                                    {.dgrad = ctx->saved_data["fast_dgrad"].toBool(),
-                                     .wgrad = ctx->saved_data["fast_wgrad"].toBool()},
-                                    reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()),
-                                    static_cast<InputAct>(ctx->saved_data["act"].toInt()));
+    const auto r = fp8_linear_grads(
+        grads[0], saved[0], saved[1], want_x, want_w, want_b,
+        static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()),
+        {.dgrad = ctx->saved_data["fast_dgrad"].toBool(), .wgrad = ctx->saved_data["fast_wgrad"].toBool()},
+        reinterpret_cast<Fp8OperandMemo*>(ctx->saved_data["memo"].toInt()),
+        static_cast<InputAct>(ctx->saved_data["act"].toInt()));
     variable_list out = {r.dx, r.dw};
     if (has_bias) out.push_back(r.db);  // [out]
-    out.push_back(Tensor());  // backend
-    out.push_back(Tensor());  // fast_forward
-    out.push_back(Tensor());  // fast_dgrad
-    out.push_back(Tensor());  // fast_wgrad
-    out.push_back(Tensor());  // memo
-    out.push_back(Tensor());  // act
+    out.push_back(Tensor());            // backend
+    out.push_back(Tensor());            // fast_forward
+    out.push_back(Tensor());            // fast_dgrad
+    out.push_back(Tensor());            // fast_wgrad
+    out.push_back(Tensor());            // memo
+    out.push_back(Tensor());            // act
     return out;
   }
 };
@@ -143,15 +143,16 @@ Fp8Rows quantize_rows(const Tensor& t, QuantPath path, Tensor* col_amax, InputAc
   }
 #endif
   const auto tf = input_act(t, act).to(torch::kFloat32);
-  if (col_amax)
-    *col_amax = tf.size(0) == 0 ? torch::zeros({tf.size(1)}, tf.options()) : tf.abs().amax(0);  // [C]
+  if (col_amax) *col_amax = tf.size(0) == 0 ? torch::zeros({tf.size(1)}, tf.options()) : tf.abs().amax(0);  // [C]
   return aten_quantize_rows(tf);
 }
 
 Fp8Rows quantize_cols(const Tensor& t, int64_t pad, QuantPath path, const Tensor& col_amax, Tensor* col_sum,
                       InputAct act) {
-  VDT_CHECK(t.dim() == 2 && t.is_floating_point() && pad >= 1, "quantize_cols: expected a 2-D floating-point tensor "
-            "and pad >= 1, got ", t.sizes(), " ", t.scalar_type(), " pad ", pad);
+  VDT_CHECK(t.dim() == 2 && t.is_floating_point() && pad >= 1,
+            "quantize_cols: expected a 2-D floating-point tensor "
+            "and pad >= 1, got ",
+            t.sizes(), " ", t.scalar_type(), " pad ", pad);
   VDT_CHECK(!col_amax.defined() || (col_amax.dim() == 1 && col_amax.size(0) == t.size(1)),
             "quantize_cols: col_amax must be [", t.size(1), "], got ", col_amax.sizes());
   const int64_t R = t.size(0), Rp = round_up(R, pad);
@@ -272,8 +273,10 @@ Tensor Fp8OperandMemo::MaximaMap::find(const Tensor& t, QuantPath path, InputAct
 }
 
 void Fp8OperandMemo::hold_frozen(const Tensor& w) {
-  VDT_CHECK(w.defined() && w.dim() == 2 && !w.requires_grad(), "Fp8OperandMemo::hold_frozen: expected a frozen 2-D "
-            "weight (no gradient), got ", w.defined() ? w.sizes() : torch::IntArrayRef{},
+  VDT_CHECK(w.defined() && w.dim() == 2 && !w.requires_grad(),
+            "Fp8OperandMemo::hold_frozen: expected a frozen 2-D "
+            "weight (no gradient), got ",
+            w.defined() ? w.sizes() : torch::IntArrayRef{},
             w.defined() && w.requires_grad() ? " that requires a gradient" : "");
   Frozen fresh{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(w.getIntrusivePtr())};
   std::lock_guard<std::mutex> lock(mu_);
@@ -284,7 +287,8 @@ void Fp8OperandMemo::hold_frozen(const Tensor& w) {
 namespace {
 // A held frozen weight's kept copy, for the path that made it only (its own data is gone: it cannot be made again)
 const Fp8Rows& kept_copy(const Fp8Rows& q, QuantPath made_by, QuantPath path, const Tensor& w) {
-  VDT_CHECK(made_by == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(), " was quantized by another path "
+  VDT_CHECK(made_by == path, "Fp8OperandMemo: a held frozen weight ", w.sizes(),
+            " was quantized by another path "
             "than this call's (its own data is released)");
   return q;
 }
@@ -370,8 +374,10 @@ Tensor fp8_gemm_nt(const Fp8Rows& a, const Fp8Rows& b, Fp8Backend backend, bool 
   }
   VDT_CHECK(a.q.is_cuda(), "--fp8 on: the FP8 GEMM needs a CUDA device, the operands are on ", a.q.device(),
             "; use --fp8 emulate for the reference numerics on any device");
-  VDT_CHECK(K % 16 == 0 && N % 16 == 0, "--fp8 on: at::_scaled_mm needs the reduction and output widths to be multiples "
-            "of 16, this GEMM is [", M, ", ", K, "] x [", N, ", ", K, "]^T; use --fp8 off (or emulate) for this model");
+  VDT_CHECK(K % 16 == 0 && N % 16 == 0,
+            "--fp8 on: at::_scaled_mm needs the reduction and output widths to be multiples "
+            "of 16, this GEMM is [",
+            M, ", ", K, "] x [", N, ", ", K, "]^T; use --fp8 off (or emulate) for this model");
   // mat2 column-major: the transpose of b.q's row-major [N, K]; row-wise scales [M, 1] and [1, N], float32, contiguous.
   // The bias in bfloat16 (the epilogue's type for a bfloat16 result; a float32 bias under --precision mixed rounds).
   std::optional<Tensor> bias_bf16;
@@ -386,8 +392,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, Fp8Backend 
   if (!torch::GradMode::is_enabled() || !any_grad) return linear_forward(x, w, b, backend, accum.forward, memo, act);
   std::vector<Tensor> xwb = {x, w};
   if (b.defined()) xwb.push_back(b);
-  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad,
-                            accum.wgrad, memo, static_cast<int64_t>(act));
+  return Fp8LinearFn::apply(at::TensorList(xwb), static_cast<int64_t>(backend), accum.forward, accum.dgrad, accum.wgrad,
+                            memo, static_cast<int64_t>(act));
 }
 
 LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool want_x, bool want_w, bool want_b,
@@ -410,8 +416,10 @@ LinearGrads fp8_linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, 
     const auto wq = memo ? memo->weight_cols(w, qp) : quantize_cols(w, 1, qp);
     out.dx = fp8_gemm_nt(gq, wq, backend, accum.dgrad).to(g.scalar_type()).view(with_last(g.sizes(), K));
     if (act == InputAct::gelu_tanh) {  // dx above is act(x)'s gradient
-      VDT_CHECK(x.defined() && x.sizes() == out.dx.sizes(), "fp8_linear_grads: dgrad through the input's activation "
-                "needs x ", out.dx.sizes(), ", got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
+      VDT_CHECK(x.defined() && x.sizes() == out.dx.sizes(),
+                "fp8_linear_grads: dgrad through the input's activation "
+                "needs x ",
+                out.dx.sizes(), ", got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
       out.dx = torch::gelu_backward(out.dx, x, "tanh");
     }
   }

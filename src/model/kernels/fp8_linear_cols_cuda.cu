@@ -20,9 +20,9 @@
 namespace vdt::kernels::cuda {
 namespace {
 
-constexpr int kColTileRows = 128;     // rows of t per tile of the column-wise quantize (a 128-byte span of a q row)
-constexpr int kColTileCols = 64;      // columns of t per tile (rows of q)
-constexpr int kColThreads = 256;      // threads per tile block
+constexpr int kColTileRows = 128;  // rows of t per tile of the column-wise quantize (a 128-byte span of a q row)
+constexpr int kColTileCols = 64;   // columns of t per tile (rows of q)
+constexpr int kColThreads = 256;   // threads per tile block
 
 // q [C, Rp] from t [R, C] by tiles of kColTileRows rows x kColTileCols columns of t (q: 64 rows of 128 bytes), one
 // block of kColThreads each: blockIdx.x the column tile (the blocks in flight cover whole spans of t's rows),
@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kColThreads)
   __shared__ __align__(16) uint32_t tile[kColTileCols][kWords];
   __shared__ float col_scale[kColTileCols], col_recip[kColTileCols];
   __shared__ float col_sum[kSum ? kWords : 1][kColTileCols + 1];  // kSum: [4-row sub-block][column], padded a word
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kColTileCols, r0 = static_cast<int64_t>(blockIdx.y) * kColTileRows;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kColTileCols,
+                r0 = static_cast<int64_t>(blockIdx.y) * kColTileRows;
   const int tid = threadIdx.x;
   if (tid < kColTileCols && c0 + tid < C) {
     const float s = scale_of(__int_as_float(amax_bits[c0 + tid]));
@@ -186,7 +187,7 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t
   const bool q_aligned = reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0;  // at::empty's are
   const int store_bytes = q_aligned && Rp % 16 == 0 ? 16 : q_aligned && Rp % 4 == 0 ? 4 : 1;
   const auto stream = at::cuda::getCurrentCUDAStream();
-  Tensor amax_bits;  // this call's own column maxima when none were given
+  Tensor amax_bits;                                              // this call's own column maxima when none were given
   if (!given) amax_bits = zeroed_scratch().take(C, t.device());  // [C] int32 zeros (no fill launch of its own)
   int* bits = given ? given : amax_bits.data_ptr<int>();
   Tensor partial;  // want_sum: [row tiles, C] float32, the tiles' column sums
@@ -200,15 +201,18 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cols(const Tensor& t_in, int64_t
       constexpr bool kVec = decltype(kvec)::value, kSum = decltype(ksum)::value, kGelu = decltype(kgelu)::value;
       constexpr int n = kVec ? N : 1;
       if (!given) launch_col_amax<T, n, kVec, kGelu>(t.data_ptr<T>(), bits, R, C, stream);
-      quantize_cols_kernel<T, n, kVec, kSum, kGelu><<<tile_grid, kColThreads, 0, stream>>>(
-          t.data_ptr<T>(), bits, qp, sp, pp, R, C, Rp, store_bytes);
+      quantize_cols_kernel<T, n, kVec, kSum, kGelu>
+          <<<tile_grid, kColThreads, 0, stream>>>(t.data_ptr<T>(), bits, qp, sp, pp, R, C, Rp, store_bytes);
       check_launch();
     };
     using yes = std::true_type;
     using no = std::false_type;
-    if (gelu) run(yes{}, no{}, yes{});  // vec and no sums (above)
-    else if (vec) want_sum ? run(yes{}, yes{}, no{}) : run(yes{}, no{}, no{});
-    else want_sum ? run(no{}, yes{}, no{}) : run(no{}, no{}, no{});
+    if (gelu)
+      run(yes{}, no{}, yes{});  // vec and no sums (above)
+    else if (vec)
+      want_sum ? run(yes{}, yes{}, no{}) : run(yes{}, no{}, no{});
+    else
+      want_sum ? run(no{}, yes{}, no{}) : run(no{}, no{}, no{});
   });
   if (want_sum) sum = column_sum_finish(partial, t.scalar_type());
   return {q, scale, sum};

@@ -23,9 +23,9 @@
 namespace vdt::kernels::cuda {
 namespace {
 
-constexpr int kRowThreads = 512;      // most threads per block of the row-wise kernel (a multiple of 32)
-constexpr int kWarpRows = 8;          // rows (warps) per block of the warp-per-row kernel
-constexpr int kHeldRounds = 4;        // most loads a thread of the held-row kernel (bfloat16 rows up to 16384)
+constexpr int kRowThreads = 512;  // most threads per block of the row-wise kernel (a multiple of 32)
+constexpr int kWarpRows = 8;      // rows (warps) per block of the warp-per-row kernel
+constexpr int kHeldRounds = 4;    // most loads a thread of the held-row kernel (bfloat16 rows up to 16384)
 
 // Max over the block, returned to every thread; blockDim.x a multiple of 32.
 __device__ float block_max(float v) {
@@ -107,8 +107,8 @@ __device__ __forceinline__ void flush_slot_maxima(const int* slots, int* amax_bi
 
 // One block per row r of t [R, C] (a block takes every gridDim.x-th row); each thread takes N consecutive columns at a
 // time (16-byte loads and 8-byte fp8 stores when kVec: C a multiple of N and the row pointers aligned), the row read
-// twice (amax, then quantize; the second read mostly from L1). With kVec and a finite scale the quotients go through the
-// column kernel's conversion (the row's reciprocal once, two values per saturating cvt: e4m3x2, the same bytes as
+// twice (amax, then quantize; the second read mostly from L1). With kVec and a finite scale the quotients go through
+// the column kernel's conversion (the row's reciprocal once, two values per saturating cvt: e4m3x2, the same bytes as
 // quantize()); a row with a NaN or inf takes quantize() value by value. kColMax: the maxima of |t| over each column on
 // the way, into amax_bits [C] (zero-initialised): a thread owns the same columns in every row, keeps their maxima's
 // float bits in its own shared-memory slots ([round][element][thread]: a warp's lanes on consecutive words), and after
@@ -334,7 +334,8 @@ unsigned resident_grid(const void* kernel, int threads, size_t smem, int64_t uni
       C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
       auto& bytes = allowed[{kernel, device}];
       if (smem + attrs.sharedSizeBytes > 48 * 1024 && smem > bytes) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        C10_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         bytes = smem;
       }
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, smem));
@@ -362,10 +363,14 @@ void launch_rows_warp_v(cudaStream_t stream, const T* t, fp8* q, float* scale, i
 template <typename T, int N, bool kColMax>
 void launch_rows_warp(cudaStream_t stream, const T* t, fp8* q, float* scale, int* amax_bits, int64_t R, int64_t C) {
   const int64_t per_lane = (C + 32 * N - 1) / (32 * N);
-  if (per_lane <= 4) launch_rows_warp_v<T, N, kColMax, 4>(stream, t, q, scale, amax_bits, R, C);
-  else if (per_lane <= 8) launch_rows_warp_v<T, N, kColMax, 8>(stream, t, q, scale, amax_bits, R, C);
-  else if (per_lane <= 12) launch_rows_warp_v<T, N, kColMax, 12>(stream, t, q, scale, amax_bits, R, C);
-  else launch_rows_warp_v<T, N, kColMax, 16>(stream, t, q, scale, amax_bits, R, C);
+  if (per_lane <= 4)
+    launch_rows_warp_v<T, N, kColMax, 4>(stream, t, q, scale, amax_bits, R, C);
+  else if (per_lane <= 8)
+    launch_rows_warp_v<T, N, kColMax, 8>(stream, t, q, scale, amax_bits, R, C);
+  else if (per_lane <= 12)
+    launch_rows_warp_v<T, N, kColMax, 12>(stream, t, q, scale, amax_bits, R, C);
+  else
+    launch_rows_warp_v<T, N, kColMax, 16>(stream, t, q, scale, amax_bits, R, C);
 }
 
 // The block-per-row kernel; kColMax: looping over the rows with as many blocks as are resident, each thread's column
@@ -423,34 +428,50 @@ std::tuple<Tensor, Tensor> fp8_quantize_rows(const Tensor& t_in, const Tensor& c
       kernel<<<grid, block, smem, stream>>>(data, qp, sp, bits, R, C);
     };
     const size_t held_smem = static_cast<size_t>(kHeldRounds) * n * threads * sizeof(int);
-    if (bits) launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, true>, t.data_ptr<bf16>(), held_smem);
-    else if (bf) launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, false>, t.data_ptr<bf16>(), 0);
-    else launch(quantize_rows_held_kernel<float, 4, kHeldRounds, true, false>, t.data_ptr<float>(), 0);
+    if (bits)
+      launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, true>, t.data_ptr<bf16>(), held_smem);
+    else if (bf)
+      launch(quantize_rows_held_kernel<bf16, 8, kHeldRounds, true, false>, t.data_ptr<bf16>(), 0);
+    else
+      launch(quantize_rows_held_kernel<float, 4, kHeldRounds, true, false>, t.data_ptr<float>(), 0);
     check_launch();
     return {q, scale};
   }
   if (warp) {
-    if (!bf) launch_rows_warp<float, 4, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C);
-    else if (fuse) launch_rows_warp<bf16, 8, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C);
-    else launch_rows_warp<bf16, 8, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C);
+    if (!bf)
+      launch_rows_warp<float, 4, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C);
+    else if (fuse)
+      launch_rows_warp<bf16, 8, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C);
+    else
+      launch_rows_warp<bf16, 8, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C);
   } else if (!bf) {
-    if (vec) launch_rows_block<float, 4, true, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
-    else launch_rows_block<float, 1, false, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
+    if (vec)
+      launch_rows_block<float, 4, true, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
+    else
+      launch_rows_block<float, 1, false, false>(stream, t.data_ptr<float>(), qp, sp, nullptr, R, C, 0);
   } else if (fuse) {
-    if (vec) launch_rows_block<bf16, 8, true, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
-    else launch_rows_block<bf16, 1, false, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
+    if (vec)
+      launch_rows_block<bf16, 8, true, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
+    else
+      launch_rows_block<bf16, 1, false, true>(stream, t.data_ptr<bf16>(), qp, sp, bits, R, C, block_smem);
   } else {
-    if (vec) launch_rows_block<bf16, 8, true, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
-    else launch_rows_block<bf16, 1, false, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
+    if (vec)
+      launch_rows_block<bf16, 8, true, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
+    else
+      launch_rows_block<bf16, 1, false, false>(stream, t.data_ptr<bf16>(), qp, sp, nullptr, R, C, 0);
   }
   if (bits && !fuse) {
     const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && C % n_vec == 0;
     if (!bf) {
-      if (aligned) launch_col_amax<float, 4, true>(t.data_ptr<float>(), bits, R, C, stream);
-      else launch_col_amax<float, 1, false>(t.data_ptr<float>(), bits, R, C, stream);
+      if (aligned)
+        launch_col_amax<float, 4, true>(t.data_ptr<float>(), bits, R, C, stream);
+      else
+        launch_col_amax<float, 1, false>(t.data_ptr<float>(), bits, R, C, stream);
     } else {
-      if (aligned) launch_col_amax<bf16, 8, true>(t.data_ptr<bf16>(), bits, R, C, stream);
-      else launch_col_amax<bf16, 1, false>(t.data_ptr<bf16>(), bits, R, C, stream);
+      if (aligned)
+        launch_col_amax<bf16, 8, true>(t.data_ptr<bf16>(), bits, R, C, stream);
+      else
+        launch_col_amax<bf16, 1, false>(t.data_ptr<bf16>(), bits, R, C, stream);
     }
   }
   return {q, scale};

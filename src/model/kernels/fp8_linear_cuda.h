@@ -35,8 +35,8 @@ std::tuple<at::Tensor, at::Tensor> fp8_quantize_rows(const at::Tensor& t, const 
 // read of t). want_sum: sum [C] in t's dtype, the column sums (float32 accumulation, deterministic) taken on the way;
 // else undefined. gelu: the columns of gelu_tanh(t), as fp8_quantize_rows (col_amax and sum of gelu(t)).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_quantize_cols(const at::Tensor& t, int64_t Rp,
-                                                                 const at::Tensor& col_amax = {},
-                                                                 bool want_sum = false, bool gelu = false);
+                                                                 const at::Tensor& col_amax = {}, bool want_sum = false,
+                                                                 bool gelu = false);
 
 }  // namespace cuda
 }  // namespace vdt::kernels

@@ -26,8 +26,8 @@ namespace {
 using at::Tensor;
 using fp8 = c10::Float8_e4m3fn;
 using bf16 = c10::BFloat16;
-constexpr int kAmaxWarps = 8;         // warps per block of the column-maximum pass (each on its own rows)
-constexpr int64_t kAmaxRows = 128;    // rows per block of the column-maximum pass (more when the grid needs it)
+constexpr int kAmaxWarps = 8;       // warps per block of the column-maximum pass (each on its own rows)
+constexpr int64_t kAmaxRows = 128;  // rows per block of the column-maximum pass (more when the grid needs it)
 
 // max that keeps a NaN, as ATen's amax does
 __device__ __forceinline__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
@@ -37,7 +37,7 @@ __device__ __forceinline__ float scale_of(float amax) {
 }
 
 __device__ __forceinline__ fp8 quantize(float v, float scale) {
-  float s = __fdiv_rn(v, scale);                                // IEEE division whatever the compile flags
+  float s = __fdiv_rn(v, scale);                              // IEEE division whatever the compile flags
   s = s > kFp8Max ? kFp8Max : (s < -kFp8Max ? -kFp8Max : s);  // a NaN passes, as ATen's clamp
   return fp8(s);
 }
@@ -96,8 +96,8 @@ __device__ __forceinline__ void activate(float (&v)[N]) {
 // Column maxima of t [R, C] into amax_bits [C] (zero-initialised). Block (32, kAmaxWarps): thread x takes the N
 // consecutive columns (blockIdx.x * 32 + x) * N (a 16-byte load when kVec: a warp reads 512 contiguous bytes of a row),
 // warp y every kAmaxWarps-th row of [blockIdx.y * rows, + rows); the warps' maxima meet in shared memory, then one
-// atomicMax per column on the float's bits, which order like the floats for values >= 0 (a NaN, sign clear, above +inf).
-// kGelu: the maxima of gelu_tanh(t) (activate).
+// atomicMax per column on the float's bits, which order like the floats for values >= 0 (a NaN, sign clear, above
+// +inf). kGelu: the maxima of gelu_tanh(t) (activate).
 template <typename T, int N, bool kVec, bool kGelu>
 __global__ void __launch_bounds__(32 * kAmaxWarps)
     col_amax_kernel(const T* __restrict__ t, int* __restrict__ amax_bits, int64_t R, int64_t C, int64_t rows) {
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(32 * kAmaxWarps)
   cuda_common::Pack<float, N> m;
 #pragma unroll
   for (int j = 0; j < N; ++j) m.v[j] = 0.f;
-  if (c < C) {  // with kVec, C is a multiple of N: all N columns are in
+  if (c < C) {                                     // with kVec, C is a multiple of N: all N columns are in
     constexpr int kStep = kAmaxWarps, kBatch = 4;  // 4 rows' loads in flight per thread
     int64_t r = r0 + threadIdx.y;
     for (; r + (kBatch - 1) * kStep < r1; r += kBatch * kStep) {

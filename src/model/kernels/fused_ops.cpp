@@ -5,7 +5,8 @@
 //     (+ the gradient of its second output x: the residual branch)
 //   gate + residual       out = x + gate * y:  dx = g;  dy = g * gate;  dgate[r] = sum g * y
 //   affine LayerNorm      out = n * w + b:  dw = sum g * n;  db = sum g;  dn = g * w;  dx as above (+ the residual's)
-//   H3 modulate           out = x * (1 + scale) + shift:  dx = g * (1 + scale);  dscale[r] = sum g * x;  dshift[r] = sum g
+//   H3 modulate           out = x * (1 + scale) + shift:  dx = g * (1 + scale);  dscale[r] = sum g * x;  dshift[r] =
+//   sum g
 // The reference differs only where it rounds an intermediate gradient to bfloat16 (autograd keeps each tensor's dtype);
 // these sums accumulate in float32 and round once.
 #include "model/kernels/fused_ops.h"
@@ -75,7 +76,7 @@ struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
       VDT_CUDA_ONLY(auto [out, mean, rstd] = cuda::modulated_norm_forward(x, shift, scale, eps);
                     ctx->save_for_backward({x, scale, mean, rstd}); return {x, out};);
     }
-    ctx->save_for_backward({x, scale});  // the statistics are recomputed in backward
+    ctx->save_for_backward({x, scale});                          // the statistics are recomputed in backward
     return {x, reference_modulated_norm(x, shift, scale, eps)};  // autograd is off here: the reference ops, no graph
   }
 
@@ -91,7 +92,7 @@ struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
     Tensor dx, dshift, dscale;
     if (ctx->saved_data["cuda"].toBool()) {
       VDT_CUDA_ONLY(
-          const auto go = grads[1].to(x.scalar_type()).contiguous(); const auto &mean = saved[2], &rstd = saved[3];
+          const auto go = grads[1].to(x.scalar_type()).contiguous(); const auto& mean = saved[2], &rstd = saved[3];
           if (want_x) {
             std::tie(dx, dscale, dshift) =
                 cuda::modulated_norm_backward(go, x, mean, rstd, scale, res, want_shift || want_scale, want_shift);
@@ -111,13 +112,18 @@ struct ModulatedNormFn : torch::autograd::Function<ModulatedNormFn> {
         dx = dx.to(x.scalar_type());
         if (res.defined()) dx = dx + res;  // what autograd's accumulation of the two branches would add
       }
-      if (want_shift) dshift = go.sum(2, /*keepdim=*/true);                                                // [B, G, 1, D]
-      if (want_scale) dscale = (go * n.to(x.scalar_type()).to(torch::kFloat32)).sum(2, /*keepdim=*/true);  // h as forward
+      if (want_shift) dshift = go.sum(2, /*keepdim=*/true);  // [B, G, 1, D]
+      if (want_scale)
+        dscale = (go * n.to(x.scalar_type()).to(torch::kFloat32)).sum(2, /*keepdim=*/true);  // h as forward
     }
-    if (dshift.defined() && want_shift) dshift = dshift.to(dtype_of(ctx, "shift_dtype"));
-    else dshift = Tensor();
-    if (dscale.defined() && want_scale) dscale = dscale.to(dtype_of(ctx, "scale_dtype"));
-    else dscale = Tensor();
+    if (dshift.defined() && want_shift)
+      dshift = dshift.to(dtype_of(ctx, "shift_dtype"));
+    else
+      dshift = Tensor();
+    if (dscale.defined() && want_scale)
+      dscale = dscale.to(dtype_of(ctx, "scale_dtype"));
+    else
+      dscale = Tensor();
     return {dx, dshift, dscale, Tensor(), Tensor()};
   }
 };
@@ -178,13 +184,12 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
     if (!grads[1].defined()) return {want_x ? res : Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     Tensor dx, dw, db;
     if (ctx->saved_data["cuda"].toBool() && want_x) {
-      VDT_CUDA_ONLY(std::tie(dx, dw, db) =
-                        cuda::layer_norm_backward(grads[1], x, mean, rstd, weight, bias, res, want_w, want_b);
-                    if (dw.defined()) dw = dw.to(weight.scalar_type());
-                    if (db.defined()) db = db.to(bias.scalar_type()););
+      VDT_CUDA_ONLY(
+          std::tie(dx, dw, db) = cuda::layer_norm_backward(grads[1], x, mean, rstd, weight, bias, res, want_w, want_b);
+          if (dw.defined()) dw = dw.to(weight.scalar_type()); if (db.defined()) db = db.to(bias.scalar_type()););
     } else {
-      std::tie(dx, dw, db) = at::native_layer_norm_backward(grads[1], x, {x.size(-1)}, mean, rstd, weight, bias,
-                                                            {want_x, want_w, want_b});
+      std::tie(dx, dw, db) =
+          at::native_layer_norm_backward(grads[1], x, {x.size(-1)}, mean, rstd, weight, bias, {want_x, want_w, want_b});
       if (want_x && res.defined()) dx = dx + res;  // what autograd's accumulation of the two branches would add
     }
     return {want_x ? dx : Tensor(), want_w ? dw : Tensor(), want_b ? db : Tensor(), Tensor(), Tensor()};
@@ -229,8 +234,10 @@ struct H3ModulateFn : torch::autograd::Function<H3ModulateFn> {
       if (want_shift) dshift = sum_rows(go, rows, R);
       if (want_scale) dscale = sum_rows(go * x.to(torch::kFloat32), rows, R);
     }
-    if (dshift.defined() && want_shift) dshift = dshift.to(mod_dtype);
-    else dshift = Tensor();
+    if (dshift.defined() && want_shift)
+      dshift = dshift.to(mod_dtype);
+    else
+      dshift = Tensor();
     if (dscale.defined()) dscale = dscale.to(mod_dtype);
     return {dx, dshift, dscale, Tensor(), Tensor()};
   }
@@ -273,15 +280,16 @@ struct H3GateFn : torch::autograd::Function<H3GateFn> {
 void check_wan(const char* op, const Tensor& x, const Tensor& mod, const char* mod_name) {
   TORCH_CHECK(x.dim() == 3 && mod.dim() == 4 && mod.size(0) == x.size(0) && mod.size(2) == 1 &&
                   mod.size(3) == x.size(2) && mod.size(1) > 0 && x.size(1) % mod.size(1) == 0,
-              op, ": expected x [B, L, D] and ", mod_name, " [B, G, 1, D] with G dividing L, got x ", x.sizes(), " and ",
-              mod_name, " ", mod.sizes());
+              op, ": expected x [B, L, D] and ", mod_name, " [B, G, 1, D] with G dividing L, got x ", x.sizes(),
+              " and ", mod_name, " ", mod.sizes());
 }
 
 void check_h3(const char* op, const Tensor& x, const Tensor& mod, const char* mod_name, const Tensor& rows) {
   TORCH_CHECK(x.dim() == 2 && mod.dim() == 2 && mod.size(1) == x.size(1) && rows.dim() == 1 &&
                   rows.size(0) == x.size(0) && rows.scalar_type() == torch::kInt64 && rows.device() == x.device(),
-              op, ": expected x [S, D], ", mod_name, " [R, D] and rows [S] int64 on x's device, got x ", x.sizes(), ", ",
-              mod_name, " ", mod.sizes(), ", rows ", rows.sizes(), " ", rows.scalar_type(), " on ", rows.device());
+              op, ": expected x [S, D], ", mod_name, " [R, D] and rows [S] int64 on x's device, got x ", x.sizes(),
+              ", ", mod_name, " ", mod.sizes(), ", rows ", rows.sizes(), " ", rows.scalar_type(), " on ",
+              rows.device());
 }
 
 void check_same(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
@@ -336,7 +344,8 @@ Tensor fused_gated_add(const Tensor& x, const Tensor& y, const Tensor& gate, Fus
   return GatedAddFn::apply(x, y, gate, use_cuda(x, gate, path));
 }
 
-Tensor fused_h3_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, const Tensor& rows, FusedPath path) {
+Tensor fused_h3_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, const Tensor& rows,
+                         FusedPath path) {
   check_h3("h3_modulate", x, shift, "shift", rows);
   check_same("h3_modulate", scale, "scale", shift, "shift");
   return H3ModulateFn::apply(x, shift, scale, rows, use_cuda(x, shift, path));
@@ -349,7 +358,8 @@ Tensor fused_h3_gate(const Tensor& x, const Tensor& gate, const Tensor& y, const
 }
 
 Tensor modulated_norm(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps) {
-  return fused_kernels_on() ? fused_modulated_norm(x, shift, scale, eps) : reference_modulated_norm(x, shift, scale, eps);
+  return fused_kernels_on() ? fused_modulated_norm(x, shift, scale, eps)
+                            : reference_modulated_norm(x, shift, scale, eps);
 }
 
 std::pair<Tensor, Tensor> modulated_norm_branch(const Tensor& x, const Tensor& shift, const Tensor& scale, double eps) {

@@ -44,7 +44,8 @@ enum class FusedPath { automatic, aten };
 std::string fused_backend(const torch::Tensor& x, const torch::Tensor& mod);
 
 // What the blocks call: the fused op when the switch is on, else the reference (reference_ops.h).
-torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+torch::Tensor modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                             double eps);
 // (x, modulated_norm(x, ...)) where x feeds a residual add next: use the first for it. Fused, the norm's backward then
 // adds the residual's gradient of x into its dx (one kernel, no accumulation add); the reference returns x itself.
 std::pair<torch::Tensor, torch::Tensor> modulated_norm_branch(const torch::Tensor& x, const torch::Tensor& shift,
@@ -56,7 +57,8 @@ std::pair<torch::Tensor, torch::Tensor> layer_norm_branch(const torch::Tensor& x
 torch::Tensor gated_add(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
 torch::Tensor h3_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                           const torch::Tensor& rows);
-torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y, const torch::Tensor& rows);
+torch::Tensor h3_gate(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& y,
+                      const torch::Tensor& rows);
 
 // The fused ops themselves, whatever the switch says. Shapes as reference_ops.h:
 // x [B, L, D] (float32/bfloat16/half), shift/scale [B, G, 1, D] with G dividing L -> [B, L, D] in x's dtype

@@ -73,7 +73,8 @@ __global__ void scale_kernel(const X* __restrict__ go, const M* __restrict__ mod
 }
 
 // Wan: partial sums over a slice of one group's consecutive tokens, one thread per column d:
-// grid (segments * splits, column tiles); prod[(seg * splits + split) * D + d] = sum g * h (h = LN(x) rounded to X when kNorm, else other), plain = sum g.
+// grid (segments * splits, column tiles); prod[(seg * splits + split) * D + d] = sum g * h (h = LN(x) rounded to X when
+// kNorm, else other), plain = sum g.
 template <typename X, bool kNorm>
 __global__ void group_sums_kernel(const X* __restrict__ go, const X* __restrict__ other, const float* __restrict__ mean,
                                   const float* __restrict__ rstd, float* __restrict__ prod, float* __restrict__ plain,
@@ -139,11 +140,11 @@ constexpr int kStepRows = 2;  // rows per step of the norm backward: their row s
 // kAffine: an affine LayerNorm (out = n * w + b in float32, rounded once) instead, `scale` = w [D] for every row:
 // dn = g * w, sums of g * n and g.
 template <typename X, int N, int V, bool kAffine>
-__global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ x,
-                                           const X* __restrict__ res, const float* __restrict__ mean,
-                                           const float* __restrict__ rstd, const float* __restrict__ scale,
-                                           X* __restrict__ dx, float* __restrict__ prod, float* __restrict__ plain,
-                                           int64_t D, int64_t Lg, int64_t splits, int64_t per) {
+__global__ void norm_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ x, const X* __restrict__ res,
+                                           const float* __restrict__ mean, const float* __restrict__ rstd,
+                                           const float* __restrict__ scale, X* __restrict__ dx,
+                                           float* __restrict__ prod, float* __restrict__ plain, int64_t D, int64_t Lg,
+                                           int64_t splits, int64_t per) {
   __shared__ float part[2 * kStepRows][32];
   const int64_t seg = blockIdx.x / splits, split = blockIdx.x % splits;
   const int64_t r0 = seg * Lg + split * per, r1 = min(r0 + per, (seg + 1) * Lg);
@@ -224,9 +225,8 @@ constexpr int kGateUnroll = 2;  // rows in flight per thread in the gate backwar
 // g * y (when prod is given).
 template <typename X, int N, int V>
 __global__ void gate_backward_chunk_kernel(const X* __restrict__ go, const X* __restrict__ y,
-                                           const float* __restrict__ gate, X* __restrict__ dy,
-                                           float* __restrict__ prod, int64_t D, int64_t Lg, int64_t splits,
-                                           int64_t per) {
+                                           const float* __restrict__ gate, X* __restrict__ dy, float* __restrict__ prod,
+                                           int64_t D, int64_t Lg, int64_t splits, int64_t per) {
   const int64_t seg = blockIdx.x / splits, split = blockIdx.x % splits;
   const int64_t r0 = seg * Lg + split * per, r1 = min(r0 + per, (seg + 1) * Lg);
 #pragma unroll
@@ -291,8 +291,10 @@ Tensor modulated_norm_backward_x(const Tensor& go, const Tensor& x_in, const Ten
                                                             rstd.data_ptr<float>(), scale.data_ptr<float>(),
                                                             dx.data_ptr<X>(), D, group_rows(x, G));
     };
-    if (n > 1) launch(norm_backward_kernel<X, 16 / sizeof(X)>);
-    else launch(norm_backward_kernel<X, 1>);
+    if (n > 1)
+      launch(norm_backward_kernel<X, 16 / sizeof(X)>);
+    else
+      launch(norm_backward_kernel<X, 1>);
   });
   check_launch();
   return dx;
@@ -304,7 +306,8 @@ std::tuple<Tensor, Tensor> group_sums(const Tensor& go, const Tensor& other_in, 
   const auto other = other_in.contiguous(), g = go.to(other.scalar_type()).contiguous();
   const int64_t B = other.size(0), L = other.size(1), D = other.size(2), Lg = L / G;
   // Slices of at least 64 tokens (at most 256 per group) so that the blocks fill the GPU.
-  const int64_t rows_per_split = std::max<int64_t>(64, (Lg + 255) / 256), splits = (Lg + rows_per_split - 1) / rows_per_split;
+  const int64_t rows_per_split = std::max<int64_t>(64, (Lg + 255) / 256),
+                splits = (Lg + rows_per_split - 1) / rows_per_split;
   auto prod = at::empty({B, G, splits, D}, g.options().dtype(at::kFloat));
   auto plain = want_plain ? at::empty_like(prod) : Tensor();
   const dim3 grid(row_blocks(B * G * splits), (D + kColThreads - 1) / kColThreads);
@@ -312,10 +315,9 @@ std::tuple<Tensor, Tensor> group_sums(const Tensor& go, const Tensor& other_in, 
   VDT_DISPATCH_X(other, "group_sums", [&] {
     float* pp = want_plain ? plain.data_ptr<float>() : nullptr;
     if (norm)
-      group_sums_kernel<X, true><<<grid, kColThreads, 0, stream>>>(g.data_ptr<X>(), other.data_ptr<X>(),
-                                                                   mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                                                   prod.data_ptr<float>(), pp, D, Lg, splits,
-                                                                   rows_per_split);
+      group_sums_kernel<X, true><<<grid, kColThreads, 0, stream>>>(
+          g.data_ptr<X>(), other.data_ptr<X>(), mean.data_ptr<float>(), rstd.data_ptr<float>(), prod.data_ptr<float>(),
+          pp, D, Lg, splits, rows_per_split);
     else
       group_sums_kernel<X, false><<<grid, kColThreads, 0, stream>>>(g.data_ptr<X>(), other.data_ptr<X>(), nullptr,
                                                                     nullptr, prod.data_ptr<float>(), pp, D, Lg, splits,
@@ -338,14 +340,16 @@ Tensor group_scale(const Tensor& go, const Tensor& gate_in, at::ScalarType dtype
   auto out = at::empty_like(g);
   const auto stream = at::cuda::getCurrentCUDAStream();
   VDT_DISPATCH_X(g, "gated_add backward", [&] {
-    const int n = vec_width<X>(D, {g.data_ptr(), out.data_ptr(), gate.data_ptr()},
-                               {sizeof(X), sizeof(X), sizeof(float)});
+    const int n =
+        vec_width<X>(D, {g.data_ptr(), out.data_ptr(), gate.data_ptr()}, {sizeof(X), sizeof(X), sizeof(float)});
     auto launch = [&](auto kernel) {
       kernel<<<row_blocks(B * L), kRowThreads, 0, stream>>>(g.data_ptr<X>(), gate.data_ptr<float>(), out.data_ptr<X>(),
                                                             D, group_rows(g, G));
     };
-    if (n > 1) launch(scale_kernel<X, float, X, false, 16 / sizeof(X), GroupRows>);
-    else launch(scale_kernel<X, float, X, false, 1, GroupRows>);
+    if (n > 1)
+      launch(scale_kernel<X, float, X, false, 16 / sizeof(X), GroupRows>);
+    else
+      launch(scale_kernel<X, float, X, false, 1, GroupRows>);
   });
   check_launch();
   return out;
@@ -411,13 +415,13 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_backward(const Tensor& go, con
   bool launched = false;
   if (B * L > 0 && D > 0) {
     VDT_DISPATCH_X(x, "modulated_norm backward", [&] {
-      const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), scale.data_ptr(),
-                                     res.defined() ? res.data_ptr() : nullptr},
-                                 {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
-      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, false>
-                       : norm_backward_chunk_kernel<X, 1, 1, false>;
-      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, false>
-                       : norm_backward_chunk_kernel<X, 1, 2, false>;
+      const int n = vec_width<X>(
+          D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), scale.data_ptr(), res.defined() ? res.data_ptr() : nullptr},
+          {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
+      auto* k1 =
+          n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, false> : norm_backward_chunk_kernel<X, 1, 1, false>;
+      auto* k2 =
+          n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, false> : norm_backward_chunk_kernel<X, 1, 2, false>;
       if (!chunk_grid(D, n, B * G, Lg, max_blocks(k1, k2), cg)) return;
       if (want_sums) prod = at::empty({B, G, cg.splits, D}, x.options().dtype(at::kFloat));
       if (want_sums && want_plain) plain = at::empty_like(prod);
@@ -463,13 +467,13 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& go, const T
   bool launched = false;
   if (rows > 0 && D > 0) {
     VDT_DISPATCH_X(x, "layer_norm backward", [&] {
-      const int n = vec_width<X>(D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), w.data_ptr(),
-                                     res.defined() ? res.data_ptr() : nullptr},
-                                 {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
-      auto* k1 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, true>
-                       : norm_backward_chunk_kernel<X, 1, 1, true>;
-      auto* k2 = n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, true>
-                       : norm_backward_chunk_kernel<X, 1, 2, true>;
+      const int n = vec_width<X>(
+          D, {x.data_ptr(), g.data_ptr(), dx.data_ptr(), w.data_ptr(), res.defined() ? res.data_ptr() : nullptr},
+          {sizeof(X), sizeof(X), sizeof(X), sizeof(float), sizeof(X)});
+      auto* k1 =
+          n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 1, true> : norm_backward_chunk_kernel<X, 1, 1, true>;
+      auto* k2 =
+          n > 1 ? norm_backward_chunk_kernel<X, 16 / sizeof(X), 2, true> : norm_backward_chunk_kernel<X, 1, 2, true>;
       ChunkGrid cg;  // all rows one segment: the weight's sums run over every row
       if (!chunk_grid(D, n, 1, rows, max_blocks(k1, k2), cg)) return;
       if (want_w || want_b) prod = at::empty({cg.splits, D}, x.options().dtype(at::kFloat));
@@ -505,9 +509,9 @@ std::tuple<Tensor, Tensor> gated_add_backward(const Tensor& go, const Tensor& y_
   bool launched = false;
   if (B * L > 0 && D > 0 && (want_y || want_gate)) {
     VDT_DISPATCH_X(g, "gated_add backward", [&] {
-      const int n = vec_width<X>(D, {g.data_ptr(), gate.data_ptr(), want_gate ? y.data_ptr() : nullptr,
-                                     want_y ? dy.data_ptr() : nullptr},
-                                 {sizeof(X), sizeof(float), sizeof(X), sizeof(X)});
+      const int n = vec_width<X>(
+          D, {g.data_ptr(), gate.data_ptr(), want_gate ? y.data_ptr() : nullptr, want_y ? dy.data_ptr() : nullptr},
+          {sizeof(X), sizeof(float), sizeof(X), sizeof(X)});
       auto* k1 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 1> : gate_backward_chunk_kernel<X, 1, 1>;
       auto* k2 = n > 1 ? gate_backward_chunk_kernel<X, 16 / sizeof(X), 2> : gate_backward_chunk_kernel<X, 1, 2>;
       if (!chunk_grid(D, n, B * G, Lg, max_blocks(k1, k2), cg)) return;
@@ -547,11 +551,15 @@ Tensor rows_scale(const Tensor& go, const Tensor& mod_in, const Tensor& rows, bo
                                                           map);
       };
       if (one_plus) {
-        if (n > 1) launch(scale_kernel<X, M, X, true, 16 / sizeof(X), IndexRows>);
-        else launch(scale_kernel<X, M, X, true, 1, IndexRows>);
+        if (n > 1)
+          launch(scale_kernel<X, M, X, true, 16 / sizeof(X), IndexRows>);
+        else
+          launch(scale_kernel<X, M, X, true, 1, IndexRows>);
       } else {
-        if (n > 1) launch(scale_kernel<X, M, X, false, 16 / sizeof(X), IndexRows>);
-        else launch(scale_kernel<X, M, X, false, 1, IndexRows>);
+        if (n > 1)
+          launch(scale_kernel<X, M, X, false, 16 / sizeof(X), IndexRows>);
+        else
+          launch(scale_kernel<X, M, X, false, 1, IndexRows>);
       }
     });
   });
@@ -573,16 +581,16 @@ std::tuple<Tensor, Tensor> row_sums(const Tensor& go, const Tensor& other_in, co
     auto prod = at::zeros({R, D}, gf.options()).index_add_(0, r, gf * other.to(at::kFloat));
     return {prod, want_plain ? at::zeros({R, D}, gf.options()).index_add_(0, r, gf) : Tensor()};
   }
-  const int64_t rows_per_chunk = std::max<int64_t>(128, (S + 63) / 64), chunks = (S + rows_per_chunk - 1) / rows_per_chunk;
+  const int64_t rows_per_chunk = std::max<int64_t>(128, (S + 63) / 64),
+                chunks = (S + rows_per_chunk - 1) / rows_per_chunk;
   auto prod = at::empty({chunks, R, D}, g.options().dtype(at::kFloat));
   auto plain = want_plain ? at::empty_like(prod) : Tensor();
   const dim3 grid((D + tile - 1) / tile, chunks);
   const auto stream = at::cuda::getCurrentCUDAStream();
   VDT_DISPATCH_X(other, "h3 row sums", [&] {
-    row_sums_kernel<X><<<grid, tile, per_col * tile, stream>>>(g.data_ptr<X>(), other.data_ptr<X>(),
-                                                               r.data_ptr<int64_t>(), prod.data_ptr<float>(),
-                                                               want_plain ? plain.data_ptr<float>() : nullptr, S, D, R,
-                                                               rows_per_chunk);
+    row_sums_kernel<X><<<grid, tile, per_col * tile, stream>>>(
+        g.data_ptr<X>(), other.data_ptr<X>(), r.data_ptr<int64_t>(), prod.data_ptr<float>(),
+        want_plain ? plain.data_ptr<float>() : nullptr, S, D, R, rows_per_chunk);
   });
   check_launch();
   return {prod.sum(0), want_plain ? plain.sum(0) : Tensor()};  // [chunks, R, D] -> [R, D]

@@ -100,7 +100,9 @@ __global__ void modulate_kernel(const X* __restrict__ x, const M* __restrict__ s
 
 }  // namespace
 
-bool device_supported(int device_index) { return cuda_common::image_fits(device_index, norm_modulate_kernel<float, 1>); }
+bool device_supported(int device_index) {
+  return cuda_common::image_fits(device_index, norm_modulate_kernel<float, 1>);
+}
 
 std::tuple<Tensor, Tensor, Tensor> modulated_norm_forward(const Tensor& x_in, const Tensor& shift_in,
                                                           const Tensor& scale_in, double eps) {
@@ -115,13 +117,14 @@ std::tuple<Tensor, Tensor, Tensor> modulated_norm_forward(const Tensor& x_in, co
     const int n = vec_width<X>(D, {x.data_ptr(), out.data_ptr(), shift.data_ptr(), scale.data_ptr()},
                                {sizeof(X), sizeof(X), sizeof(float), sizeof(float)});
     auto launch = [&](auto kernel) {
-      kernel<<<row_blocks(B * L), kRowThreads, 0, stream>>>(x.data_ptr<X>(), shift.data_ptr<float>(),
-                                                            scale.data_ptr<float>(), out.data_ptr<X>(),
-                                                            mean.data_ptr<float>(), rstd.data_ptr<float>(), D,
-                                                            group_rows(x, G), static_cast<float>(eps));
+      kernel<<<row_blocks(B * L), kRowThreads, 0, stream>>>(
+          x.data_ptr<X>(), shift.data_ptr<float>(), scale.data_ptr<float>(), out.data_ptr<X>(), mean.data_ptr<float>(),
+          rstd.data_ptr<float>(), D, group_rows(x, G), static_cast<float>(eps));
     };
-    if (n > 1) launch(norm_modulate_kernel<X, 16 / sizeof(X)>);
-    else launch(norm_modulate_kernel<X, 1>);
+    if (n > 1)
+      launch(norm_modulate_kernel<X, 16 / sizeof(X)>);
+    else
+      launch(norm_modulate_kernel<X, 1>);
   });
   check_launch();
   return {out, mean, rstd};
@@ -140,8 +143,10 @@ Tensor gated_add_forward(const Tensor& x_in, const Tensor& y_in, const Tensor& g
       kernel<<<row_blocks(B * L), kRowThreads, 0, stream>>>(x.data_ptr<X>(), gate.data_ptr<float>(), y.data_ptr<X>(),
                                                             out.data_ptr<X>(), D, group_rows(x, G));
     };
-    if (n > 1) launch(gate_kernel<X, float, true, 16 / sizeof(X), GroupRows>);
-    else launch(gate_kernel<X, float, true, 1, GroupRows>);
+    if (n > 1)
+      launch(gate_kernel<X, float, true, 16 / sizeof(X), GroupRows>);
+    else
+      launch(gate_kernel<X, float, true, 1, GroupRows>);
   });
   check_launch();
   return out;
@@ -163,8 +168,10 @@ Tensor h3_modulate_forward(const Tensor& x_in, const Tensor& shift_in, const Ten
         kernel<<<row_blocks(S), kRowThreads, 0, stream>>>(x.data_ptr<X>(), shift.data_ptr<M>(), scale.data_ptr<M>(),
                                                           out.data_ptr<X>(), D, map);
       };
-      if (n > 1) launch(modulate_kernel<X, M, 16 / sizeof(X)>);
-      else launch(modulate_kernel<X, M, 1>);
+      if (n > 1)
+        launch(modulate_kernel<X, M, 16 / sizeof(X)>);
+      else
+        launch(modulate_kernel<X, M, 1>);
     });
   });
   check_launch();
@@ -188,8 +195,10 @@ Tensor h3_gate_forward(const Tensor& x_in, const Tensor& gate_in, const Tensor& 
         kernel<<<row_blocks(S), kRowThreads, 0, stream>>>(x.data_ptr<X>(), gate.data_ptr<M>(), y.data_ptr<X>(),
                                                           out.data_ptr<X>(), D, map);
       };
-      if (n > 1) launch(gate_kernel<X, M, kRound, 16 / sizeof(X), IndexRows>);
-      else launch(gate_kernel<X, M, kRound, 1, IndexRows>);
+      if (n > 1)
+        launch(gate_kernel<X, M, kRound, 16 / sizeof(X), IndexRows>);
+      else
+        launch(gate_kernel<X, M, kRound, 1, IndexRows>);
     });
   });
   check_launch();

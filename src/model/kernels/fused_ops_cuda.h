@@ -1,8 +1,8 @@
 // Host launchers of the forward CUDA kernels (fused_ops_cuda.cu; the backwards: fused_ops_backward_cuda.h), called by
-// fused_ops.cpp only when VDT_WITH_CUDA_KERNELS is defined. No CUDA header here, so the C++ side compiles without nvcc. Every tensor is on one CUDA device; x/y/go are
-// float32 or bfloat16, modulation tensors float32 or x's dtype (fused_ops.cpp checks before it calls). "Rows" of the
-// modulation: Wan groups (token row i of [B, L, D] uses row (i / L) * G + (i % L) / (L / G) of [B*G, D]) or an H3 index
-// tensor (row rows[i] of [R, D]).
+// fused_ops.cpp only when VDT_WITH_CUDA_KERNELS is defined. No CUDA header here, so the C++ side compiles without nvcc.
+// Every tensor is on one CUDA device; x/y/go are float32 or bfloat16, modulation tensors float32 or x's dtype
+// (fused_ops.cpp checks before it calls). "Rows" of the modulation: Wan groups (token row i of [B, L, D] uses row (i /
+// L) * G + (i % L) / (L / G) of [B*G, D]) or an H3 index tensor (row rows[i] of [R, D]).
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -20,7 +20,8 @@ using torch::autograd::variable_list;
 using Triple = std::tuple<Tensor, Tensor, Tensor>;
 
 // The transpose of rotate (its backward): g [S, N, Dh], cos / sin [S, 1, 6R] -> g cos + rot^T(g sin) on the rotated
-// channels, where rot^T(z) = [z2 | -z1]; exact for any tables (for H3's, whose halves repeat, it is rotate(g, cos, -sin)).
+// channels, where rot^T(z) = [z2 | -z1]; exact for any tables (for H3's, whose halves repeat, it is rotate(g, cos,
+// -sin)).
 Tensor rotate_transpose(const Tensor& g, const Tensor& cos, const Tensor& sin) {
   const int64_t rot = cos.size(-1);
   auto g_rot = g.narrow(-1, 0, rot), g_pass = g.narrow(-1, rot, g.size(-1) - rot);
@@ -36,7 +37,8 @@ bool use_cuda(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, bool aten
 #ifdef VDT_WITH_CUDA_KERNELS
   const auto dt = qkv.scalar_type();
   return !aten && qkv.is_cuda() && (dt == torch::kBFloat16 || dt == torch::kFloat32) && w_q.scalar_type() == dt &&
-         w_k.scalar_type() == dt && qkv.stride(3) == 1 && qkv.size(3) <= 256 && cuda::device_supported(qkv.get_device());
+         w_k.scalar_type() == dt && qkv.stride(3) == 1 && qkv.size(3) <= 256 &&
+         cuda::device_supported(qkv.get_device());
 #else
   (void)qkv, (void)w_q, (void)w_k, (void)aten;
   return false;
@@ -82,11 +84,13 @@ struct QkNormRopeFn : torch::autograd::Function<QkNormRopeFn> {
       std::vector<Tensor> parts;
       for (int p = 0; p < 2; ++p) {
         const auto& w = p == 0 ? w_q : w_k;
-        const auto x = qkv.select(2, p).to(torch::kFloat32);                                  // [S, N, Dh]
-        const auto rstd = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);           // [S, N, 1]
+        const auto x = qkv.select(2, p).to(torch::kFloat32);                        // [S, N, Dh]
+        const auto rstd = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [S, N, 1]
         const auto nf = x * rstd;
         const auto gy = rotate_transpose(grad(p).to(torch::kFloat32), c, s);
-        if (want_w) dw[p] = (gy * nf.to(qkv.scalar_type()).to(torch::kFloat32)).sum(std::vector<int64_t>{0, 1}).to(w.scalar_type());
+        if (want_w)
+          dw[p] =
+              (gy * nf.to(qkv.scalar_type()).to(torch::kFloat32)).sum(std::vector<int64_t>{0, 1}).to(w.scalar_type());
         const auto gn = gy * w.to(torch::kFloat32);
         parts.push_back(rstd * (gn - nf * (gn * nf).mean(-1, /*keepdim=*/true)));
       }
@@ -95,8 +99,13 @@ struct QkNormRopeFn : torch::autograd::Function<QkNormRopeFn> {
         dqkv = torch::stack(parts, 2).to(qkv.scalar_type());  // 3 x [S, N, Dh] -> [S, N, 3, Dh]
       }
     }
-    return {ctx->needs_input_grad(0) ? dqkv : Tensor(), ctx->needs_input_grad(1) ? dw[0] : Tensor(),
-            ctx->needs_input_grad(2) ? dw[1] : Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {ctx->needs_input_grad(0) ? dqkv : Tensor(),
+            ctx->needs_input_grad(1) ? dw[0] : Tensor(),
+            ctx->needs_input_grad(2) ? dw[1] : Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
   }
 };
 
@@ -105,9 +114,9 @@ void check_shapes(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, const
   const int64_t S = qkv.size(0), Dh = qkv.size(3);
   TORCH_CHECK(w_q.dim() == 1 && w_q.size(0) == Dh && w_k.sizes() == w_q.sizes(), "h3_qk_norm_rope: expected w_q, w_k [",
               Dh, "], got ", w_q.sizes(), " and ", w_k.sizes());
-  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == S && cos.size(1) % 2 == 0 && cos.size(1) <= Dh &&
-                  sin.sizes() == cos.sizes(),
-              "h3_qk_norm_rope: expected cos, sin [S=", S, ", 6R <= ", Dh, "], got ", cos.sizes(), " and ", sin.sizes());
+  TORCH_CHECK(
+      cos.dim() == 2 && cos.size(0) == S && cos.size(1) % 2 == 0 && cos.size(1) <= Dh && sin.sizes() == cos.sizes(),
+      "h3_qk_norm_rope: expected cos, sin [S=", S, ", 6R <= ", Dh, "], got ", cos.sizes(), " and ", sin.sizes());
 }
 
 }  // namespace
@@ -120,10 +129,10 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return torch::cat({x_rot * cos + rotated * sin, x_pass}, -1);
 }
 
-Triple h3_qk_norm_rope_reference(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, double eps,
-                                 const Tensor& cos, const Tensor& sin) {
+Triple h3_qk_norm_rope_reference(const Tensor& qkv, const Tensor& w_q, const Tensor& w_k, double eps, const Tensor& cos,
+                                 const Tensor& sin) {
   check_shapes(qkv, w_q, w_k, cos, sin);
-  auto parts = qkv.unbind(2);                                      // 3 x [S, N, Dh]
+  auto parts = qkv.unbind(2);                                                                   // 3 x [S, N, Dh]
   auto c = cos.to(qkv.scalar_type()).unsqueeze(1), s = sin.to(qkv.scalar_type()).unsqueeze(1);  // [S, 1, 6R]
   return {rotate(norm_weight(parts[0], w_q, eps), c, s), rotate(norm_weight(parts[1], w_k, eps), c, s), parts[2]};
 }
@@ -147,7 +156,8 @@ Tensor h3_qk_norm_rope_into(const Tensor& qkv, const Tensor& w_q, const Tensor& 
   const std::vector<int64_t> shape{qkv.size(0), qkv.size(1), qkv.size(3)};
   TORCH_CHECK(k_out.sizes() == shape && v_out.sizes() == shape, "h3_qk_norm_rope_into: expected k_out, v_out [",
               shape[0], ", ", shape[1], ", ", shape[2], "], got ", k_out.sizes(), " and ", v_out.sizes());
-  TORCH_CHECK(!torch::GradMode::is_enabled() || !qkv.requires_grad(), "h3_qk_norm_rope_into: inference only (the "
+  TORCH_CHECK(!torch::GradMode::is_enabled() || !qkv.requires_grad(),
+              "h3_qk_norm_rope_into: inference only (the "
               "cache's rows keep no graph); use h3_qk_norm_rope under autograd");
 #ifdef VDT_WITH_CUDA_KERNELS
   if (fused_kernels_on() && use_cuda(qkv, w_q, w_k, false) && k_out.is_contiguous() &&

@@ -20,10 +20,10 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
 // (h3_rope_table) -> (q, k, v) [S, N, Dh]. Runs the reference ops (h3_qk_norm_rope_reference) when the fused-kernel
 // switch is off.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> h3_qk_norm_rope(const torch::Tensor& qkv,
-                                                                       const torch::Tensor& w_q,
-                                                                       const torch::Tensor& w_k, double eps,
-                                                                       const torch::Tensor& cos,
-                                                                       const torch::Tensor& sin);
+                                                                        const torch::Tensor& w_q,
+                                                                        const torch::Tensor& w_k, double eps,
+                                                                        const torch::Tensor& cos,
+                                                                        const torch::Tensor& sin);
 // A stream's pass (no autograd): k and v written into k_out / v_out [S, N, Dh] (contiguous rows of the KV cache), q
 // returned [S, N, Dh]. The numbers of h3_qk_norm_rope: on CUDA with the fused kernels its kernel writes k there itself
 // and v is copied once from qkv; otherwise h3_qk_norm_rope's outputs are copied in (the reference).
@@ -32,15 +32,15 @@ torch::Tensor h3_qk_norm_rope_into(const torch::Tensor& qkv, const torch::Tensor
                                    const torch::Tensor& k_out, const torch::Tensor& v_out);
 // The fused node whatever the switch says (aten: the fallback even on CUDA; tests and `vdt bench kernels`).
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> fused_h3_qk_norm_rope(const torch::Tensor& qkv,
-                                                                             const torch::Tensor& w_q,
-                                                                             const torch::Tensor& w_k, double eps,
-                                                                             const torch::Tensor& cos,
-                                                                             const torch::Tensor& sin, bool aten);
+                                                                              const torch::Tensor& w_q,
+                                                                              const torch::Tensor& w_k, double eps,
+                                                                              const torch::Tensor& cos,
+                                                                              const torch::Tensor& sin, bool aten);
 // The reference: the ops H3Attention ran before, through autograd.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> h3_qk_norm_rope_reference(const torch::Tensor& qkv,
-                                                                                 const torch::Tensor& w_q,
-                                                                                 const torch::Tensor& w_k, double eps,
-                                                                                 const torch::Tensor& cos,
-                                                                                 const torch::Tensor& sin);
+                                                                                  const torch::Tensor& w_q,
+                                                                                  const torch::Tensor& w_k, double eps,
+                                                                                  const torch::Tensor& cos,
+                                                                                  const torch::Tensor& sin);
 
 }  // namespace vdt::kernels

@@ -97,8 +97,10 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
     float gy = gs[d];
     if (d < rot) {
       gy *= rnd<T>(cos[s * rot + d]);
-      if (d < g.R3) gy += gs[d + g.R3] * rnd<T>(sin[s * rot + d + g.R3]);
-      else gy -= gs[d - g.R3] * rnd<T>(sin[s * rot + d - g.R3]);
+      if (d < g.R3)
+        gy += gs[d + g.R3] * rnd<T>(sin[s * rot + d + g.R3]);
+      else
+        gy -= gs[d - g.R3] * rnd<T>(sin[s * rot + d - g.R3]);
     }
     gn[j] = gy * static_cast<float>(w[d]);
     nf[j] = static_cast<float>(x[d]) * r;
@@ -110,7 +112,12 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
 }
 
 Geometry geometry(const Tensor& qkv, const Tensor& cos) {
-  return {qkv.size(0), qkv.size(1), qkv.stride(0), qkv.stride(1), qkv.stride(2), static_cast<int>(qkv.size(3)),
+  return {qkv.size(0),
+          qkv.size(1),
+          qkv.stride(0),
+          qkv.stride(1),
+          qkv.stride(2),
+          static_cast<int>(qkv.size(3)),
           static_cast<int>(cos.size(1) / 2)};
 }
 
@@ -138,15 +145,14 @@ std::tuple<Tensor, Tensor, Tensor> qk_norm_rope_forward(const Tensor& qkv, const
   const auto wq = w_q.contiguous(), wk = w_k.contiguous();
   if (qkv.scalar_type() == at::kBFloat16) {
     using T = c10::BFloat16;
-    forward_kernel<T><<<grid, block, shm, stream>>>(qkv.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(),
-                                                    cos.data_ptr<float>(), sin.data_ptr<float>(), q.data_ptr<T>(),
-                                                    k.data_ptr<T>(), rstd.data_ptr<float>(), g, static_cast<float>(eps));
+    forward_kernel<T><<<grid, block, shm, stream>>>(
+        qkv.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+        q.data_ptr<T>(), k.data_ptr<T>(), rstd.data_ptr<float>(), g, static_cast<float>(eps));
   } else {
     TORCH_CHECK(qkv.scalar_type() == at::kFloat, "qk_norm_rope: bfloat16 or float32, got ", qkv.scalar_type());
-    forward_kernel<float><<<grid, block, shm, stream>>>(qkv.data_ptr<float>(), wq.data_ptr<float>(),
-                                                        wk.data_ptr<float>(), cos.data_ptr<float>(),
-                                                        sin.data_ptr<float>(), q.data_ptr<float>(), k.data_ptr<float>(),
-                                                        rstd.data_ptr<float>(), g, static_cast<float>(eps));
+    forward_kernel<float><<<grid, block, shm, stream>>>(
+        qkv.data_ptr<float>(), wq.data_ptr<float>(), wk.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+        q.data_ptr<float>(), k.data_ptr<float>(), rstd.data_ptr<float>(), g, static_cast<float>(eps));
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {q, k, rstd};
@@ -167,16 +173,13 @@ void qk_norm_rope_backward(const Tensor& gq_in, const Tensor& gk_in, const Tenso
   auto stream = at::cuda::getCurrentCUDAStream();
   if (qkv.scalar_type() == at::kBFloat16) {
     using T = c10::BFloat16;
-    backward_kernel<T><<<grid, block, shm, stream>>>(gq.data_ptr<T>(), gk.data_ptr<T>(), qkv.data_ptr<T>(),
-                                                     wq.data_ptr<T>(), wk.data_ptr<T>(), rstd.data_ptr<float>(),
-                                                     cos.data_ptr<float>(), sin.data_ptr<float>(), dqkv.data_ptr<T>(),
-                                                     g);
+    backward_kernel<T><<<grid, block, shm, stream>>>(
+        gq.data_ptr<T>(), gk.data_ptr<T>(), qkv.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(),
+        rstd.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), dqkv.data_ptr<T>(), g);
   } else {
-    backward_kernel<float><<<grid, block, shm, stream>>>(gq.data_ptr<float>(), gk.data_ptr<float>(),
-                                                         qkv.data_ptr<float>(), wq.data_ptr<float>(),
-                                                         wk.data_ptr<float>(), rstd.data_ptr<float>(),
-                                                         cos.data_ptr<float>(), sin.data_ptr<float>(),
-                                                         dqkv.data_ptr<float>(), g);
+    backward_kernel<float><<<grid, block, shm, stream>>>(
+        gq.data_ptr<float>(), gk.data_ptr<float>(), qkv.data_ptr<float>(), wq.data_ptr<float>(), wk.data_ptr<float>(),
+        rstd.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), dqkv.data_ptr<float>(), g);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -65,11 +65,11 @@ Tensor gather_rows_backward(const Tensor& g_in, const Tensor& ids_in, int64_t R)
     const int n = vec ? V : 1;
     const dim3 grid(static_cast<unsigned>((K / n + kThreads - 1) / kThreads), static_cast<unsigned>(R));
     if (vec)
-      gather_backward_kernel<T, V, true><<<grid, kThreads, 0, stream>>>(g.data_ptr<T>(), ids.data_ptr<int64_t>(), N,
-                                                                         K, out.data_ptr<T>());
+      gather_backward_kernel<T, V, true>
+          <<<grid, kThreads, 0, stream>>>(g.data_ptr<T>(), ids.data_ptr<int64_t>(), N, K, out.data_ptr<T>());
     else
-      gather_backward_kernel<T, 1, false><<<grid, kThreads, 0, stream>>>(g.data_ptr<T>(), ids.data_ptr<int64_t>(), N,
-                                                                          K, out.data_ptr<T>());
+      gather_backward_kernel<T, 1, false>
+          <<<grid, kThreads, 0, stream>>>(g.data_ptr<T>(), ids.data_ptr<int64_t>(), N, K, out.data_ptr<T>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

@@ -1,5 +1,5 @@
-// Host launcher of the row-gather backward kernel (row_gather_cuda.cu), called by row_gather.cpp only when VDT_WITH_CUDA_KERNELS is
-// defined. Tensors on one CUDA device, float32 or bfloat16.
+// Host launcher of the row-gather backward kernel (row_gather_cuda.cu), called by row_gather.cpp only when
+// VDT_WITH_CUDA_KERNELS is defined. Tensors on one CUDA device, float32 or bfloat16.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -53,8 +53,8 @@ __global__ void backward_kernel(const T* __restrict__ dy, const T* __restrict__ 
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const float sg = sigmoid(a[j]);
-    const float s = rnd<T>(silu(a[j]));  // silu(gate) as the forward rounded it
-    db[j] = g[j] * s;                   // d up
+    const float s = rnd<T>(silu(a[j]));    // silu(gate) as the forward rounded it
+    db[j] = g[j] * s;                      // d up
     const float gs = rnd<T>(g[j] * b[j]);  // d silu(gate), rounded as autograd's multiply backward
     da[j] = gs * sg * (1.f + a[j] * (1.f - sg));
   }
@@ -85,7 +85,8 @@ Tensor swiglu_forward(const Tensor& h_in) {
   VDT_SWIGLU_DISPATCH(h, [&] {
     constexpr int V = 16 / sizeof(T);
     if (vectorizable<T>(F, h.data_ptr(), y.data_ptr()))
-      forward_kernel<T, V, true><<<blocks(rows * F / V), kThreads, 0, stream>>>(h.data_ptr<T>(), y.data_ptr<T>(), rows, F);
+      forward_kernel<T, V, true>
+          <<<blocks(rows * F / V), kThreads, 0, stream>>>(h.data_ptr<T>(), y.data_ptr<T>(), rows, F);
     else
       forward_kernel<T, 1, false><<<blocks(rows * F), kThreads, 0, stream>>>(h.data_ptr<T>(), y.data_ptr<T>(), rows, F);
   });
@@ -97,19 +98,19 @@ Tensor swiglu_backward(const Tensor& dy_in, const Tensor& h_in) {
   const c10::cuda::CUDAGuard guard(h_in.device());
   const auto h = h_in.contiguous(), dy = dy_in.to(h.scalar_type()).contiguous();
   const int64_t rows = h.size(0), F = h.size(1) / 2;
-  TORCH_CHECK(dy.dim() == 2 && dy.size(0) == rows && dy.size(1) == F, "swiglu: expected dy [", rows, ", ", F,
-              "], got ", dy.sizes());
+  TORCH_CHECK(dy.dim() == 2 && dy.size(0) == rows && dy.size(1) == F, "swiglu: expected dy [", rows, ", ", F, "], got ",
+              dy.sizes());
   auto dh = at::empty_like(h);
   if (dh.numel() == 0) return dh;
   const auto stream = at::cuda::getCurrentCUDAStream();
   VDT_SWIGLU_DISPATCH(h, [&] {
     constexpr int V = 16 / sizeof(T);
     if (vectorizable<T>(F, h.data_ptr(), dy.data_ptr()) && vectorizable<T>(F, dh.data_ptr(), dh.data_ptr()))
-      backward_kernel<T, V, true><<<blocks(rows * F / V), kThreads, 0, stream>>>(dy.data_ptr<T>(), h.data_ptr<T>(),
-                                                                                 dh.data_ptr<T>(), rows, F);
+      backward_kernel<T, V, true>
+          <<<blocks(rows * F / V), kThreads, 0, stream>>>(dy.data_ptr<T>(), h.data_ptr<T>(), dh.data_ptr<T>(), rows, F);
     else
-      backward_kernel<T, 1, false><<<blocks(rows * F), kThreads, 0, stream>>>(dy.data_ptr<T>(), h.data_ptr<T>(),
-                                                                              dh.data_ptr<T>(), rows, F);
+      backward_kernel<T, 1, false>
+          <<<blocks(rows * F), kThreads, 0, stream>>>(dy.data_ptr<T>(), h.data_ptr<T>(), dh.data_ptr<T>(), rows, F);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return dh;

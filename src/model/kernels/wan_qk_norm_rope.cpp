@@ -45,9 +45,9 @@ Pair backward_part(const Tensor& x_in, const Tensor& g_in, const Tensor& w, doub
   Tensor gy = g_in.to(torch::kFloat32).reshape({B, L, D});
   if (cos.defined()) {
     const int64_t N = g_in.size(2), H2 = g_in.size(3) / 2;
-    const auto g = gy.reshape({B, L, N, H2, 2});            // [B, L, D] -> [B, L, N, Dh/2, 2]
-    const auto g0 = g.select(-1, 0), g1 = g.select(-1, 1);  // [B, L, N, Dh/2]
-    const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [L, 1, Dh/2]
+    const auto g = gy.reshape({B, L, N, H2, 2});                                   // [B, L, D] -> [B, L, N, Dh/2, 2]
+    const auto g0 = g.select(-1, 0), g1 = g.select(-1, 1);                         // [B, L, N, Dh/2]
+    const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);                         // [L, 1, Dh/2]
     gy = torch::stack({g0 * c + g1 * s, g1 * c - g0 * s}, -1).reshape({B, L, D});  // -> [B, L, D]
   }
   Tensor dw;
@@ -87,8 +87,9 @@ struct WanQkNormRopeFn : torch::autograd::Function<WanQkNormRopeFn> {
     Tensor dx[2], dw[2];
     if (ctx->saved_data["cuda"].toBool()) {
 #ifdef VDT_WITH_CUDA_KERNELS
-      auto [dq, dk, dws] = cuda::wan_qk_norm_rope_backward(grad(0).to(q_in.scalar_type()), grad(1).to(q_in.scalar_type()),
-                                                          q_in, k_in, w_q, w_k, saved[6], cos, sin, want_w);
+      auto [dq, dk, dws] =
+          cuda::wan_qk_norm_rope_backward(grad(0).to(q_in.scalar_type()), grad(1).to(q_in.scalar_type()), q_in, k_in,
+                                          w_q, w_k, saved[6], cos, sin, want_w);
       dx[0] = dq, dx[1] = dk;
       if (want_w) dw[0] = dws[0].to(w_q.scalar_type()), dw[1] = dws[1].to(w_k.scalar_type());
 #endif
@@ -137,8 +138,8 @@ struct WanRmsNormFn : torch::autograd::Function<WanRmsNormFn> {
     } else {
       std::tie(dx, dw) = backward_part(x, g, w, ctx->saved_data["eps"].toDouble(), Tensor(), Tensor(), want_w);
     }
-    return {ctx->needs_input_grad(0) ? dx.to(x.scalar_type()) : Tensor(),
-            want_w ? dw.to(w.scalar_type()) : Tensor(), Tensor(), Tensor()};
+    return {ctx->needs_input_grad(0) ? dx.to(x.scalar_type()) : Tensor(), want_w ? dw.to(w.scalar_type()) : Tensor(),
+            Tensor(), Tensor()};
   }
 };
 
@@ -204,7 +205,8 @@ Tensor fused_wan_rms_norm(const Tensor& x, const Tensor& w, double eps, bool ate
 Tensor wan_rms_norm(const Tensor& x, const Tensor& w, double eps) {
   // The node only where its CUDA kernel runs; elsewhere the reference ops (no speed to gain on the CPU, and the CPU
   // golden curves keep autograd's own backward).
-  if (!fused_kernels_on() || x.dim() < 2 || !use_cuda(x, w, w, /*aten=*/false)) return wan_rms_norm_reference(x, w, eps);
+  if (!fused_kernels_on() || x.dim() < 2 || !use_cuda(x, w, w, /*aten=*/false))
+    return wan_rms_norm_reference(x, w, eps);
   return fused_wan_rms_norm(x, w, eps, /*aten=*/false);
 }
 

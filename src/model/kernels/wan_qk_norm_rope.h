@@ -1,7 +1,7 @@
 // Wan self-attention's q/k preparation as one autograd node: from the projections q_in, k_in [B, L, D] to
 // q = rope(RMSNorm_D(q_in) * w_q), k = rope(RMSNorm_D(k_in) * w_k), each [B, L, N, Dh] contiguous. Wan normalises over
-// the full width D = N * Dh (all heads together, docs/design.md §1), then RoPE rotates interleaved pairs (2j, 2j + 1) of
-// each head by the 3-axis table (model/embeddings.h). The reference chain (ATen rms_norm, the weight, RoPE's casts,
+// the full width D = N * Dh (all heads together, docs/design.md §1), then RoPE rotates interleaved pairs (2j, 2j + 1)
+// of each head by the 3-axis table (model/embeddings.h). The reference chain (ATen rms_norm, the weight, RoPE's casts,
 // complex view and multiply) is ~10 kernels over [B, L, D] per tensor; the CUDA kernel (one block per token row:
 // sum of squares, normalise, weight, rotate) runs it in one pass forward and one backward, with the norm weights'
 // gradients as fixed per-block partial sums (the same kernels without the rotation: cross-attention's q / k norm,
@@ -29,10 +29,10 @@ std::tuple<torch::Tensor, torch::Tensor> fused_wan_qk_norm_rope(const torch::Ten
                                                                 const torch::Tensor& sin, int64_t heads, bool aten);
 // The reference: the ops SelfAttention ran before (RMSNormImpl's rms_norm * weight, then apply_rope), through autograd.
 std::tuple<torch::Tensor, torch::Tensor> wan_qk_norm_rope_reference(const torch::Tensor& q_in,
-                                                                    const torch::Tensor& k_in,
-                                                                    const torch::Tensor& w_q, const torch::Tensor& w_k,
-                                                                    double eps, const torch::Tensor& cos,
-                                                                    const torch::Tensor& sin, int64_t heads);
+                                                                    const torch::Tensor& k_in, const torch::Tensor& w_q,
+                                                                    const torch::Tensor& w_k, double eps,
+                                                                    const torch::Tensor& cos, const torch::Tensor& sin,
+                                                                    int64_t heads);
 // RMSNormImpl (Wan's cross-attention q / k norm, H3's block norms), the same kernels without RoPE: x [..., D], w [D]
 // -> RMSNorm_D(x) * w, x's shape. The fused node on CUDA with the switch on; elsewhere (CPU, switch off) the
 // reference ops.

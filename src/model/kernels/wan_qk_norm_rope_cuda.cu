@@ -115,8 +115,8 @@ __global__ void backward_kernel(const T* __restrict__ gq, const T* __restrict__ 
     const T* gr = go + row * g.D;
     const T* x = xs + row * g.D;
     // gy = rope^T(g) per pair; gn = gy * w; nf = x * rstd
-    auto pair = [&](const float (&gv)[N], const float (&v)[N], const float (&wv)[N], int h0, int j, float* gy,
-                    float* gn, float* nf) {
+    auto pair = [&](const float(&gv)[N], const float(&v)[N], const float(&wv)[N], int h0, int j, float* gy, float* gn,
+                    float* nf) {
       if constexpr (kRope) {
         const int a = head_column(h0 + j, g.Dh) / 2;
         const float c = cr[a], s = sr[a];
@@ -216,14 +216,19 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q_in, const Tensor& k_in, const
     const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), q, k});
     const dim3 grid(static_cast<unsigned>(g.rows), static_cast<unsigned>(parts));
     auto launch = [&](auto kernel, int n) {
-      kernel<<<grid, block_threads(g.D / n), 0, stream>>>(
-          xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(), wk.data_ptr<T>(), rope ? cos.data_ptr<float>() : nullptr,
-          rope ? sin.data_ptr<float>() : nullptr, q, k, rstd.data_ptr<float>(), g, static_cast<float>(eps));
+      kernel<<<grid, block_threads(g.D / n), 0, stream>>>(xq.data_ptr<T>(), xk.data_ptr<T>(), wq.data_ptr<T>(),
+                                                          wk.data_ptr<T>(), rope ? cos.data_ptr<float>() : nullptr,
+                                                          rope ? sin.data_ptr<float>() : nullptr, q, k,
+                                                          rstd.data_ptr<float>(), g, static_cast<float>(eps));
     };
-    if (vec && rope) launch(forward_kernel<T, V, true, true>, V);
-    else if (vec) launch(forward_kernel<T, V, true, false>, V);
-    else if (rope) launch(forward_kernel<T, 2, false, true>, 2);
-    else launch(forward_kernel<T, 2, false, false>, 2);
+    if (vec && rope)
+      launch(forward_kernel<T, V, true, true>, V);
+    else if (vec)
+      launch(forward_kernel<T, V, true, false>, V);
+    else if (rope)
+      launch(forward_kernel<T, 2, false, true>, 2);
+    else
+      launch(forward_kernel<T, 2, false, false>, 2);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out, rstd};
@@ -251,8 +256,8 @@ std::tuple<Tensor, Tensor> backward(const Tensor& gq_in, const Tensor& gk_in, co
     constexpr int V = 16 / sizeof(T);
     T* dq = dx.data_ptr<T>();
     T* dk = dq + (parts - 1) * g.rows * g.D;
-    const bool vec = vectorizable<T>(g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), gq.data_ptr(),
-                                           gk.data_ptr(), dq, dk});
+    const bool vec = vectorizable<T>(
+        g.D, {xq.data_ptr(), xk.data_ptr(), wq.data_ptr(), wk.data_ptr(), gq.data_ptr(), gk.data_ptr(), dq, dk});
     const dim3 grid(static_cast<unsigned>(P), static_cast<unsigned>(parts));
     auto launch = [&](auto kernel, int n) {
       const int threads = block_threads(g.D / n);
@@ -265,15 +270,23 @@ std::tuple<Tensor, Tensor> backward(const Tensor& gq_in, const Tensor& gk_in, co
     };
     // <T, N, vectors, weight gradient, RoPE>
     if (rope) {
-      if (vec && want_w) launch(backward_kernel<T, V, true, true, true>, V);
-      else if (vec) launch(backward_kernel<T, V, true, false, true>, V);
-      else if (want_w) launch(backward_kernel<T, 2, false, true, true>, 2);
-      else launch(backward_kernel<T, 2, false, false, true>, 2);
+      if (vec && want_w)
+        launch(backward_kernel<T, V, true, true, true>, V);
+      else if (vec)
+        launch(backward_kernel<T, V, true, false, true>, V);
+      else if (want_w)
+        launch(backward_kernel<T, 2, false, true, true>, 2);
+      else
+        launch(backward_kernel<T, 2, false, false, true>, 2);
     } else {
-      if (vec && want_w) launch(backward_kernel<T, V, true, true, false>, V);
-      else if (vec) launch(backward_kernel<T, V, true, false, false>, V);
-      else if (want_w) launch(backward_kernel<T, 2, false, true, false>, 2);
-      else launch(backward_kernel<T, 2, false, false, false>, 2);
+      if (vec && want_w)
+        launch(backward_kernel<T, V, true, true, false>, V);
+      else if (vec)
+        launch(backward_kernel<T, V, true, false, false>, V);
+      else if (want_w)
+        launch(backward_kernel<T, 2, false, true, false>, 2);
+      else
+        launch(backward_kernel<T, 2, false, false, false>, 2);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -305,8 +318,8 @@ std::tuple<Tensor, Tensor> wan_rms_norm_forward(const Tensor& x, const Tensor& w
   return {out[0], rstd};
 }
 
-std::tuple<Tensor, Tensor> wan_rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
-                                                 const Tensor& rstd, bool want_w) {
+std::tuple<Tensor, Tensor> wan_rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                                 bool want_w) {
   auto [dx, dw] = backward(g, g, x, x, w, w, rstd, Tensor(), Tensor(), want_w, /*parts=*/1);
   return {dx[0], want_w ? dw[0] : Tensor()};
 }

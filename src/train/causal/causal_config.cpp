@@ -38,16 +38,20 @@ void CausalConfig::validate() const {
   compute.validate(kPrecisions);
   VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
   // Rank 0 or alpha 0 would make the LoRA's update zero: the run would train nothing.
-  VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank, ": expected >= 1 (a rank-0 LoRA has no "
+  VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank,
+            ": expected >= 1 (a rank-0 LoRA has no "
             "weights to train)\n---> HINT: leave --lora-rank out (the LoRA the run starts from decides, else ",
             kDefaultLoraRank, "), or give a rank such as ", kDefaultLoraRank);
-  VDT_CHECK(lora_alpha == -1 || lora_alpha > 0, "--lora-alpha ", lora_alpha, ": expected > 0 (alpha 0 scales the "
+  VDT_CHECK(lora_alpha == -1 || lora_alpha > 0, "--lora-alpha ", lora_alpha,
+            ": expected > 0 (alpha 0 scales the "
             "LoRA's update to zero)\n---> HINT: leave --lora-alpha out (the LoRA the run starts from decides, else ",
             kDefaultLoraRank, ")");
-  VDT_CHECK(!weights.empty() || random_init, "--weights is required: the frozen base (a .safetensors file or a "
+  VDT_CHECK(!weights.empty() || random_init,
+            "--weights is required: the frozen base (a .safetensors file or a "
             "directory of shards); without it the LoRA would train on a random base\n---> HINT: pass --weights PATH, "
             "or --random-init to train on a random base on purpose (tests, benchmarks)");
-  VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights, " contradict each other; give one");
+  VDT_CHECK(weights.empty() || !random_init, "--random-init and --weights ", weights,
+            " contradict each other; give one");
   VDT_CHECK(val_every >= 0, "--val-every ", val_every, ": expected >= 0 (0 = never)");
   VDT_CHECK(preview_steps >= 0, "--preview-steps ", preview_steps, ": expected >= 0 (0 = no preview)");
   VDT_CHECK(val_sample_every >= 0 && (val_sample_every == 0 || preview_steps > 0), "--val-sample-every ",
@@ -56,21 +60,27 @@ void CausalConfig::validate() const {
 }
 
 CausalConfig::Objective CausalConfig::objective_mode() const {
-  VDT_CHECK(objective == "df" || objective == "tf", "--objective: expected df (diffusion forcing) or tf (teacher "
-            "forcing), got '", objective, "'");
+  VDT_CHECK(objective == "df" || objective == "tf",
+            "--objective: expected df (diffusion forcing) or tf (teacher "
+            "forcing), got '",
+            objective, "'");
   return objective == "tf" ? Objective::tf : Objective::df;
 }
 
 void CausalConfig::check_picture1_base() const {
-  VDT_CHECK(picture1 == "native" || model.empty() || takes_picture1(model), "--picture1 2048 applies to a "
-            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ", model, ") take --picture1 native");
+  VDT_CHECK(picture1 == "native" || model.empty() || takes_picture1(model),
+            "--picture1 2048 applies to a "
+            "MiniMax-H3 base (its Picture 1 image); the Wan bases (--model ",
+            model, ") take --picture1 native");
 }
 
 Checkpointing CausalConfig::checkpointing_mode() const { return memory.checkpointing_mode(kCheckpointing); }
 
 CausalConfig::ShardBase CausalConfig::shard_mode() const {
-  VDT_CHECK(shard_base == "auto" || shard_base == "on" || shard_base == "off", "--shard-base: expected auto, on or "
-            "off, got '", shard_base, "'");
+  VDT_CHECK(shard_base == "auto" || shard_base == "on" || shard_base == "off",
+            "--shard-base: expected auto, on or "
+            "off, got '",
+            shard_base, "'");
   return shard_base == "on" ? ShardBase::on : shard_base == "off" ? ShardBase::off : ShardBase::automatic;
 }
 
@@ -81,16 +91,20 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
   static const auto compute = ComputeSection::fields(kPrecisions);
   static const auto memory = MemorySection::fields(kCheckpointing);
   static const std::vector<ConfigField<C>> f = {
-      {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors", &C::out, true},
+      {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors",
+       &C::out, true},
       {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
       {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
-      {"--resume", "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
-                   "Python trainer's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run "
-                   "directory, state_A/B or state of another run: continue exactly from its state, writing into --out",
+      {"--resume",
+       "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
+       "Python trainer's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run "
+       "directory, state_A/B or state of another run: continue exactly from its state, writing into --out",
        &C::resume},
-      {"--ignore-corrupt-state", "when every sealed state slot in --out is corrupt, continue anyway from the newest "
-                                 "lora_stepNNNNN with fresh AdamW moments (without it that is an error listing the "
-                                 "slots)", &C::ignore_corrupt_state},
+      {"--ignore-corrupt-state",
+       "when every sealed state slot in --out is corrupt, continue anyway from the newest "
+       "lora_stepNNNNN with fresh AdamW moments (without it that is an error listing the "
+       "slots)",
+       &C::ignore_corrupt_state},
       {"--steps", "0 = epochs * samples / world", &C::steps},
       {"--epochs", "epochs over the train windows (when --steps is 0)", &C::epochs},
       {"--lr", "peak learning rate", &C::lr},
@@ -110,32 +124,51 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       lift(&C::memory, memory, "--memory"),
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
-      {"--model", "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "
-                  "family (model_family) and the preset of --weights' shapes (needed with --random-init)", &C::model},
-      {"--weights", "base weights: a .safetensors file or a directory of shards (with its index json); required unless --random-init", &C::weights},
+      {"--model",
+       "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "
+       "family (model_family) and the preset of --weights' shapes (needed with --random-init)",
+       &C::model},
+      {"--weights",
+       "base weights: a .safetensors file or a directory of shards (with its index json); required unless "
+       "--random-init",
+       &C::weights},
       {"--random-init", "a random frozen base (no --weights): tests, benchmarks", &C::random_init},
       lift(&C::compute, compute, "--device"),
       lift(&C::compute, compute, "--precision"),
-      {"--chunk-frames", "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)", &C::chunk_frames},
-      {"--lora-rank", "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
-                      "lora_step), else 32. Given, it must equal that file's", &C::lora_rank},
-      {"--lora-alpha", "LoRA alpha (> 0; scale = alpha / rank); left out (-1): the starting LoRA file's, else 32. "
-                       "Given, it must equal that file's", &C::lora_alpha},
-      {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)", &C::clean_first_frame},
+      {"--chunk-frames",
+       "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)",
+       &C::chunk_frames},
+      {"--lora-rank",
+       "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
+       "lora_step), else 32. Given, it must equal that file's",
+       &C::lora_rank},
+      {"--lora-alpha",
+       "LoRA alpha (> 0; scale = alpha / rank); left out (-1): the starting LoRA file's, else 32. "
+       "Given, it must equal that file's",
+       &C::lora_alpha},
+      {"--clean-first-frame", "Picture-1 style: the span's first latent frame clean (timestep 0, no loss)",
+       &C::clean_first_frame},
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       lift(&C::compute, compute, "--fused-kernels"),
       lift(&C::compute, compute, "--fp8"),
-      {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never", &C::val_every},
-      {"--preview-steps", "Euler steps of the preview drawn at each validation on a root with a preview VAE "
-                          "(vae.safetensors, synthetic roots): val window 0 sampled chunk by chunk, ground truth above "
-                          "sample, into previews/ and TensorBoard; 0 = no preview", &C::preview_steps},
-      {"--val-sample-every", "every N steps: val window 0 streamed with the KV cache (--preview-steps Euler steps), "
-                             "the seconds per chunk and, on a root with a preview VAE, the frames in TensorBoard "
-                             "(stream/...); 0 = never", &C::val_sample_every},
+      {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never",
+       &C::val_every},
+      {"--preview-steps",
+       "Euler steps of the preview drawn at each validation on a root with a preview VAE "
+       "(vae.safetensors, synthetic roots): val window 0 sampled chunk by chunk, ground truth above "
+       "sample, into previews/ and TensorBoard; 0 = no preview",
+       &C::preview_steps},
+      {"--val-sample-every",
+       "every N steps: val window 0 streamed with the KV cache (--preview-steps Euler steps), "
+       "the seconds per chunk and, on a root with a preview VAE, the frames in TensorBoard "
+       "(stream/...); 0 = never",
+       &C::val_sample_every},
   };
   return f;
 }
 
-std::string CausalConfig::to_json() const { return fields_to_json(*this, fields(), JsonValues::python_strings).dump(1); }
+std::string CausalConfig::to_json() const {
+  return fields_to_json(*this, fields(), JsonValues::python_strings).dump(1);
+}
 
 }  // namespace vdt

@@ -1,4 +1,5 @@
-// Configuration of `vdt train causal`: the Python trainer rtcwm's flags with its names and defaults (docs/design.md §5), plus --model,
+// Configuration of `vdt train causal`: the Python trainer rtcwm's flags with its names and defaults (docs/design.md
+// §5), plus --model,
 // --weights, --chunk-frames, --lora-rank, --lora-alpha, and the data and device flags our trainer needs. A plain
 // struct with validate(); every field is declared once in fields() (flag, help; the default is the initialiser here),
 // from which the CLI binds the flags and to_json writes args.json. The knobs the SFT trainer and `vdt bench step`
@@ -17,15 +18,17 @@ inline constexpr int64_t kSpanChunks = 6;  // the Python trainer's SPAN_CHUNKS
 struct CausalConfig {
   // the Python trainer's flags
   std::string out, objective = "df", init_lora;  // init_lora empty: a fresh LoRA (B = 0)
-  std::string resume = "auto";  // the SFT trainer's flag: auto (the Python trainer's re-run rule), a LoRA file, or a state
-  bool ignore_corrupt_state = false;  // every sealed slot in --out corrupt: resume as the Python trainer (fresh moments)
-  int64_t steps = 0;                              // 0: ceil(epochs * samples / world)
+  std::string resume =
+      "auto";  // the SFT trainer's flag: auto (the Python trainer's re-run rule), a LoRA file, or a state
+  bool ignore_corrupt_state =
+      false;          // every sealed slot in --out corrupt: resume as the Python trainer (fresh moments)
+  int64_t steps = 0;  // 0: ceil(epochs * samples / world)
   double epochs = 2.0, lr = 2e-5, lr_min = 1e-6;
   int64_t warmup = 10, save_every = 10, val_clips = 12, max_samples = 0;
   RandomSection random;  // --seed
   std::string picture1 = "native";
-  AttentionSection attention;  // --attn
-  MemorySection memory;        // --checkpointing block or selective (always checkpointed), --selective-blocks
+  AttentionSection attention;         // --attn
+  MemorySection memory;               // --checkpointing block or selective (always checkpointed), --selective-blocks
   CausalMemorySection causal_memory;  // --act-offload, --attn-keep
   double level_shift = 3.0;
   // ours
@@ -39,10 +42,10 @@ struct CausalConfig {
   int64_t lora_rank = -1;
   double lora_alpha = -1;
   static constexpr int64_t kDefaultLoraRank = 32;
-  bool clean_first_frame = false;  // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
+  bool clean_first_frame = false;   // Picture-1 style: the span's first latent frame clean, timestep 0, no loss
   std::string shard_base = "auto";  // auto: on with several ranks; on; off
-  int64_t val_every = 0;  // beyond the Python trainer: mean loss over the val windows (fixed levels and noise) every N steps
-                          // and before the first, into val_log.jsonl; 0 = never
+  int64_t val_every = 0;  // beyond the Python trainer: mean loss over the val windows (fixed levels and noise) every N
+                          // steps and before the first, into val_log.jsonl; 0 = never
   int64_t preview_steps = 8;  // with --val-every on a root with vae.safetensors: Euler steps of the sample preview of
                               // val window 0 drawn at each validation (previews/, TensorBoard images); 0 = none
   int64_t val_sample_every = 0;  // every N steps: val window 0 streamed with the KV cache (--preview-steps Euler
@@ -56,7 +59,7 @@ struct CausalConfig {
   Checkpointing checkpointing_mode() const;  // block or selective
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
-  void validate() const;        // throws naming the flag, the value and what is expected
+  void validate() const;             // throws naming the flag, the value and what is expected
   // --picture1 2048 on a base without a Picture 1 input is an error; nothing to check while --model is empty.
   void check_picture1_base() const;
   std::string to_json() const;  // every field as a string, as the Python trainer's args.json

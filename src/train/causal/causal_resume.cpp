@@ -31,8 +31,10 @@ void resume_exactly(const CausalResumeRun& in, const CausalState& st, CausalResu
                st.optimizer_steps(), st.dir);
   res.start_step = st.pos.step;
   res.samples_base = st.pos.samples_seen;
-  res.how = "exact resume after step " + std::to_string(st.pos.step) + " from " + st.dir + " (float32 LoRA, "
-            "AdamW moments, sample position " + std::to_string(st.pos.samples_seen) + ")";
+  res.how = "exact resume after step " + std::to_string(st.pos.step) + " from " + st.dir +
+            " (float32 LoRA, "
+            "AdamW moments, sample position " +
+            std::to_string(st.pos.samples_seen) + ")";
   if (st.pos.world != in.world)
     res.how += "; world size " + std::to_string(st.pos.world) + " -> " + std::to_string(in.world) +
                ": the same global sample stream continues";
@@ -47,7 +49,7 @@ void resolve_lora_shape(CausalConfig& cfg) {
   if (newest.first > 0 || is_lora_file(cfg.resume) || (cfg.resume == "auto" && !cfg.init_lora.empty())) {
     source = newest.first > 0 ? newest.second : is_lora_file(cfg.resume) ? cfg.resume : cfg.init_lora;
     file = lora_shape_for(cfg.model, source);  // e.g. an H3 LoRA in diffusers' split naming: rank 3r
-  } else if (cfg.resume != "auto") {  // another run's state: its flags (config.json) beside its factors
+  } else if (cfg.resume != "auto") {           // another run's state: its flags (config.json) beside its factors
     std::vector<std::string> notes;
     if (auto st = find_causal_state(cfg.resume, -1, &notes)) {
       std::ifstream in(fs::path(st->dir) / "config.json");
@@ -64,11 +66,13 @@ void resolve_lora_shape(CausalConfig& cfg) {
     if (cfg.lora_alpha < 0) cfg.lora_alpha = static_cast<double>(CausalConfig::kDefaultLoraRank);
     return;
   }
-  VDT_CHECK(cfg.lora_rank < 0 || cfg.lora_rank == file.rank, "--lora-rank ", cfg.lora_rank, " disagrees with ",
-            source, ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out (the LoRA the run starts "
+  VDT_CHECK(cfg.lora_rank < 0 || cfg.lora_rank == file.rank, "--lora-rank ", cfg.lora_rank, " disagrees with ", source,
+            ", whose LoRA has rank ", file.rank,
+            "\n---> HINT: leave --lora-rank out (the LoRA the run starts "
             "from decides), or give its rank");
   VDT_CHECK(cfg.lora_alpha < 0 || cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(cfg.lora_alpha),
-            " disagrees with ", source, ", whose LoRA has alpha ", py_float(file.alpha), "\n---> HINT: leave "
+            " disagrees with ", source, ", whose LoRA has alpha ", py_float(file.alpha),
+            "\n---> HINT: leave "
             "--lora-alpha out (the LoRA the run starts from decides), or give its alpha");
   cfg.lora_rank = file.rank, cfg.lora_alpha = file.alpha;
 }
@@ -128,8 +132,8 @@ CausalResume resume_causal(const CausalResumeRun& in) {
   res.start_step = step;
   load_lora(in.model, read_lora(path), path);
   res.samples_base = step * in.world;
-  res.how = "resume after step " + std::to_string(step) + " from " + path + " (no state slot for it: " +
-            (notes.empty() ? std::string("none written") : notes.back()) +
+  res.how = "resume after step " + std::to_string(step) + " from " + path +
+            " (no state slot for it: " + (notes.empty() ? std::string("none written") : notes.back()) +
             "; optimizer moments start afresh, as the Python trainer)";
   return res;
 }

@@ -55,26 +55,25 @@ struct CausalRun {
   std::shared_ptr<Denoiser> model;
   NamedTensors lora;  // float32 factors, by checkpoint name
   std::unique_ptr<GradSync> sync;
-  std::unique_ptr<Communicator> node_comm;  // this rank's node, when the world spans several (before shards: outlives them)
+  std::unique_ptr<Communicator>
+      node_comm;  // this rank's node, when the world spans several (before shards: outlives them)
   std::unique_ptr<BlockShards> shards;
   ForcingConfig forcing;
   FlowGrid grid;
   torch::Tensor grid_weights;
-  int64_t base_params = 0;  // frozen, before sharding
+  int64_t base_params = 0;                                    // frozen, before sharding
   int64_t total_steps = 0, start_step = 0, samples_base = 0;  // samples_base: global sample index at start_step
   std::string state_slot, resume_how;
   std::string lora_start;  // args.json and the start-up table: fresh, the --init-lora file, or continued
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
-  RunLog log;                               // rank 0: train_log.jsonl, val_log.jsonl, tensorboard/
-  std::shared_ptr<SynthVae> preview_vae;    // the root's vae.safetensors (synthetic roots), for --preview-steps
-  std::optional<Plan> plan;                 // the memory plan (none: no budget, --memory auto on the CPU)
+  RunLog log;                             // rank 0: train_log.jsonl, val_log.jsonl, tensorboard/
+  std::shared_ptr<SynthVae> preview_vae;  // the root's vae.safetensors (synthetic roots), for --preview-steps
+  std::optional<Plan> plan;               // the memory plan (none: no budget, --memory auto on the CPU)
 };
 
 // The ranks one copy of the frozen base is sharded over (1: not sharded).
-int shard_ranks(const CausalRun& r) {
-  return !r.shards ? 1 : r.node_comm ? r.node_comm->world() : r.ctx->world;
-}
+int shard_ranks(const CausalRun& r) { return !r.shards ? 1 : r.node_comm ? r.node_comm->world() : r.ctx->world; }
 
 // The base this run trains: its family from the data root (dataset.json's model_family), its preset from the shapes
 // of --weights. --model is needed only where those leave it open (a random base; weights of no preset); a --model
@@ -94,18 +93,23 @@ void resolve_base(CausalRun& r) {
   }
   if (r.cfg.model.empty()) {
     VDT_CHECK(!detected.empty() && detected != "custom", "--model is needed: ",
-              r.cfg.weights.empty() ? std::string("a random base (--random-init) has no shapes to read its preset from")
-                                    : "--weights " + r.cfg.weights + " match no preset of the " + root_family + " family",
+              r.cfg.weights.empty()
+                  ? std::string("a random base (--random-init) has no shapes to read its preset from")
+                  : "--weights " + r.cfg.weights + " match no preset of the " + root_family + " family",
               "\n---> HINT: pass --model with one of the ", root_family, " presets of ", dataset_json, ": ", presets);
     r.cfg.model = detected;
   } else {
     const std::string family = denoiser_family(r.cfg.model);
     VDT_CHECK(family == root_family, "--model ", r.cfg.model, " is a ", family, " base, but ", dataset_json,
-              " says model_family ", root_family, "\n---> HINT: leave --model out (the root and --weights decide), "
-              "or use one of ", presets);
+              " says model_family ", root_family,
+              "\n---> HINT: leave --model out (the root and --weights decide), "
+              "or use one of ",
+              presets);
     VDT_CHECK(detected.empty() || detected == "custom" || detected == r.cfg.model, "--model ", r.cfg.model,
-              " disagrees with --weights ", r.cfg.weights, ", whose shapes are the ", detected, " preset\n---> HINT: "
-              "leave --model out (the weights decide), or give ", detected);
+              " disagrees with --weights ", r.cfg.weights, ", whose shapes are the ", detected,
+              " preset\n---> HINT: "
+              "leave --model out (the weights decide), or give ",
+              detected);
   }
   r.cfg.check_picture1_base();
 }
@@ -155,7 +159,8 @@ void build_model(CausalRun& r) {
   r.lora = attach_lora(*r.model, lc, r.cfg.random.seed);  // freezes the base
   for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
   torch::NoGradGuard ng;
-  for (auto& [name, p] : r.lora) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
+  for (auto& [name, p] : r.lora)
+    p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
   plan_causal_memory(r);
   r.model->set_causal_kernel(r.cfg.attention.kernel());
   CheckpointOptions co;
@@ -164,7 +169,8 @@ void build_model(CausalRun& r) {
   co.selective_blocks = r.cfg.memory.selective_blocks;
   co.attention_keep = r.cfg.causal_memory.attn_keep;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
-    // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over the world.
+    // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over
+    // the world.
     const int node = r.ctx->comm.local_world();
     if (node < r.ctx->world) r.node_comm = r.ctx->comm.split(node);
     r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.node_comm ? *r.node_comm : r.ctx->comm);
@@ -229,7 +235,7 @@ torch::Tensor window_loss(CausalRun& r, const CausalSample& s, const WindowStrea
   const auto ex = tf ? make_tf_example(x0, noise, u, r.forcing, r.grid, r.grid_weights)
                      : make_df_example(x0, noise, u, r.forcing, r.grid, r.grid_weights);
   torch::Tensor context, context_ids, tags;
-  r.ds->text_of(s.text_rows, &context, &context_ids, &tags);          // [R, Lt, text_dim], [1, span], [R, Lt]
+  r.ds->text_of(s.text_rows, &context, &context_ids, &tags);  // [R, Lt, text_dim], [1, span], [R, Lt]
   auto in = model_inputs(*r.model, ex.x_t, ex.t, context, tf ? torch::cat({context_ids, context_ids}, 1) : context_ids,
                          {}, AttentionPattern::forcing(r.cfg.chunk_frames, tf));  // tf: the clean copy's cells too
   std::map<std::string, torch::Tensor> cond_noise;  // clean conditioning latents get their own noise
@@ -279,8 +285,7 @@ void draw_preview(CausalRun& r, int64_t step) {
       sample_causal_window(*r.model, *r.ds, 0, r.cfg.chunk_frames, ec, r.cfg.random.seed, r.cfg.clean_first_frame);
   if (r.ctx->rank != 0) return;
   const auto grid = frame_grid({r.preview_vae->decode(s.ground_truth), r.preview_vae->decode(s.sample)}, 2, 4);
-  r.log.image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid),
-              step);
+  r.log.image("preview/" + s.clip_id + "@" + std::to_string(s.start), write_step_preview(r.cfg.out, step, grid), step);
 }
 
 // --val-sample-every: val window 0 streamed with the KV cache on every rank (as draw_preview), logged by rank 0.
@@ -297,9 +302,9 @@ void log_validation(CausalRun& r, int64_t step) {
   draw_preview(r, step);
   if (r.ctx->rank != 0) return;
   const nlohmann::json row = {{"step", step}, {"val_loss", v}, {"windows", r.ds->val().size()}};
-  r.log.validation(step, {row}, {{"val/loss", v}},
-                   string_format("val step %lld: loss %.4f over %zu windows", static_cast<long long>(step), v,
-                                 r.ds->val().size()));
+  r.log.validation(
+      step, {row}, {{"val/loss", v}},
+      string_format("val step %lld: loss %.4f over %zu windows", static_cast<long long>(step), v, r.ds->val().size()));
 }
 
 struct StepStats {
@@ -355,8 +360,8 @@ std::string save(CausalRun& r, int64_t step) {
 std::vector<std::pair<std::string, std::string>> run_files(const CausalRun& r) {
   nlohmann::json val = nlohmann::json::array();
   for (size_t i = 0; i < r.ds->val().size(); ++i)
-    val.push_back({r.ds->clips()[static_cast<size_t>(r.ds->val()[i].clip)].clip_id,
-                   r.ds->val_start(static_cast<int64_t>(i))});
+    val.push_back(
+        {r.ds->clips()[static_cast<size_t>(r.ds->val()[i].clip)].clip_id, r.ds->val_start(static_cast<int64_t>(i))});
   auto args = nlohmann::ordered_json::parse(r.cfg.to_json());
   args["lora_start"] = r.lora_start;  // beside the flags: where this run's LoRA came from (fresh, loudly)
   if (r.plan) args["memory_plan"] = plan_json(*r.plan);
@@ -367,11 +372,11 @@ std::vector<std::pair<std::string, std::string>> run_files(const CausalRun& r) {
 std::string startup_table(const CausalRun& r) {
   int64_t trainable = 0;
   for (const auto& [n, p] : r.lora) trainable += p.numel();
-  const std::string shards =
-      !r.shards ? "" : ", blocks sharded over the " + std::to_string(shard_ranks(r)) + " ranks of " +
-                           (r.node_comm ? "each node" : "the world") + ": " +
-                           std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
-                           std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank";
+  const std::string shards = !r.shards ? ""
+                                       : ", blocks sharded over the " + std::to_string(shard_ranks(r)) + " ranks of " +
+                                             (r.node_comm ? "each node" : "the world") + ": " +
+                                             std::to_string(r.shards->shard_bytes() >> 20) + " MiB of " +
+                                             std::to_string(r.shards->full_bytes() >> 20) + " MiB per rank";
   std::string t = string_format(
       "vdt train causal\n"
       "  objective %s  span %lld chunks x %lld frames  level_shift %s  attn %s  act_offload %s  clean first %s\n"
@@ -382,15 +387,14 @@ std::string startup_table(const CausalRun& r) {
       r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
       py_float(r.cfg.level_shift).c_str(), r.cfg.attention.attn.c_str(), r.cfg.causal_memory.act_offload.c_str(),
       r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(),
-      r.cfg.weights.empty() ? " (random base, non-zero head)" : " ", r.cfg.weights.c_str(),
-      r.ctx->device.str().c_str(), r.cfg.compute.precision.c_str(), r.ctx->world, r.ctx->comm.describe().c_str(),
-      r.sync->describe().c_str(), r.cfg.data_root.c_str(), r.ds->train().size(), r.ds->val().size(),
-      static_cast<long long>(r.ds->n_flagged()), static_cast<long long>(r.ds->n_short()),
-      static_cast<long long>(r.cfg.lora_rank), py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6,
-      r.base_params / 1e6, shards.c_str(), static_cast<long long>(r.total_steps),
-      r.cfg.steps > 0 ? "--steps" : "epochs x windows / world", py_float(r.cfg.lr).c_str(),
-      py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup), static_cast<long long>(r.cfg.save_every),
-      r.resume_how.c_str());
+      r.cfg.weights.empty() ? " (random base, non-zero head)" : " ", r.cfg.weights.c_str(), r.ctx->device.str().c_str(),
+      r.cfg.compute.precision.c_str(), r.ctx->world, r.ctx->comm.describe().c_str(), r.sync->describe().c_str(),
+      r.cfg.data_root.c_str(), r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
+      static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
+      py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6, shards.c_str(),
+      static_cast<long long>(r.total_steps), r.cfg.steps > 0 ? "--steps" : "epochs x windows / world",
+      py_float(r.cfg.lr).c_str(), py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
+      static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
   WindowShape window;  // as the base packs it (an H3 base: the prefix, then the chunks)
   const auto& in = r.ds->info();
   window.text_len = in.text_len, window.frames = r.cfg.span_frames(), window.chunk_frames = r.cfg.chunk_frames;
@@ -439,8 +443,12 @@ void log_step(CausalRun& r, int64_t step, const StepStats& st, double elapsed, d
   if (r.ctx->rank != 0) return;
   const double per_step = elapsed / static_cast<double>(step - r.start_step), mem = r.ctx->peak_memory_gb();
   r.log.step(step, {{"step", step}, {"loss_v", st.loss}, {"gnorm", st.grad_norm}, {"lr", st.lr}, {"sec", elapsed}},
-             {{"train/loss_v", st.loss}, {"train/grad_norm", st.grad_norm}, {"train/lr", st.lr},
-              {"train/step_time", step_time}, {"train/data_time", st.data_time}, {"train/mem_gb", mem}},
+             {{"train/loss_v", st.loss},
+              {"train/grad_norm", st.grad_norm},
+              {"train/lr", st.lr},
+              {"train/step_time", step_time},
+              {"train/data_time", st.data_time},
+              {"train/mem_gb", mem}},
              string_format("step %lld/%lld loss_v=%.4f gnorm=%s lr=%.2e mem=%.1fG %.2fs/step eta=%.2fh data=%.3fs %s",
                            static_cast<long long>(step), static_cast<long long>(r.total_steps), st.loss,
                            fmt_gnorm(st.grad_norm).c_str(), st.lr, mem, per_step,
@@ -465,15 +473,16 @@ class CausalLoop final : public LoopTrainer {
   void save(int64_t step, SaveWhy) override { sum_.last_lora = vdt::save(r_, step); }  // every reason: LoRA + state
   void stopped(int64_t step) override {
     if (r_.ctx->rank == 0)
-      std::printf("[stop] %s: stopped after step %lld of %lld; the LoRA and state are saved. Re-run the same command "
-                  "to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(step),
-                  static_cast<long long>(r_.total_steps));
+      std::printf(
+          "[stop] %s: stopped after step %lld of %lld; the LoRA and state are saved. Re-run the same command "
+          "to continue.\n",
+          StopOnSignal::signal_name(), static_cast<long long>(step), static_cast<long long>(r_.total_steps));
   }
   [[noreturn]] void fail_non_finite(int64_t step, double loss) override {
-    r_.ctx->fail_non_finite(step, loss,
-                            "The last LoRA " + (sum_.last_lora.empty() ? "(none yet)" : sum_.last_lora) +
-                                " and its state are intact.",
-                            "lower --lr, or check the data with `vdt data check`");
+    r_.ctx->fail_non_finite(
+        step, loss,
+        "The last LoRA " + (sum_.last_lora.empty() ? "(none yet)" : sum_.last_lora) + " and its state are intact.",
+        "lower --lr, or check the data with `vdt data check`");
   }
 
  private:
@@ -489,7 +498,8 @@ CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
   std::vector<torch::Tensor> factors;
   for (const auto& [n, p] : r.lora) factors.push_back(p), sum.lora.emplace_back(n, p.detach().to(torch::kCPU).clone());
   sum.lora_crc = RunContext::checksum(factors);
-  if (r.ctx->world > 1) std::printf("[done] rank %d of %d: LoRA CRC-32 %08x\n", r.ctx->rank, r.ctx->world, sum.lora_crc);
+  if (r.ctx->world > 1)
+    std::printf("[done] rank %d of %d: LoRA CRC-32 %08x\n", r.ctx->rank, r.ctx->world, sum.lora_crc);
   return sum;
 }
 
@@ -504,7 +514,8 @@ std::shared_ptr<Denoiser> build_causal_base(const std::string& model, const std:
   }
   m->init_weights(seed);
   auto set = SafetensorsSet::open(weight_files(weights, "--weights"));
-  VDT_CHECK(!set.contains("gc_sem_cond.patch.weight"), "--weights ", weights, " holds the gc_sem_cond adapter; the "
+  VDT_CHECK(!set.contains("gc_sem_cond.patch.weight"), "--weights ", weights,
+            " holds the gc_sem_cond adapter; the "
             "causal trainer trains a LoRA on a plain base (no semantic-map input yet). Give the base weights.");
   load_weights(*m, set);
   return m;
@@ -541,9 +552,13 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
   CausalLoop loop(r, sum);
-  static_cast<LoopResult&>(sum) =
-      run_training_loop(*r.ctx, {.start_step = r.start_step, .last_step = r.total_steps, .val_every = cfg.val_every,
-                                 .validate_first = true, .save_every = cfg.save_every}, loop);
+  static_cast<LoopResult&>(sum) = run_training_loop(*r.ctx,
+                                                    {.start_step = r.start_step,
+                                                     .last_step = r.total_steps,
+                                                     .val_every = cfg.val_every,
+                                                     .validate_first = true,
+                                                     .save_every = cfg.save_every},
+                                                    loop);
   return finish(r, sum, sum.seconds);
 }
 

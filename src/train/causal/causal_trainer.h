@@ -1,11 +1,11 @@
-// `vdt train causal` (the Python trainer rtcwm/train/train.py): LoRA on a frozen base (Wan or MiniMax-H3), trained with diffusion forcing (`df`) or
-// teacher forcing (`tf`) on 6-chunk spans under block-causal self-attention. One window per rank per step, from a
-// global sample stream that depends on (seed, epoch, sample) only; frozen base blocks sharded over the ranks and
-// gathered per block (distributed/block_shards.h); LoRA replicated, gradients all-reduced as backward produces them
-// (distributed/grad_sync.h); cosine LR with warmup, AdamW (0.9, 0.999, wd 0.01), clip 1.0; per-block activation
-// checkpointing, optionally with the kept inputs on the host (--act-offload). A re-run with the same --out continues
-// from the newest lora_stepNNNNN.safetensors, exactly when its state slot is there (train/checkpoint/lora_checkpoint.h).
-// docs/causal.md has the files and the resume rules.
+// `vdt train causal` (the Python trainer rtcwm/train/train.py): LoRA on a frozen base (Wan or MiniMax-H3), trained with
+// diffusion forcing (`df`) or teacher forcing (`tf`) on 6-chunk spans under block-causal self-attention. One window per
+// rank per step, from a global sample stream that depends on (seed, epoch, sample) only; frozen base blocks sharded
+// over the ranks and gathered per block (distributed/block_shards.h); LoRA replicated, gradients all-reduced as
+// backward produces them (distributed/grad_sync.h); cosine LR with warmup, AdamW (0.9, 0.999, wd 0.01), clip 1.0;
+// per-block activation checkpointing, optionally with the kept inputs on the host (--act-offload). A re-run with the
+// same --out continues from the newest lora_stepNNNNN.safetensors, exactly when its state slot is there
+// (train/checkpoint/lora_checkpoint.h). docs/causal.md has the files and the resume rules.
 #pragma once
 #include <string>
 
@@ -25,11 +25,11 @@ struct CausalSummary : LoopResult {
   std::string last_lora, resume_how;
   std::string lora_start;  // where the LoRA came from: "fresh ..." (B = 0), the --init-lora file, or "continued ..."
 
-  NamedTensors lora;       // this rank's float32 factors at the end (ranks must hold the same)
-  uint32_t lora_crc = 0;   // CRC-32 of those factors' bytes
-  int64_t params = 0;  // the frozen base's and the LoRA's parameter count
-  int shard_ranks = 1;      // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
-  int64_t shard_bytes = 0;  // of the frozen blocks, held by this rank (0: not sharded)
+  NamedTensors lora;             // this rank's float32 factors at the end (ranks must hold the same)
+  uint32_t lora_crc = 0;         // CRC-32 of those factors' bytes
+  int64_t params = 0;            // the frozen base's and the LoRA's parameter count
+  int shard_ranks = 1;           // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
+  int64_t shard_bytes = 0;       // of the frozen blocks, held by this rank (0: not sharded)
   double predicted_peak_gb = 0;  // the memory plan's predicted peak per GPU (0: no plan)
 };
 

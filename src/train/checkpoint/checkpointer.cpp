@@ -61,7 +61,8 @@ std::string save_checkpoint(const std::string& run_dir, const std::string& keep_
     if (!parts.replicated || rank == 0) {
       const int r = parts.replicated ? 0 : rank;
       save_safetensors((fs::path(slot_dir) / shard_name("weights", r, shards)).string(), parts.update.weights, meta);
-      save_safetensors((fs::path(slot_dir) / shard_name("optimizer", r, shards)).string(), parts.update.optimizer, meta);
+      save_safetensors((fs::path(slot_dir) / shard_name("optimizer", r, shards)).string(), parts.update.optimizer,
+                       meta);
     }
     comm.barrier();
     if (w) {
@@ -136,11 +137,13 @@ std::optional<LoadedCheckpoint> load_checkpoint(const std::string& path, bool al
     if (allow_none && !sealed.empty() && !allow_corrupt)
       throw CorruptStateError(detail::concat(
           flag, " ", path, ": every sealed state slot is corrupt, so the run cannot continue:", why,
-          "\n---> HINT: restore the run directory from a copy; or pass ", corrupt_flag.empty() ? "a fresh --output" : corrupt_flag,
+          "\n---> HINT: restore the run directory from a copy; or pass ",
+          corrupt_flag.empty() ? "a fresh --output" : corrupt_flag,
           " to start from step 0 on purpose (the corrupt slots are overwritten, the logs are moved aside)"));
     if (allow_none) {
-      if (!sealed.empty()) std::printf("[resume] %s: every sealed state slot is corrupt; starting from step 0 (%s)\n",
-                                       path.c_str(), corrupt_flag.c_str());
+      if (!sealed.empty())
+        std::printf("[resume] %s: every sealed state slot is corrupt; starting from step 0 (%s)\n", path.c_str(),
+                    corrupt_flag.c_str());
       return std::nullopt;
     }
     VDT_FAIL(flag, " ", path, ": no complete state slot (state_A/ or state_B/ with a valid slot.json)",
@@ -167,6 +170,5 @@ std::optional<LoadedCheckpoint> load_checkpoint(const std::string& path, bool al
   out.optimizer_files = open_shards(slot->dir, "optimizer");
   return out;
 }
-
 
 }  // namespace vdt

@@ -27,7 +27,7 @@
 namespace vdt {
 
 struct CheckpointParts {
-  std::string trainer;                 // "vdt train sft" | "vdt train causal"
+  std::string trainer;  // "vdt train sft" | "vdt train causal"
   int64_t step = 0;
   nlohmann::ordered_json train_state;  // the train state and data position (written with "step" and "trainer")
   SyncState update;                    // weights and optimizer

@@ -1,4 +1,5 @@
-// Export and re-open check. The check is the Python trainer's check_gc_ckpt: key count, every tensor BF16, vocab in metadata.
+// Export and re-open check. The check is the Python trainer's check_gc_ckpt: key count, every tensor BF16, vocab in
+// metadata.
 #include "train/checkpoint/export.h"
 
 #include <torch/torch.h>
@@ -32,8 +33,8 @@ SemCondConfig sem_cond_config_of(const SafetensorsSet& files) {
   VDT_CHECK(meta.count("sem_scale"), where, ": has gc_sem_cond weights but no 'sem_scale' metadata");
   c.scale = metadata_int(meta, "sem_scale", where, 0);
   const auto& w = files.entry("gc_sem_cond.patch.weight").shape;  // [hidden, K, 1, 2s, 2s]
-  VDT_CHECK(w.size() == 5 && w[1] == c.vocab_size, where, ": gc_sem_cond.patch.weight has shape incompatible with vocab '",
-            c.vocab, "'");
+  VDT_CHECK(w.size() == 5 && w[1] == c.vocab_size, where,
+            ": gc_sem_cond.patch.weight has shape incompatible with vocab '", c.vocab, "'");
   c.hidden = w[0];
   return c;
 }

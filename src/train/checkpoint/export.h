@@ -1,5 +1,5 @@
-// Checkpoint export of the SFT (docs/design.md §4): `step-N.safetensors` in bf16 with the model's keys (825 Wan keys + 6
-// gc_sem_cond keys for TI2V-5B, no prefix) and metadata (vocab, res, step, hyper-parameters, lineage), written
+// Checkpoint export of the SFT (docs/design.md §4): `step-N.safetensors` in bf16 with the model's keys (825 Wan keys +
+// 6 gc_sem_cond keys for TI2V-5B, no prefix) and metadata (vocab, res, step, hyper-parameters, lineage), written
 // atomically (temp + fsync + rename, mode 644) and then re-opened and checked. Also the reader side: building the
 // model a checkpoint describes. Not here: optimizer state (state slots).
 #pragma once

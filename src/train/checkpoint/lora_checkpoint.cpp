@@ -53,13 +53,22 @@ void write_lora_file(const CausalConfig& cfg, const Denoiser& model, const std::
   // "base" as the base's own trainers name it (Denoiser::lora_base_info); "model" names the preset either way.
   const auto info = model.lora_base_info();
   save_safetensors(path, bf16,
-                   {{"format", "pt"}, {"base", info.base}, {"model", cfg.model}, {"text_handling", info.text_handling},
-                    {"weights", cfg.weights}, {"step", std::to_string(step)},
-                    {"objective", cfg.objective}, {"span_chunks", std::to_string(kSpanChunks)},
-                    {"level_shift", py_float(cfg.level_shift)}, {"chunk_frames", std::to_string(cfg.chunk_frames)},
-                    {"rank", std::to_string(cfg.lora_rank)}, {"alpha", py_float(cfg.lora_alpha)},
-                    {"seed", std::to_string(cfg.random.seed)}, {"val_clips", std::to_string(cfg.val_clips)},
-                    {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"}, {"picture1", cfg.picture1},
+                   {{"format", "pt"},
+                    {"base", info.base},
+                    {"model", cfg.model},
+                    {"text_handling", info.text_handling},
+                    {"weights", cfg.weights},
+                    {"step", std::to_string(step)},
+                    {"objective", cfg.objective},
+                    {"span_chunks", std::to_string(kSpanChunks)},
+                    {"level_shift", py_float(cfg.level_shift)},
+                    {"chunk_frames", std::to_string(cfg.chunk_frames)},
+                    {"rank", std::to_string(cfg.lora_rank)},
+                    {"alpha", py_float(cfg.lora_alpha)},
+                    {"seed", std::to_string(cfg.random.seed)},
+                    {"val_clips", std::to_string(cfg.val_clips)},
+                    {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"},
+                    {"picture1", cfg.picture1},
                     {"alpha_tensors", "<module>.alpha per module (kohya): every loader applies alpha / rank"}});
 }
 
@@ -76,8 +85,8 @@ std::optional<CausalState> find_causal_state(const std::string& out, int64_t ste
                                              bool allow_corrupt) {
   std::optional<LoadedCheckpoint> ck;
   try {
-    ck = load_checkpoint(out, /*allow_none=*/true, "vdt train causal", "--out", allow_corrupt,
-                         "--ignore-corrupt-state");
+    ck =
+        load_checkpoint(out, /*allow_none=*/true, "vdt train causal", "--out", allow_corrupt, "--ignore-corrupt-state");
   } catch (const CorruptStateError&) {
     throw;
   } catch (const Error& e) {  // e.g. a slot of an older layout: the Python trainer's resume (fresh moments) still works
@@ -94,7 +103,8 @@ std::optional<CausalState> find_causal_state(const std::string& out, int64_t ste
   }
   CausalState st;
   st.dir = ck->slot;
-  st.pos = {at, j.value("samples_seen", int64_t{0}), j.value("world", int64_t{1}), j.value("model_config", std::string())};
+  st.pos = {at, j.value("samples_seen", int64_t{0}), j.value("world", int64_t{1}),
+            j.value("model_config", std::string())};
   st.checkpoint = std::move(*ck);
   return st;
 }

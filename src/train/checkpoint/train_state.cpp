@@ -27,15 +27,26 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
 }  // namespace
 
 nlohmann::ordered_json Geometry::to_json() const {
-  return {{"num_processes", num_processes}, {"grad_accum", grad_accum}, {"batch_size", batch_size},
-          {"n_micro", n_micro}, {"n_train", n_train}, {"seed", seed}};
+  return {{"num_processes", num_processes},
+          {"grad_accum", grad_accum},
+          {"batch_size", batch_size},
+          {"n_micro", n_micro},
+          {"n_train", n_train},
+          {"seed", seed}};
 }
 
 nlohmann::ordered_json TrainerState::to_json() const {
-  nlohmann::ordered_json j = {{"step", step}, {"arm", "gc25d"}, {"vocab", vocab}, {"res", res},
-                              {"init_ckpt", init_ckpt}, {"model", model}, {"precision", precision},
-                              {"epoch", pos.epoch}, {"epoch_micro", pos.epoch_micro},
-                              {"micro_counter", pos.micro_counter}, {"trainer", "vdt train sft"}};
+  nlohmann::ordered_json j = {{"step", step},
+                              {"arm", "gc25d"},
+                              {"vocab", vocab},
+                              {"res", res},
+                              {"init_ckpt", init_ckpt},
+                              {"model", model},
+                              {"precision", precision},
+                              {"epoch", pos.epoch},
+                              {"epoch_micro", pos.epoch_micro},
+                              {"micro_counter", pos.micro_counter},
+                              {"trainer", "vdt train sft"}};
   if (!model_config.empty()) j["model_config"] = model_config;
   const auto geo = geometry.to_json();
   for (const auto& [k, v] : geo.items()) j[k] = v;  // flat, as the Python trainer writes it
@@ -86,7 +97,8 @@ ResumePoint resume_position(const TrainerState& saved, const Geometry& now) {
     const uint64_t counter = saved.pos.micro_counter * was.num_processes;  // global micro batches so far
     Geometry same_world = was;
     same_world.num_processes = now.num_processes, same_world.n_micro = now.n_micro;
-    if (was.grad_accum * was.num_processes == now.grad_accum * now.num_processes) same_world.grad_accum = now.grad_accum;
+    if (was.grad_accum * was.num_processes == now.grad_accum * now.num_processes)
+      same_world.grad_accum = now.grad_accum;
     if (!(was == now) && same_world == now) {
       // Only the world size changed (with --grad_accum alongside, keeping the global batch). The permutation is
       // global and rank r takes positions r, r + world, ...: the stream continues exactly when the global positions

@@ -1,7 +1,8 @@
-// The SFT trainer's train state (docs/design.md §4 state and resume): its part of a checkpoint (train/checkpoint/checkpointer.h,
-// trainer_state.json: step, data position, geometry, vocab, res, init_ckpt, model, precision, model_config) and where
-// a resumed run picks up its data. The random streams are counter-based (core/rng.h): the data position and the
-// micro-batch counter are all of their state. Not here: the slot files (the checkpointer), the loop (sft_trainer).
+// The SFT trainer's train state (docs/design.md §4 state and resume): its part of a checkpoint
+// (train/checkpoint/checkpointer.h, trainer_state.json: step, data position, geometry, vocab, res, init_ckpt, model,
+// precision, model_config) and where a resumed run picks up its data. The random streams are counter-based
+// (core/rng.h): the data position and the micro-batch counter are all of their state. Not here: the slot files (the
+// checkpointer), the loop (sft_trainer).
 #pragma once
 #include <torch/types.h>
 
@@ -45,7 +46,6 @@ struct TrainerState {
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);
 };
 
-
 // The SFT trainer's parts of a checkpoint (train/checkpoint/checkpointer.h): its TrainerState as trainer_state.json
 // beside the update path's weights and optimizer state and the run's flags. Every rank calls it.
 std::string save_trainer_state(const std::string& run_dir, const std::string& keep_slot, const TrainerState& st,
@@ -62,11 +62,11 @@ struct LoadedState : LoadedCheckpoint {
 // CorruptStateError (checkpointer.h) unless allow_corrupt (--ignore_corrupt_state).
 std::optional<LoadedState> load_trainer_state(const std::string& path, bool allow_none, bool allow_corrupt = false);
 
-// Where a resumed run starts reading: the Python trainer's resume_position. Unchanged geometry -> the next micro batch of the
-// saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
+// Where a resumed run starts reading: the Python trainer's resume_position. Unchanged geometry -> the next micro batch
+// of the saved epoch (or the next epoch when it was used up); changed geometry -> the start of the next epoch; a state
 // without an epoch -> inferred from the step with the current geometry.
-// Beyond the Python trainer: when only the world size changed, the exact global sample stream continues (when the consumed
-// positions split evenly over the new ranks).
+// Beyond the Python trainer: when only the world size changed, the exact global sample stream continues (when the
+// consumed positions split evenly over the new ranks).
 struct ResumePoint {
   int64_t epoch = 0, skip = 0;
   std::string how;

@@ -82,7 +82,7 @@ CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds
   }
   auto branch = [&](const std::vector<int64_t>& rows) -> StateVelocityFn {
     auto text = std::make_shared<std::array<torch::Tensor, 3>>();  // context, context_ids, tags
-    ds.text_of(rows, &(*text)[0], &(*text)[1], &(*text)[2]);        // [R, Lt, text_dim], [1, span], [R, Lt]
+    ds.text_of(rows, &(*text)[0], &(*text)[1], &(*text)[2]);       // [R, Lt, text_dim], [1, span], [R, Lt]
     return [&model, &w, &cond_noise, text, chunk_frames](const SampleState& x, const torch::Tensor& t) {
       const int64_t frames = x.video.size(2);  // the chunks sampled so far and the one being sampled
       auto in = model_inputs(model, x.video, t, (*text)[0], (*text)[1].narrow(1, 0, frames), {},
@@ -90,8 +90,8 @@ CausalSampleResult sample_causal_window(Denoiser& model, const CausalDataset& ds
       add_window_conditioning(in, (*text)[2], (*text)[1], w.cond, cond_noise);
       for (const auto& [name, s] : x.side) {
         const auto b = model.side_stream_chunks(name, frames, chunk_frames);
-        VDT_CHECK(b.back() == s.size(-1), "causal sampling: the ", name, " stream has ", s.size(-1), " steps, ",
-                  frames, " frames need ", b.back());
+        VDT_CHECK(b.back() == s.size(-1), "causal sampling: the ", name, " stream has ", s.size(-1), " steps, ", frames,
+                  " frames need ", b.back());
         in.extra[name] = s.to(in.x.scalar_type());
         in.extra[name + ".t"] = stream_timesteps(t, b, chunk_frames).to(in.x.device());
       }

@@ -1,7 +1,7 @@
-// `vdt sample` for the SFT model (docs/design.md §2 sampling, beyond the Python trainers): Euler over the Wan inference grid with
-// two-branch CFG — the negative branch has ids all UNKNOWN and the null prompt in every cell — and frame 0 taken
-// from the clip's ground truth. Also samples "without conditions" (the negative branch alone) for previews.
-// `vdt sample --causal`: a causal model's validation windows chunk by chunk (diffusion/euler.h causal_euler_sample),
+// `vdt sample` for the SFT model (docs/design.md §2 sampling, beyond the Python trainers): Euler over the Wan inference
+// grid with two-branch CFG — the negative branch has ids all UNKNOWN and the null prompt in every cell — and frame 0
+// taken from the clip's ground truth. Also samples "without conditions" (the negative branch alone) for previews. `vdt
+// sample --causal`: a causal model's validation windows chunk by chunk (diffusion/euler.h causal_euler_sample),
 // guidance against the null prompt.
 #pragma once
 #include <map>

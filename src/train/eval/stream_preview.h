@@ -10,9 +10,9 @@
 namespace vdt {
 
 struct StreamPreview {
-  std::string tag;                 // "stream/<clip>@<start>"
-  torch::Tensor grid;              // [3, H, W] frame_grid, or undefined without a preview VAE
-  double seconds_per_chunk = 0;    // mean over the chunks (Euler steps and commit)
+  std::string tag;               // "stream/<clip>@<start>"
+  torch::Tensor grid;            // [3, H, W] frame_grid, or undefined without a preview VAE
+  double seconds_per_chunk = 0;  // mean over the chunks (Euler steps and commit)
 };
 
 StreamPreview stream_preview(Denoiser& model, const CausalDataset& ds, const std::string& data_root,

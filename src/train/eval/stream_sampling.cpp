@@ -40,12 +40,17 @@ double since(std::chrono::steady_clock::time_point t0) {
 const std::vector<ConfigField<StreamSpeed>>& StreamSpeed::fields() {
   using C = StreamSpeed;
   static const std::vector<ConfigField<C>> f = {
-      {"--fp8", "FP8 GEMMs in the blocks (all but the first and last; their weights held quantized): off, on, or fast "
-                "(fast accumulation); a GPU of compute capability 8.9+", &C::fp8},
-      {"--cuda-graphs", "each pass's block loop recorded once and replayed as a CUDA graph: auto (on for a CUDA "
-                        "device), on, off", &C::cuda_graphs},
-      {"--merge-lora", "the LoRA folded into the base weights once before the stream (W + scale B A, rounded to the "
-                       "weights' dtype; no factor GEMMs in the passes): on, or off (the factors run beside the base)",
+      {"--fp8",
+       "FP8 GEMMs in the blocks (all but the first and last; their weights held quantized): off, on, or fast "
+       "(fast accumulation); a GPU of compute capability 8.9+",
+       &C::fp8},
+      {"--cuda-graphs",
+       "each pass's block loop recorded once and replayed as a CUDA graph: auto (on for a CUDA "
+       "device), on, off",
+       &C::cuda_graphs},
+      {"--merge-lora",
+       "the LoRA folded into the base weights once before the stream (W + scale B A, rounded to the "
+       "weights' dtype; no factor GEMMs in the passes): on, or off (the factors run beside the base)",
        &C::merge_lora},
   };
   return f;
@@ -174,14 +179,14 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
   };
   auto noise = [&](int64_t n) {
     SampleState s;
-    s.video = n * cf < span ? span_noise.narrow(2, n * cf, cf) : randn({1, x0.size(1), cf, x0.size(3), x0.size(4)},
-                                                                        kPastSpan + static_cast<uint64_t>(n));
+    s.video = n * cf < span ? span_noise.narrow(2, n * cf, cf)
+                            : randn({1, x0.size(1), cf, x0.size(3), x0.size(4)}, kPastSpan + static_cast<uint64_t>(n));
     for (const auto& [name, sn] : side_noise) {
       const auto [j0, j1] = pos.stream->side_steps(name, n);
       auto shape = sn.sizes().vec();
       shape.back() = j1 - j0;
-      s.side[name] = j1 <= sn.size(-1) ? sn.narrow(-1, j0, j1 - j0)
-                                       : randn(shape, (kPastSpan << 1) + static_cast<uint64_t>(n));
+      s.side[name] =
+          j1 <= sn.size(-1) ? sn.narrow(-1, j0, j1 - j0) : randn(shape, (kPastSpan << 1) + static_cast<uint64_t>(n));
     }
     return s;
   };
@@ -189,21 +194,21 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
   std::map<std::string, std::vector<torch::Tensor>> sides;
   StreamConfig sc;
   sc.chunks = chunks;
-  stream_sample(
-      {velocity(pos), commit(pos)}, {velocity(neg), commit(neg)}, noise,
-      clean_first_frame ? x0.slice(2, 0, 1) : torch::Tensor(), sc, cfg, [&](int64_t n, const SampleState& chunk) {
-        StreamChunk c;
-        c.index = n;
-        c.video = chunk.video[0].to(torch::kCPU, torch::kFloat32);  // the copy waits for the chunk
-        for (const auto& [name, s] : chunk.side) c.side[name] = s[0].to(torch::kCPU, torch::kFloat32);
-        c.seconds = since(t_chunk);
-        r.chunk_seconds.push_back(c.seconds);
-        r.commit_seconds.push_back(0);
-        videos.push_back(c.video);
-        for (const auto& [name, s] : c.side) sides[name].push_back(s);
-        if (on_chunk) on_chunk(c);
-        t_chunk = std::chrono::steady_clock::now();
-      });
+  stream_sample({velocity(pos), commit(pos)}, {velocity(neg), commit(neg)}, noise,
+                clean_first_frame ? x0.slice(2, 0, 1) : torch::Tensor(), sc, cfg,
+                [&](int64_t n, const SampleState& chunk) {
+                  StreamChunk c;
+                  c.index = n;
+                  c.video = chunk.video[0].to(torch::kCPU, torch::kFloat32);  // the copy waits for the chunk
+                  for (const auto& [name, s] : chunk.side) c.side[name] = s[0].to(torch::kCPU, torch::kFloat32);
+                  c.seconds = since(t_chunk);
+                  r.chunk_seconds.push_back(c.seconds);
+                  r.commit_seconds.push_back(0);
+                  videos.push_back(c.video);
+                  for (const auto& [name, s] : c.side) sides[name].push_back(s);
+                  if (on_chunk) on_chunk(c);
+                  t_chunk = std::chrono::steady_clock::now();
+                });
   r.cache_bytes = pos.stream->cache_bytes() + (neg.stream ? neg.stream->cache_bytes() : 0);
   r.ground_truth = x0[0].cpu();
   r.sample = torch::cat(videos, 1);

@@ -37,15 +37,15 @@ struct StreamOptions {
   int64_t sink_chunks = -1;  // -1: the base's default (model/kv_stream.h)
   int64_t span_chunks = 6;   // the trained span in chunks (the LoRA's span_chunks)
   AttentionKernel kernel = AttentionKernel::sdpa;
-  bool graphs = false;  // CUDA graphs of the passes (apply_stream_speed)
+  bool graphs = false;            // CUDA graphs of the passes (apply_stream_speed)
   int64_t modulation_slots = 32;  // H3's AdaLN projections cached per model time (0: every pass; model/kv_stream.h)
 };
 
 struct StreamChunk {
   int64_t index = 0;
-  torch::Tensor video;                         // [C, cf, H, W] float32 on the host
-  std::map<std::string, torch::Tensor> side;   // H3: "audio" [2, Da, steps of the chunk]
-  double seconds = 0;                          // wall time to make it (its Euler steps; the commit not included)
+  torch::Tensor video;                        // [C, cf, H, W] float32 on the host
+  std::map<std::string, torch::Tensor> side;  // H3: "audio" [2, Da, steps of the chunk]
+  double seconds = 0;                         // wall time to make it (its Euler steps; the commit not included)
 };
 
 struct StreamResult {
@@ -55,8 +55,8 @@ struct StreamResult {
   torch::Tensor sample;        // [C, chunks * cf, H, W] float32
   std::map<std::string, torch::Tensor> side_ground_truth, side_sample;
   std::vector<double> chunk_seconds, commit_seconds;  // per chunk (the last chunk's commit is not run: 0)
-  int64_t cache_bytes = 0;  // every guidance branch's cache
-  int64_t sink_chunks = 0, window = 0;  // as resolved by the base
+  int64_t cache_bytes = 0;                            // every guidance branch's cache
+  int64_t sink_chunks = 0, window = 0;                // as resolved by the base
 };
 
 // Val window `index` streamed. on_chunk(chunk) is called as each chunk is done, before the next one starts.

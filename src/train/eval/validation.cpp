@@ -1,7 +1,7 @@
 // Validation. The grid point of a val timestep is the nearest training-grid point (seed timestep_id_for), and that
-// grid value is what a row reports (200 -> 201.34, logged as val/mse_t201, as the Python trainer's run_validation). The example
-// is built as in training (exact sigma, model timestep in the model's compute dtype, frame 0 clean); the loss is the
-// unweighted MSE over frames 1.. so the numbers are comparable across timesteps.
+// grid value is what a row reports (200 -> 201.34, logged as val/mse_t201, as the Python trainer's run_validation). The
+// example is built as in training (exact sigma, model timestep in the model's compute dtype, frame 0 clean); the loss
+// is the unweighted MSE over frames 1.. so the numbers are comparable across timesteps.
 #include "train/eval/validation.h"
 
 #include <torch/torch.h>

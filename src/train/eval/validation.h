@@ -1,8 +1,8 @@
-// SFT validation (docs/design.md §4, seed run_validation): fixed val clips x fixed timesteps x fixed noise (seeded from the clip
-// id, the timestep and the seed, drawn on the CPU so every device sees the same noise); each (clip, t) runs `cond`
-// (real ids and text), `uncond` (ids all UNKNOWN) and `nulltext` (null prompt in every cell) on one shared noise.
-// The gaps uncond - cond and nulltext - cond read out whether the conditions are used.
-// Not here: distribution across ranks (the trainer reduces the sums).
+// SFT validation (docs/design.md §4, seed run_validation): fixed val clips x fixed timesteps x fixed noise (seeded from
+// the clip id, the timestep and the seed, drawn on the CPU so every device sees the same noise); each (clip, t) runs
+// `cond` (real ids and text), `uncond` (ids all UNKNOWN) and `nulltext` (null prompt in every cell) on one shared
+// noise. The gaps uncond - cond and nulltext - cond read out whether the conditions are used. Not here: distribution
+// across ranks (the trainer reduces the sums).
 #pragma once
 #include <torch/types.h>
 

@@ -38,7 +38,8 @@ template <class C>
 struct ConfigField {
   using Member = std::variant<FieldRef<C, std::string>, FieldRef<C, double>, FieldRef<C, int64_t>, FieldRef<C, int>,
                               FieldRef<C, uint64_t>, FieldRef<C, bool>>;
-  std::string flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
+  std::string
+      flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
   std::string help;
   Member member;
   bool required = false;
@@ -76,8 +77,8 @@ std::vector<ConfigField<C>> lift(S C::*section, const std::vector<ConfigField<S>
   return out;
 }
 
-// How values are written: as JSON values (numbers, bools) or as the Python trainer rtcwm's args.json writes them, every value
-// a string (Python's str(): "3.0", "2e-05", "True").
+// How values are written: as JSON values (numbers, bools) or as the Python trainer rtcwm's args.json writes them, every
+// value a string (Python's str(): "3.0", "2e-05", "True").
 enum class JsonValues { typed, python_strings };
 
 std::string py_float(double v);  // Python's str() of a float

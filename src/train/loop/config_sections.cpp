@@ -35,8 +35,9 @@ std::string one_of(const std::vector<Checkpointing>& modes) {
   for (const auto m : modes)
     values.push_back(m == Checkpointing::block ? std::pair{"block", "keep each block's inputs, recompute the block"}
                      : m == Checkpointing::selective
-                         ? std::pair{"selective", "also keep its GEMM and attention outputs, recompute only the "
-                                                  "elementwise work: norms, modulation, RoPE, gates, GELU"}
+                         ? std::pair{"selective",
+                                     "also keep its GEMM and attention outputs, recompute only the "
+                                     "elementwise work: norms, modulation, RoPE, gates, GELU"}
                          : std::pair{"none", "keep every activation"});
   return one_of(values);
 }
@@ -69,13 +70,17 @@ std::vector<ConfigField<ComputeSection>> ComputeSection::fields(const std::vecto
   return {
       {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
       {"--precision", one_of(precisions), &C::precision},
-      {"--fused-kernels", "on: the blocks' elementwise chains (LayerNorm + modulate, gate + residual) run as fused ops "
-                          "with a hand-written backward (CUDA kernels on GPUs, their ATen fallback elsewhere; "
-                          "docs/architecture.md \"Fused kernels\"); off: the reference ops", &C::fused_kernels},
-      {"--fp8", "FP8 block linears (docs/architecture.md \"FP8 linears\"): the q/k/v/o and FFN GEMMs of every block "
-                "but the first and last as row-wise scaled E4M3 GEMMs, forward and backward: off, on (a CUDA GPU of "
-                "compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or "
-                "emulate (on's numerics in fp32 ops on any device: checks, tests)", &C::fp8},
+      {"--fused-kernels",
+       "on: the blocks' elementwise chains (LayerNorm + modulate, gate + residual) run as fused ops "
+       "with a hand-written backward (CUDA kernels on GPUs, their ATen fallback elsewhere; "
+       "docs/architecture.md \"Fused kernels\"); off: the reference ops",
+       &C::fused_kernels},
+      {"--fp8",
+       "FP8 block linears (docs/architecture.md \"FP8 linears\"): the q/k/v/o and FFN GEMMs of every block "
+       "but the first and last as row-wise scaled E4M3 GEMMs, forward and backward: off, on (a CUDA GPU of "
+       "compute capability 8.9+), fast (on, with fast accumulation in every FP8 GEMM: faster, less exact) or "
+       "emulate (on's numerics in fp32 ops on any device: checks, tests)",
+       &C::fp8},
   };
 }
 
@@ -91,28 +96,35 @@ std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<
   using C = MemorySection;
   return {
       {"--checkpointing", "what each block keeps for backward: " + one_of(modes), &C::checkpointing},
-      {kSelectiveBlocksFlag, "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
-                             "outputs, the rest recompute whole (-1: all; what fits in memory); another value without "
-                             "selective is an error", &C::selective_blocks},
-      {"--memory", "memory budget per GPU for the memory plan (docs/planner.md): auto (the device's memory less "
-                   "max(2 GiB, 3 %); on the CPU no plan: the memory flags as given or their defaults) or GiB (e.g. "
-                   "80); the plan picks the fastest --checkpointing, --selective-blocks (and the causal trainer's "
-                   "--act-offload, --attn-keep, --attn) whose predicted peak fits, keeping those given",
+      {kSelectiveBlocksFlag,
+       "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
+       "outputs, the rest recompute whole (-1: all; what fits in memory); another value without "
+       "selective is an error",
+       &C::selective_blocks},
+      {"--memory",
+       "memory budget per GPU for the memory plan (docs/planner.md): auto (the device's memory less "
+       "max(2 GiB, 3 %); on the CPU no plan: the memory flags as given or their defaults) or GiB (e.g. "
+       "80); the plan picks the fastest --checkpointing, --selective-blocks (and the causal trainer's "
+       "--act-offload, --attn-keep, --attn) whose predicted peak fits, keeping those given",
        &C::memory},
   };
 }
 
 CausalKernel AttentionSection::kernel() const {
-  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex", "--attn: expected prefix (one SDPA "
-            "call per chunk; the Python trainer's fa3) or mask (one masked call; its flex), got '", attn, "'");
+  VDT_CHECK(attn == "prefix" || attn == "mask" || attn == "fa3" || attn == "flex",
+            "--attn: expected prefix (one SDPA "
+            "call per chunk; the Python trainer's fa3) or mask (one masked call; its flex), got '",
+            attn, "'");
   return causal_kernel_from_string(attn);
 }
 
 const std::vector<ConfigField<AttentionSection>>& AttentionSection::fields() {
   using C = AttentionSection;
   static const std::vector<ConfigField<C>> f = {
-      {"--attn", "block-causal attention: prefix (one SDPA call per chunk over its key prefix) or mask (one call with "
-                 "a block mask); the Python trainer's fa3 / flex mean the same two", &C::attn},
+      {"--attn",
+       "block-causal attention: prefix (one SDPA call per chunk over its key prefix) or mask (one call with "
+       "a block mask); the Python trainer's fa3 / flex mean the same two",
+       &C::attn},
   };
   return f;
 }
@@ -131,12 +143,16 @@ void CausalMemorySection::validate(const AttentionSection& attention, const Memo
 const std::vector<ConfigField<CausalMemorySection>>& CausalMemorySection::fields() {
   using C = CausalMemorySection;
   static const std::vector<ConfigField<C>> f = {
-      {"--act-offload", "on: checkpointed block inputs (and --attn-keep's kept attention outputs) in pinned host "
-                        "memory, copied on a side stream; off", &C::act_offload},
-      {kAttnKeepFlag, "share of each block's prefix-attention query rows (the chunks with the most keys first) whose "
-                      "output and log-sum-exp the forward keeps, so a block's recompute skips their attention forward; "
-                      "costs that share x tokens x width x 2 bytes per block until its backward, on the host with "
-                      "--act-offload on (0: recompute all; needs --attn prefix)", &C::attn_keep},
+      {"--act-offload",
+       "on: checkpointed block inputs (and --attn-keep's kept attention outputs) in pinned host "
+       "memory, copied on a side stream; off",
+       &C::act_offload},
+      {kAttnKeepFlag,
+       "share of each block's prefix-attention query rows (the chunks with the most keys first) whose "
+       "output and log-sum-exp the forward keeps, so a block's recompute skips their attention forward; "
+       "costs that share x tokens x width x 2 bytes per block until its backward, on the host with "
+       "--act-offload on (0: recompute all; needs --attn prefix)",
+       &C::attn_keep},
   };
   return f;
 }

@@ -38,7 +38,7 @@ struct ComputeSection {
   // `precisions`: the modes the holder offers; another value is an error listing them.
   Precision precision_mode(const std::vector<PrecisionChoice>& precisions) const;
   Fp8Mode fp8_mode() const;
-  bool fused() const;  // validated: on or off
+  bool fused() const;                                                   // validated: on or off
   void validate(const std::vector<PrecisionChoice>& precisions) const;  // spelling only: no device is touched
   static std::vector<ConfigField<ComputeSection>> fields(const std::vector<PrecisionChoice>& precisions);
 };

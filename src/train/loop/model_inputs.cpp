@@ -34,7 +34,8 @@ void add_window_conditioning(DenoiserInputs& in, const torch::Tensor& tags, cons
                              const std::map<std::string, torch::Tensor>& cond,
                              const std::map<std::string, torch::Tensor>& cond_noise) {
   const auto device = in.x.device();
-  if (tags.defined()) in.extra["text_tags"] = tags.index_select(0, context_ids[0].narrow(0, 0, 1)).to(device);  // [1, Lt]
+  if (tags.defined())
+    in.extra["text_tags"] = tags.index_select(0, context_ids[0].narrow(0, 0, 1)).to(device);  // [1, Lt]
   for (const auto& [name, latent] : cond) {
     auto it = cond_noise.find(name);
     VDT_CHECK(it != cond_noise.end(), "model inputs: the conditioning latent '", name, "' has no noise");

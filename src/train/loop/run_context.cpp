@@ -21,10 +21,9 @@ namespace vdt {
 double peak_memory_gb(const torch::Device& device) {
 #ifdef VDT_HAS_CUDA_ALLOC
   if (device.is_cuda())
-    return static_cast<double>(
-               c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index())
-                   .allocated_bytes[0]
-                   .peak) /
+    return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index())
+                                   .allocated_bytes[0]
+                                   .peak) /
            (1ull << 30);
 #endif
   std::ifstream f("/proc/self/status");
@@ -35,7 +34,11 @@ double peak_memory_gb(const torch::Device& device) {
 }
 
 RunContext::RunContext(Communicator& c, const std::string& device_flag, int device_index, torch::ScalarType dt)
-    : comm(c), rank(c.rank()), world(c.world()), device(resolve_device(device_flag, device_index, c.world())), dtype(dt) {}
+    : comm(c),
+      rank(c.rank()),
+      world(c.world()),
+      device(resolve_device(device_flag, device_index, c.world())),
+      dtype(dt) {}
 
 torch::Tensor RunContext::all_reduce_step(const std::vector<torch::Tensor>& values) {
   const auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);

@@ -41,7 +41,8 @@ class RunContext {
   // the same on any device count, rank or resume.
   torch::Tensor noise(const torch::Tensor& like, uint64_t seed, uint32_t purpose, uint64_t key) const;
   // The error a non-finite loss ends a run with (every rank reaches it in the same step: the loss is reduced).
-  [[noreturn]] void fail_non_finite(int64_t step, double loss, const std::string& intact, const std::string& hint) const;
+  [[noreturn]] void fail_non_finite(int64_t step, double loss, const std::string& intact,
+                                    const std::string& hint) const;
   double peak_memory_gb() const;
   // Starts the peak over (CUDA) once the run is built: the peak then reports training, not a build that briefly
   // held more (a frozen base built whole on every rank before sharding).

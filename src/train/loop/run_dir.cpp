@@ -31,9 +31,12 @@ std::string own_command() {
 
 std::string human_bytes(uint64_t n) {
   char buf[32];
-  if (n >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(n) / (1 << 30));
-  else if (n >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / (1 << 20));
-  else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  if (n >= (uint64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(n) / (1 << 30));
+  else if (n >= (uint64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
   return buf;
 }
 
@@ -58,7 +61,8 @@ RunDirLock::RunDirLock(const std::string& dir, const std::string& flag) {
     VDT_FAIL(flag, " ", dir, " is in use by another vdt process (",
              holder.empty() ? std::string("it has not written its pid yet") : holder,
              "); two runs writing one directory would overwrite each other's state and exports.\n"
-             "---> HINT: wait for it or stop it, or give this run another ", flag);
+             "---> HINT: wait for it or stop it, or give this run another ",
+             flag);
   }
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -87,8 +91,10 @@ std::vector<Leftover> remove_leftovers(const std::string& dir) {
   };
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name == "state.tmp" && fs::is_symlink(e.symlink_status())) take(e.path());
-    else if (std::regex_match(name, ours) && e.is_regular_file(ec)) take(e.path());
+    if (name == "state.tmp" && fs::is_symlink(e.symlink_status()))
+      take(e.path());
+    else if (std::regex_match(name, ours) && e.is_regular_file(ec))
+      take(e.path());
   }
   for (const char* slot : {"state_A", "state_B"})
     for (const auto& e : fs::directory_iterator(fs::path(dir) / slot, ec))

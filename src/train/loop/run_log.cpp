@@ -67,8 +67,10 @@ void prepare_logs(const std::vector<std::string>& paths, int64_t start_step, Log
       const int64_t rows = count_rows(path, header);
       if (rows == 0) continue;
       const auto moved = move_aside(path);
-      std::printf("[log] %s held %lld rows of an earlier run in this directory; this run starts at step 0, so they "
-                  "were moved to %s\n", name.c_str(), static_cast<long long>(rows), moved->c_str());
+      std::printf(
+          "[log] %s held %lld rows of an earlier run in this directory; this run starts at step 0, so they "
+          "were moved to %s\n",
+          name.c_str(), static_cast<long long>(rows), moved->c_str());
       continue;
     }
     int64_t n = 0;
@@ -176,19 +178,25 @@ void RunLog::done(const Done& x) {
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  nlohmann::ordered_json j = {
-      {"step", x.steps}, {"start_step", x.start_step}, {"peak_mem_gb_main", x.peak_gb_main},
-      {"peak_mem_gb_max", x.peak_gb_max}, {"s_per_step_mean", s}, {"data_s_per_step_mean", d},
-      {"n_steps_timed", step_times_.size() > 2 ? step_times_.size() - 2 : step_times_.size()},
-      {"data_pos", {{"epoch", x.epoch}, {"epoch_micro", x.epoch_micro}}}, {"finished", buf},
-      {"peak_mem_gb", x.peak_gb_main}, {"last_export", x.last_export}};
+  nlohmann::ordered_json j = {{"step", x.steps},
+                              {"start_step", x.start_step},
+                              {"peak_mem_gb_main", x.peak_gb_main},
+                              {"peak_mem_gb_max", x.peak_gb_max},
+                              {"s_per_step_mean", s},
+                              {"data_s_per_step_mean", d},
+                              {"n_steps_timed", step_times_.size() > 2 ? step_times_.size() - 2 : step_times_.size()},
+                              {"data_pos", {{"epoch", x.epoch}, {"epoch_micro", x.epoch_micro}}},
+                              {"finished", buf},
+                              {"peak_mem_gb", x.peak_gb_main},
+                              {"last_export", x.last_export}};
   if (x.predicted_peak_gb > 0) j["peak_mem_gb_predicted"] = x.predicted_peak_gb;
   write_file_atomic((std::filesystem::path(dir_) / "done.json").string(), j.dump(2) + "\n");
   char predicted[48] = "";
   if (x.predicted_peak_gb > 0) std::snprintf(predicted, sizeof predicted, " (predicted %.2f GB)", x.predicted_peak_gb);
-  std::printf("[done] step %lld, peak memory %.2f GB%s (largest over the ranks %.2f GB), %.3f s/step (data %.3f "
-              "s/step); outputs in %s\n", static_cast<long long>(x.steps), x.peak_gb_main, predicted, x.peak_gb_max, s,
-              d, dir_.c_str());
+  std::printf(
+      "[done] step %lld, peak memory %.2f GB%s (largest over the ranks %.2f GB), %.3f s/step (data %.3f "
+      "s/step); outputs in %s\n",
+      static_cast<long long>(x.steps), x.peak_gb_main, predicted, x.peak_gb_max, s, d, dir_.c_str());
 }
 
 }  // namespace vdt

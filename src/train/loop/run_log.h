@@ -31,8 +31,8 @@ enum class LogFormat { csv, jsonl };
 struct RunLogSpec {
   std::string dir;  // the run directory (--output, --out)
   LogFormat format = LogFormat::csv;
-  std::vector<std::string> train_columns, val_columns;  // the keys a row may hold; a CSV's header, in this order
-  std::string table;  // the start-up table, printed as given
+  std::vector<std::string> train_columns, val_columns;     // the keys a row may hold; a CSV's header, in this order
+  std::string table;                                       // the start-up table, printed as given
   std::vector<std::pair<std::string, std::string>> files;  // written once at start-up: name in `dir`, contents
   nlohmann::ordered_json hparams;                          // the HParams dashboard: every flag, typed
   std::vector<std::string> hparam_metrics;                 // the scalar tags it tabulates beside them
@@ -81,8 +81,7 @@ class RunLog {
   void done(const Done& d);
 
  private:
-  void append(const std::string& path, const std::vector<std::string>& columns, CsvLog* csv,
-              const nlohmann::json& row);
+  void append(const std::string& path, const std::vector<std::string>& columns, CsvLog* csv, const nlohmann::json& row);
 
   std::string dir_, train_path_, val_path_;
   LogFormat format_ = LogFormat::csv;

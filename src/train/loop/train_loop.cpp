@@ -13,7 +13,9 @@ namespace vdt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 }  // namespace
 
@@ -23,8 +25,10 @@ LoopResult run_training_loop(RunContext& ctx, const LoopPlan& plan, LoopTrainer&
   if (plan.start_step >= plan.last_step) return res;
   if (ctx.stop_requested_anywhere()) {  // a signal during start-up: the run directory is as the last run left it
     if (ctx.rank == 0)
-      std::printf("[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same "
-                  "command to continue.\n", StopOnSignal::signal_name(), static_cast<long long>(plan.start_step + 1));
+      std::printf(
+          "[stop] %s during start-up, before step %lld: nothing was trained or saved. Re-run the same "
+          "command to continue.\n",
+          StopOnSignal::signal_name(), static_cast<long long>(plan.start_step + 1));
     std::fflush(stdout);
     res.stopped = true;
     return res;

@@ -24,12 +24,12 @@ struct SaveWhy {
 };
 
 struct LoopPlan {
-  int64_t start_step = 0;  // the last step done before this process (0: a fresh run)
-  int64_t last_step = 0;   // the step the run ends at
-  int64_t val_every = 0;   // validate at multiples of it (0: never)
-  bool validate_last = true;   // ... and at the last step
-  bool validate_first = false; // ... and once before the first step of a fresh run (step 0)
-  int64_t save_every = 0;      // SaveWhy::cadence at multiples of it (0: never)
+  int64_t start_step = 0;       // the last step done before this process (0: a fresh run)
+  int64_t last_step = 0;        // the step the run ends at
+  int64_t val_every = 0;        // validate at multiples of it (0: never)
+  bool validate_last = true;    // ... and at the last step
+  bool validate_first = false;  // ... and once before the first step of a fresh run (step 0)
+  int64_t save_every = 0;       // SaveWhy::cadence at multiples of it (0: never)
 };
 
 class LoopTrainer {

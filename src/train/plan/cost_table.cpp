@@ -135,20 +135,20 @@ bool CostTable::has(const CostKey& key) const {
 }
 
 bool CostTable::has_kind(const std::string& training, bool causal) const {
-  return std::any_of(rows.begin(), rows.end(), [&](const CostRow& r) {
-    return r.key.training == training && (r.key.attn != "full") == causal;
-  });
+  return std::any_of(rows.begin(), rows.end(),
+                     [&](const CostRow& r) { return r.key.training == training && (r.key.attn != "full") == causal; });
 }
 
 BlockCost CostTable::at(const CostKey& key, int64_t n) const {
   const auto ks = keeps(key);
-  VDT_CHECK(has(key), source, ": no rows for '", key.describe(), "'", ks.empty() ? "" : " (its attn_keep values: ",
-            [&] {
-              std::string s;
-              for (double k : ks) s += (s.empty() ? "" : ", ") + fmt(k);
-              return ks.empty() ? s : s + ")";
-            }(),
-            "; measure them with `bench plan` (docs/planner.md) or fix that choice by its flag");
+  VDT_CHECK(
+      has(key), source, ": no rows for '", key.describe(), "'", ks.empty() ? "" : " (its attn_keep values: ",
+      [&] {
+        std::string s;
+        for (double k : ks) s += (s.empty() ? "" : ", ") + fmt(k);
+        return ks.empty() ? s : s + ")";
+      }(),
+      "; measure them with `bench plan` (docs/planner.md) or fix that choice by its flag");
   auto points_at = [&](double keep) {
     std::map<int64_t, const CostRow*> by_rows;  // a later row of the same size wins
     for (const auto& r : rows)
@@ -324,8 +324,10 @@ ModelDims model_dims(Denoiser& model, int64_t text_len) {
 
 CostTable analytic_cost_table(const ModelDims& d, const std::string& training, int64_t chunks,
                               const std::vector<int64_t>& rows, double tflops) {
-  VDT_CHECK(d.width > 0 && d.block_params > 0 && tflops > 0, "analytic_cost_table: width, block_params and tflops "
-            "must be positive (got ", d.width, ", ", d.block_params, ", ", tflops, ")");
+  VDT_CHECK(d.width > 0 && d.block_params > 0 && tflops > 0,
+            "analytic_cost_table: width, block_params and tflops "
+            "must be positive (got ",
+            d.width, ", ", d.block_params, ", ", tflops, ")");
   CostTable t;
   t.source = "analytic estimate (docs/planner.md)";
   t.dtype = d.dtype_bytes == 4 ? "fp32" : "bf16";

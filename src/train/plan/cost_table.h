@@ -15,11 +15,11 @@ namespace vdt {
 
 // Which costs a row holds: the training kind and what the block does with its activations.
 struct CostKey {
-  std::string training = "full";        // full (every weight trains) | lora (a frozen base)
-  std::string checkpointing = "block";  // none | block | selective
-  std::string attn = "full";            // full (bidirectional) | prefix | mask (the block-causal kernels)
-  bool offload = false;                 // --act-offload on
-  double attn_keep = 0;                 // --attn-keep (blocks that recompute whole, prefix kernel)
+  std::string training = "full";               // full (every weight trains) | lora (a frozen base)
+  std::string checkpointing = "block";         // none | block | selective
+  std::string attn = "full";                   // full (bidirectional) | prefix | mask (the block-causal kernels)
+  bool offload = false;                        // --act-offload on
+  double attn_keep = 0;                        // --attn-keep (blocks that recompute whole, prefix kernel)
   bool same_but_keep(const CostKey& o) const;  // equal but for attn_keep
   std::string describe() const;                // "lora block prefix keep 0.5 offload", for messages
 };
@@ -92,7 +92,7 @@ struct ModelDims {
   int64_t ffn_hidden = 0;  // outputs of the first FFN GEMM (Wan ffn.0: F; a SwiGLU fc1: 2F)
   int64_t ffn_inner = 0;   // inputs of the second FFN GEMM (F)
   int64_t block_params = 0;
-  int64_t text_len = 0;    // cross-attention keys (0: no cross-attention; text in the sequence is in the rows)
+  int64_t text_len = 0;  // cross-attention keys (0: no cross-attention; text in the sequence is in the rows)
   int64_t dtype_bytes = 2;
 };
 // From a built model: the width, block 0's parameters and its FFN's weight shapes, the compute dtype; `text_len` as

@@ -125,9 +125,9 @@ Search enumerate(const PlanRequest& req, const CostTable& costs, int64_t rows) {
   } else {
     attns = {"prefix", "mask"};
   }
-  std::vector<bool> offloads = g.act_offload ? std::vector<bool>{*g.act_offload}
-                                             : req.allow_offload ? std::vector<bool>{false, true}
-                                                                 : std::vector<bool>{false};
+  std::vector<bool> offloads = g.act_offload       ? std::vector<bool>{*g.act_offload}
+                               : req.allow_offload ? std::vector<bool>{false, true}
+                                                   : std::vector<bool>{false};
   // (mode, k) pairs
   std::vector<std::pair<Checkpointing, int64_t>> modes;
   const auto ks = [&](int64_t lo) {
@@ -229,8 +229,8 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
   msg += "; the smallest plan (" + m->flags(n, req.causal, req.allow_offload) + ") needs " +
          gib(static_cast<double>(m->peak)) + " GiB: fixed " + gib(static_cast<double>(req.fixed.static_bytes)) +
          ", activations " + gib(static_cast<double>(m->activations)) + ", transient " +
-         gib(static_cast<double>(m->transient)) + ", margin " + gib(static_cast<double>(m->margin)) + " (costs: " +
-         costs.source + "). What would fit:";
+         gib(static_cast<double>(m->transient)) + ", margin " + gib(static_cast<double>(m->margin)) +
+         " (costs: " + costs.source + "). What would fit:";
   const auto& g = req.given;
   if (g.checkpointing || g.selective_blocks || g.act_offload || g.attn_keep || g.attn) {
     PlanRequest free = req;
@@ -247,8 +247,10 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
     msg += "\n  - the fixed part alone (" + gib(static_cast<double>(req.fixed.static_bytes)) +
            " GiB: weights, optimizer state, gradients) exceeds the budget: more GPUs";
   else
-    msg += "\n  - more GPUs (torchrun --nproc-per-node: ZeRO-2 shards the optimizer state and gradients, the causal "
-           "trainer shards the frozen blocks; now " + std::to_string(req.world) + ")";
+    msg +=
+        "\n  - more GPUs (torchrun --nproc-per-node: ZeRO-2 shards the optimizer state and gradients, the causal "
+        "trainer shards the frozen blocks; now " +
+        std::to_string(req.world) + ")";
   // The most rows the same search fits (a shorter span, fewer frames or a smaller resolution).
   int64_t lo = 0, hi = req.rows;
   while (hi - lo > 1) {
@@ -266,7 +268,8 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
 }  // namespace
 
 FixedMemory fixed_memory(const FixedMemoryInputs& in) {
-  VDT_CHECK(in.world >= 1 && in.shard_ranks >= 1 && in.grad_accum >= 1, "fixed_memory: world, shard_ranks and "
+  VDT_CHECK(in.world >= 1 && in.shard_ranks >= 1 && in.grad_accum >= 1,
+            "fixed_memory: world, shard_ranks and "
             "grad_accum must be >= 1");
   FixedMemory f;
   const int64_t tb = in.trainable_bytes > 0 ? in.trainable_bytes : in.compute_bytes;
@@ -306,8 +309,10 @@ int64_t auto_budget_bytes(int64_t total) {
 
 int64_t parse_memory_budget(const std::string& value, int64_t device_total_bytes, const std::string& flag) {
   if (value == "auto") {
-    VDT_CHECK(device_total_bytes > 0, flag, " auto: no GPU memory to plan for (a CPU run); give the budget in GiB, "
-              "e.g. ", flag, " 64");
+    VDT_CHECK(device_total_bytes > 0, flag,
+              " auto: no GPU memory to plan for (a CPU run); give the budget in GiB, "
+              "e.g. ",
+              flag, " 64");
     return auto_budget_bytes(device_total_bytes);
   }
   double gib_value = 0;
@@ -356,11 +361,11 @@ Plan make_plan(const PlanRequest& req, const CostTable& costs) {
     return "plan: the only choice";
   };
   // given: the mode and, for selective, how many keep (--selective-blocks alone implies selective)
-  const bool ck_given = g.selective_blocks.has_value() ||
-                        (g.checkpointing.has_value() && g.checkpointing != Checkpointing::selective);
-  std::string ck = reason(ck_given,
-                          [&](const Candidate& c) { return c.mode != best->mode || c.k != best->k; },
-                          [&](const Candidate& c) { return c.checkpointing_text(n); });
+  const bool ck_given =
+      g.selective_blocks.has_value() || (g.checkpointing.has_value() && g.checkpointing != Checkpointing::selective);
+  std::string ck = reason(
+      ck_given, [&](const Candidate& c) { return c.mode != best->mode || c.k != best->k; },
+      [&](const Candidate& c) { return c.checkpointing_text(n); });
   if (!g.selective_blocks && best->mode != Checkpointing::none && best->k < n) {
     const auto* more = smallest(s.all, [&](const Candidate& c) {
       return c.mode != Checkpointing::none && c.k == best->k + 1 && c.offload == best->offload && c.attn == best->attn;

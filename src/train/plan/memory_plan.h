@@ -22,15 +22,15 @@ struct FixedMemoryInputs {
   int64_t frozen_params = 0;        // weights that do not train (a LoRA's base), blocks included
   int64_t frozen_block_params = 0;  // of frozen_params, those in the blocks (what a sharded base shards)
   int64_t blocks = 0;
-  int64_t compute_bytes = 2;        // per model weight (bf16 2, fp32 4)
-  int64_t trainable_bytes = 0;      // per trainable weight when it differs (a float32 LoRA: 4); 0: compute_bytes
-  bool fp32_masters = false;        // --precision mixed: fp32 masters and fp32 gradient sums
-  int64_t moment_bytes = 4;         // per AdamW moment (two of them)
-  int64_t world = 1;                // ranks
-  bool zero2 = false;               // full training over ranks: masters, moments and gradient sums sharded (ZeRO-2)
-  int64_t shard_ranks = 1;          // ranks one copy of the frozen blocks is sharded over (1: not sharded)
+  int64_t compute_bytes = 2;    // per model weight (bf16 2, fp32 4)
+  int64_t trainable_bytes = 0;  // per trainable weight when it differs (a float32 LoRA: 4); 0: compute_bytes
+  bool fp32_masters = false;    // --precision mixed: fp32 masters and fp32 gradient sums
+  int64_t moment_bytes = 4;     // per AdamW moment (two of them)
+  int64_t world = 1;            // ranks
+  bool zero2 = false;           // full training over ranks: masters, moments and gradient sums sharded (ZeRO-2)
+  int64_t shard_ranks = 1;      // ranks one copy of the frozen blocks is sharded over (1: not sharded)
   int64_t grad_accum = 1;
-  int64_t other_bytes = 0;          // anything else resident (the batch, text rows, RoPE tables)
+  int64_t other_bytes = 0;  // anything else resident (the batch, text rows, RoPE tables)
 };
 
 struct FixedMemory {
@@ -60,12 +60,12 @@ struct PlanRequest {
   int64_t budget_bytes = 0;  // what one rank may use (parse_memory_budget)
   std::string budget_note;   // how the budget was set, for the table ("auto: 139.8 GiB less 4.2 GiB")
   FixedMemory fixed;
-  int64_t blocks = 0, rows = 0;  // blocks of the base, rows of each block's residual stream
+  int64_t blocks = 0, rows = 0;   // blocks of the base, rows of each block's residual stream
   std::string training = "full";  // full | lora: which rows of the table
-  bool causal = false;             // block-causal spans: --attn, --attn-keep apply (else attention is full)
-  bool allow_none = true;          // the trainer can run without checkpointing (the causal trainer cannot)
-  bool allow_offload = false;      // the trainer has --act-offload
-  int64_t world = 1;               // for the advice when nothing fits
+  bool causal = false;            // block-causal spans: --attn, --attn-keep apply (else attention is full)
+  bool allow_none = true;         // the trainer can run without checkpointing (the causal trainer cannot)
+  bool allow_offload = false;     // the trainer has --act-offload
+  int64_t world = 1;              // for the advice when nothing fits
   PlanChoices given;
 };
 
@@ -77,12 +77,12 @@ struct Plan {
   std::optional<CausalKernel> attn;  // empty: bidirectional attention
   int64_t peak_bytes = 0;            // predicted, margin included
   int64_t budget_bytes = 0;
-  int64_t host_bytes = 0;            // pinned host memory the offload takes
-  double step_seconds = 0;           // predicted
+  int64_t host_bytes = 0;   // pinned host memory the offload takes
+  double step_seconds = 0;  // predicted
   // the prediction's parts: fixed (static), activations (kept or gradients, whichever is larger through backward),
   // transient (one block's backward), margin
   int64_t fixed_bytes = 0, activation_bytes = 0, transient_bytes = 0, margin_bytes = 0;
-  std::string costs;     // the table's source
+  std::string costs;  // the table's source
   bool extrapolated = false;
   std::vector<std::pair<std::string, std::string>> why;  // flag -> value and why, in table order
   std::string budget_note;

@@ -132,8 +132,10 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
   } catch (const Error& e) {
     if (budget_given) throw;
     if (rank == 0)
-      std::printf("[memory plan] warning (--memory auto): %s\n---> the memory flags stay as given (or their "
-                  "defaults); pass --memory GiB to make this an error\n", e.what());
+      std::printf(
+          "[memory plan] warning (--memory auto): %s\n---> the memory flags stay as given (or their "
+          "defaults); pass --memory GiB to make this an error\n",
+          e.what());
     return std::nullopt;
   }
 

@@ -28,8 +28,8 @@ struct RunShape {
   bool fp32_masters = false;      // --precision mixed
   int64_t moment_bytes = 4;       // per AdamW moment
   int world = 1;
-  bool zero2 = false;             // masters, moments and gradient sums sharded over the ranks
-  int64_t shard_ranks = 1;        // ranks one copy of the frozen blocks is sharded over
+  bool zero2 = false;       // masters, moments and gradient sums sharded over the ranks
+  int64_t shard_ranks = 1;  // ranks one copy of the frozen blocks is sharded over
   int64_t grad_accum = 1;
 };
 

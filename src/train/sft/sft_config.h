@@ -1,4 +1,5 @@
-// Configuration of `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4), plus --model,
+// Configuration of `vdt train sft`: the Python trainer gc25d's flags with its names and defaults (docs/design.md §4),
+// plus --model,
 // --res and --precision. A plain struct with validate(); every field is declared once in fields() (flag, help; the
 // default is the initialiser here), from which the CLI binds the flags and to_json writes the config. The knobs the
 // causal trainer and `vdt bench step` share come from their sections (train/loop/config_sections.h), held here.
@@ -14,14 +15,16 @@ namespace vdt {
 struct SftConfig {
   // data
   std::string data_root, text_table, vocab = "parts", res = "832x480";
-  std::string cond_type = "ids", cond_key = "ids";  // the Python trainer's (its only choices), recorded in config and exports
+  std::string cond_type = "ids",
+              cond_key = "ids";  // the Python trainer's (its only choices), recorded in config and exports
   double text_dropout = 0.1, cond_dropout = 0.05, mask_p = 0.5;
   bool include_dropped = false, first_frame_cond = true;
   int64_t limit = 0;
   int num_workers = 4;
   // model
   std::string model = "wan2.2-ti2v-5b", model_dir;
-  bool random_init = false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
+  bool random_init =
+      false;  // train from random weights; required (and exclusive with --model_dir) when no base is given
   ComputeSection compute{.precision = "mixed"};  // --device, --precision, --fused-kernels, --fp8
   bool gradient_checkpointing = true;
   // --checkpointing: block or selective while gradient_checkpointing is on, none: off. (Spelled `= MemorySection()`:
@@ -39,8 +42,8 @@ struct SftConfig {
   std::string val_timesteps = "200,500,800";
   std::string output, resume;
   bool ignore_corrupt_state = false;  // --resume auto with every sealed slot corrupt: start from step 0 on purpose
-  RandomSection random;  // --seed
-  bool final_export = true;  // not a flag: `vdt bench step` times steps and skips the last step's export
+  RandomSection random;               // --seed
+  bool final_export = true;           // not a flag: `vdt bench step` times steps and skips the last step's export
 
   // Throws naming the flag, the value and the fix.
   void validate() const;
@@ -48,7 +51,7 @@ struct SftConfig {
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   Precision precision_mode() const;          // mixed, bf16 or fp32
   Checkpointing checkpointing_mode() const;  // none when --no-gradient_checkpointing
-  std::string to_json() const;  // every field, for config.json and export metadata
+  std::string to_json() const;               // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };
 

@@ -64,8 +64,8 @@ std::string startup_table(const SftConfig& cfg, const nlohmann::ordered_json& fa
 
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
                                  const Denoiser& model, const SemCondConfig& sem, int64_t n_micro,
-                                 int64_t steps_per_epoch,
-                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world) {
+                                 int64_t steps_per_epoch, const torch::Device& device, int64_t cond_params,
+                                 int64_t dit_params, int world) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   nlohmann::ordered_json j;
@@ -80,8 +80,12 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                   {"val_used", val ? val->size() : 0},
                   {"val_clip_ids", val ? val->clip_ids() : std::vector<std::string>{}},
                   {"geometry",
-                   {{"num_processes", world}, {"grad_accum", cfg.grad_accum}, {"batch_size", cfg.batch_size},
-                    {"n_micro", n_micro}, {"n_train", train.size()}, {"seed", cfg.random.seed}}},
+                   {{"num_processes", world},
+                    {"grad_accum", cfg.grad_accum},
+                    {"batch_size", cfg.batch_size},
+                    {"n_micro", n_micro},
+                    {"n_train", train.size()},
+                    {"seed", cfg.random.seed}}},
                   {"steps_per_epoch", steps_per_epoch}};
   j["model"] = {{"preset", model.preset()},
                 {"family", model.family()},
@@ -91,8 +95,9 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                 {"vocab", cfg.vocab},
                 {"sem_scale", sem.scale},
                 {"n_tensors", model.parameters().size()},
-                {"param_groups", {{{"name", "dit"}, {"lr", cfg.lr}, {"n_params", dit_params}},
-                                  {{"name", "gc_sem_cond"}, {"lr", cfg.cond_lr}, {"n_params", cond_params}}}}};
+                {"param_groups",
+                 {{{"name", "dit"}, {"lr", cfg.lr}, {"n_params", dit_params}},
+                  {{"name", "gc_sem_cond"}, {"lr", cfg.cond_lr}, {"n_params", cond_params}}}}};
   j["env"] = {{"device", device.str()},
               {"gpu", device.is_cuda() ? "cuda" : "none"},
               {"precision", cfg.compute.precision},
@@ -104,15 +109,16 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
 }
 
 const std::vector<std::string>& sft_train_columns() {
-  static const std::vector<std::string> c = {"step", "loss", "mse", "timestep", "lr", "cond_lr", "grad_norm", "sem_rms",
-                                             "x_rms", "text_drop", "cond_drop", "mask_frac", "step_time", "data_time",
-                                             "mem_gb", "epoch", "clips", "loss_mean", "mse_mean"};
+  static const std::vector<std::string> c = {"step",      "loss",      "mse",       "timestep",  "lr",
+                                             "cond_lr",   "grad_norm", "sem_rms",   "x_rms",     "text_drop",
+                                             "cond_drop", "mask_frac", "step_time", "data_time", "mem_gb",
+                                             "epoch",     "clips",     "loss_mean", "mse_mean"};
   return c;
 }
 
 const std::vector<std::string>& sft_val_columns() {
-  static const std::vector<std::string> c = {"step", "timestep", "mse", "mse_uncond", "mse_nulltext",
-                                             "gap_uncond", "gap_nulltext", "n"};
+  static const std::vector<std::string> c = {"step",         "timestep",   "mse",          "mse_uncond",
+                                             "mse_nulltext", "gap_uncond", "gap_nulltext", "n"};
   return c;
 }
 
@@ -160,8 +166,10 @@ void log_sft_validation(RunLog& log, int64_t step, const std::vector<ValRow>& ro
     const std::string t = std::to_string(static_cast<int64_t>(std::lround(r.timestep)));
     scalars.emplace_back("val/mse_t" + t, r.mse);
     if (variants)
-      for (auto [k, x] : {std::pair{"mse_uncond", r.mse_uncond}, {"mse_nulltext", r.mse_nulltext},
-                          {"gap_uncond", r.gap_uncond}, {"gap_nulltext", r.gap_nulltext}}) {
+      for (auto [k, x] : {std::pair{"mse_uncond", r.mse_uncond},
+                          {"mse_nulltext", r.mse_nulltext},
+                          {"gap_uncond", r.gap_uncond},
+                          {"gap_nulltext", r.gap_nulltext}}) {
         row[k] = x;
         scalars.emplace_back(std::string("val/") + k + "_t" + t, x);
       }
@@ -178,11 +186,11 @@ void log_sft_validation(RunLog& log, int64_t step, const std::vector<ValRow>& ro
   if (variants)
     for (auto [name, x] : {std::pair{"mse_uncond", mu}, {"mse_nulltext", mn}, {"gap_uncond", gu}, {"gap_nulltext", gn}})
       scalars.emplace_back(std::string("val/") + name + "_mean", x / k);
-  log.validation(step, out, scalars,
-                 variants ? string_format("[val] step %lld%s | mean mse=%.4f gap_uncond=%.4f gap_nulltext=%.4f",
-                                          static_cast<long long>(step), line.c_str(), m / k, gu / k, gn / k)
-                          : string_format("[val] step %lld%s | mean mse=%.4f", static_cast<long long>(step),
-                                          line.c_str(), m / k));
+  log.validation(
+      step, out, scalars,
+      variants ? string_format("[val] step %lld%s | mean mse=%.4f gap_uncond=%.4f gap_nulltext=%.4f",
+                               static_cast<long long>(step), line.c_str(), m / k, gu / k, gn / k)
+               : string_format("[val] step %lld%s | mean mse=%.4f", static_cast<long long>(step), line.c_str(), m / k));
 }
 
 }  // namespace vdt

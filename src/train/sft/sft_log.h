@@ -22,8 +22,8 @@ struct SemCondConfig;
 // Facts for config.json and the start-up table: dataset counts, val clip ids, geometry, model, groups, environment.
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
                                  const Denoiser& model, const SemCondConfig& sem, int64_t n_micro,
-                                 int64_t steps_per_epoch,
-                                 const torch::Device& device, int64_t cond_params, int64_t dit_params, int world = 1);
+                                 int64_t steps_per_epoch, const torch::Device& device, int64_t cond_params,
+                                 int64_t dit_params, int world = 1);
 
 const std::vector<std::string>& sft_train_columns();
 const std::vector<std::string>& sft_val_columns();

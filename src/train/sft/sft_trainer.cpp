@@ -66,7 +66,7 @@ struct SftRun {
   RunLog log;
   std::string init_ckpt;
   std::vector<std::string> base_files;  // --model_dir's weight files (empty: --random-init)
-  std::optional<Plan> plan;  // the memory plan (none: no budget, --memory auto on the CPU)
+  std::optional<Plan> plan;             // the memory plan (none: no budget, --memory auto on the CPU)
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
   std::vector<std::vector<int64_t>> epoch_batches;
@@ -148,13 +148,15 @@ void build_model(SftRun& r) {
   r.sem.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, r.model->width());
   r.model->install_sem_cond(r.sem);
   r.model->init_weights(r.cfg.random.seed);  // every parameter from the seed, the adapter included (same on every rank)
-  if (!base_files.empty()) load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
+  if (!base_files.empty())
+    load_weights(*r.model, SafetensorsSet::open(base_files), {.optional_prefixes = {kCondPrefix}});
   if (is_warm_start(r.cfg.resume)) {  // warm start from an export (a plain Wan export leaves the adapter zero)
     auto files = SafetensorsSet::open({r.cfg.resume});
     const auto& meta = files.metadata();
     if (files.contains("gc_sem_cond.patch.weight"))
-      VDT_CHECK(meta.count("vocab") && meta.at("vocab") == r.cfg.vocab, "--resume ", r.cfg.resume, ": its gc_sem_cond vocab is '",
-                meta.count("vocab") ? meta.at("vocab") : "?", "', this run has --vocab ", r.cfg.vocab);
+      VDT_CHECK(meta.count("vocab") && meta.at("vocab") == r.cfg.vocab, "--resume ", r.cfg.resume,
+                ": its gc_sem_cond vocab is '", meta.count("vocab") ? meta.at("vocab") : "?",
+                "', this run has --vocab ", r.cfg.vocab);
     if (meta.count("res") && meta.at("res") != r.cfg.res)
       std::printf("[resume] note: %s was trained at res %s, this run uses %s (cross-resolution warm start)\n",
                   r.cfg.resume.c_str(), meta.at("res").c_str(), r.cfg.res.c_str());
@@ -213,8 +215,8 @@ void build_resume(SftRun& r) {
   }
   const auto& st = loaded->st;
   const std::string where = "--resume " + loaded->slot;
-  for (auto [name, saved, now] : {std::tuple{"vocab", st.vocab, r.cfg.vocab}, {"res", st.res, r.cfg.res},
-                                  {"model", st.model, r.cfg.model}})
+  for (auto [name, saved, now] :
+       {std::tuple{"vocab", st.vocab, r.cfg.vocab}, {"res", st.res, r.cfg.res}, {"model", st.model, r.cfg.model}})
     VDT_CHECK(saved.empty() || saved == now, where, ": the state was trained with --", name, " ", saved,
               ", this run has --", name, " ", now, "\n---> HINT: resume with the same --", name,
               ", or warm start from a step-N.safetensors export");
@@ -222,8 +224,10 @@ void build_resume(SftRun& r) {
   VDT_CHECK(differs.empty(), where, ": the state's architecture is not this run's model: ", differs,
             "\n---> HINT: resume with the --model the state was trained with");
   if (!st.precision.empty() && st.precision != r.cfg.compute.precision)
-    std::printf("[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
-                "are converted)\n", st.precision.c_str(), r.cfg.compute.precision.c_str());
+    std::printf(
+        "[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
+        "are converted)\n",
+        st.precision.c_str(), r.cfg.compute.precision.c_str());
   r.sync->load([&](const std::string& kind, const std::string& name) { return loaded->full(kind, name); },
                loaded->optimizer_steps(), where);
   const ResumePoint rp = resume_position(st, r.geometry);
@@ -295,8 +299,8 @@ StepStats sft_step(SftRun& r, int64_t step) {
     const auto ex = make_sft_example(x0, noise, id, r.grid, r.grid_weights, ctx.dtype, r.cfg.first_frame_cond);
     // 4) forward, loss, backward (scaled by 1/grad_accum as the Python trainer's accelerate does, short steps included)
     DenoiserAux aux;
-    auto pred = r.model->forward(
-        model_inputs(*r.model, ex.x_t, ex.t, batch->context, batch->context_ids, batch->ids), &aux);
+    auto pred =
+        r.model->forward(model_inputs(*r.model, ex.x_t, ex.t, batch->context, batch->context_ids, batch->ids), &aux);
     auto mse = flow_mse(pred, ex.target, /*skip_first_frame=*/true);  // frame 0 is never scored (seed)
     auto loss = mse * ex.weight;
     (loss / static_cast<double>(r.cfg.grad_accum)).backward();
@@ -324,8 +328,8 @@ StepStats sft_step(SftRun& r, int64_t step) {
   return st;
 }
 
-// The Python trainer's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of floats and
-// bools), then ours (format, sem_scale, sem_hidden, model_config, hyperparameters).
+// The Python trainer's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of
+// floats and bools), then ours (format, sem_scale, sem_hidden, model_config, hyperparameters).
 Metadata export_metadata(const SftRun& r, int64_t step) {
   Metadata m;
   m["format"] = "pt";
@@ -359,7 +363,8 @@ Metadata export_metadata(const SftRun& r, int64_t step) {
 }
 
 std::string do_export(SftRun& r, int64_t step) {
-  const std::string path = (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
+  const std::string path =
+      (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
   if (r.ctx->rank == 0) {  // every rank holds the same weights
     export_checkpoint(*r.model, path, export_metadata(r, step));
     std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
@@ -381,7 +386,8 @@ std::string do_save_state(SftRun& r, int64_t step) {
 void do_validation(SftRun& r, int64_t step) {
   if (!r.val_ds) return;
   ValConfig vc;
-  vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond, vc.first_frame_cond = r.cfg.first_frame_cond;
+  vc.timesteps = r.cfg.val_timestep_list(), vc.variants = r.cfg.val_uncond,
+  vc.first_frame_cond = r.cfg.first_frame_cond;
   vc.seed = r.cfg.random.seed, vc.max_clips = r.cfg.val_n, vc.rank = r.ctx->rank, vc.world = r.ctx->world;
   auto rows = run_validation(*r.model, *r.val_ds, vc);
   if (r.ctx->world > 1) {  // sums over the ranks' clips, then means again
@@ -409,8 +415,8 @@ void do_validation(SftRun& r, int64_t step) {
     ec.steps = r.cfg.preview_steps, ec.first_frame_cond = r.cfg.first_frame_cond;
     const auto s = sample_clip(*r.model, *r.val_ds, 0, ec, r.cfg.random.seed);
     const auto& vae = *r.preview_vae;
-    const auto grid = frame_grid({vae.decode(s.ground_truth), vae.decode(s.conditioned), vae.decode(s.unconditioned)},
-                                 2, 4);
+    const auto grid =
+        frame_grid({vae.decode(s.ground_truth), vae.decode(s.conditioned), vae.decode(s.unconditioned)}, 2, 4);
     r.log.image("preview/" + s.clip_id, write_step_preview(r.cfg.output, step, grid), step);
   }
 }
@@ -419,11 +425,23 @@ void log_step(SftRun& r, int64_t step, const StepStats& st, double step_time) {
   r.log.add_time(step_time, st.data_time);
   if (r.ctx->rank != 0 || (step % r.cfg.log_every != 0 && step != r.cfg.max_steps)) return;
   log_sft_step(r.log, step, r.cfg.max_steps,
-               {{"loss", st.loss}, {"mse", st.mse}, {"timestep", st.timestep}, {"lr", r.sync->lr(0)},
-                {"cond_lr", r.sync->lr(1)}, {"grad_norm", st.grad_norm}, {"sem_rms", st.sem_rms}, {"x_rms", st.x_rms},
-                {"text_drop", st.text_drop}, {"cond_drop", st.cond_drop}, {"mask_frac", st.mask_frac},
-                {"step_time", step_time}, {"data_time", st.data_time}, {"mem_gb", r.ctx->peak_memory_gb()},
-                {"epoch", static_cast<double>(r.epoch)}, {"loss_mean", st.loss_mean}, {"mse_mean", st.mse_mean}},
+               {{"loss", st.loss},
+                {"mse", st.mse},
+                {"timestep", st.timestep},
+                {"lr", r.sync->lr(0)},
+                {"cond_lr", r.sync->lr(1)},
+                {"grad_norm", st.grad_norm},
+                {"sem_rms", st.sem_rms},
+                {"x_rms", st.x_rms},
+                {"text_drop", st.text_drop},
+                {"cond_drop", st.cond_drop},
+                {"mask_frac", st.mask_frac},
+                {"step_time", step_time},
+                {"data_time", st.data_time},
+                {"mem_gb", r.ctx->peak_memory_gb()},
+                {"epoch", static_cast<double>(r.epoch)},
+                {"loss_mean", st.loss_mean},
+                {"mse_mean", st.mse_mean}},
                st.clips);
 }
 
@@ -431,11 +449,12 @@ void open_log(SftRun& r) {
   if (r.ctx->rank != 0) return;
   const int64_t steps_per_epoch = (r.n_micro + r.cfg.grad_accum - 1) / r.cfg.grad_accum;
   int64_t cond_params = 0, dit_params = 0;
-  for (const auto& kv : r.model->named_parameters()) (is_cond(kv.key()) ? cond_params : dit_params) += kv.value().numel();
-  auto facts = run_facts(r.cfg, *r.train_ds, r.val_ds.get(), *r.model, r.sem, r.n_micro, steps_per_epoch,
-                         r.ctx->device, cond_params, dit_params, r.ctx->world);
+  for (const auto& kv : r.model->named_parameters())
+    (is_cond(kv.key()) ? cond_params : dit_params) += kv.value().numel();
+  auto facts = run_facts(r.cfg, *r.train_ds, r.val_ds.get(), *r.model, r.sem, r.n_micro, steps_per_epoch, r.ctx->device,
+                         cond_params, dit_params, r.ctx->world);
   facts["resume"] = {{"resumed_from", r.resumed_from}, {"start_step", r.start_step}, {"start_epoch", r.epoch},
-                     {"skip_micro", r.skip_micro}, {"how", r.resume_how}, {"init_ckpt", r.init_ckpt}};
+                     {"skip_micro", r.skip_micro},     {"how", r.resume_how},        {"init_ckpt", r.init_ckpt}};
   // The weights this run starts from, by file and checksum (a random init says so).
   std::vector<std::string> files = r.base_files;
   if (is_warm_start(r.cfg.resume)) files.push_back(r.cfg.resume);
@@ -460,8 +479,8 @@ SftSummary nothing_to_train(SftRun& r, SftSummary& sum) {
   const auto last = std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(r.start_step) + ".safetensors");
   if (std::filesystem::exists(last)) sum.last_export = last.string();
   if (r.ctx->rank == 0 && !std::filesystem::exists(std::filesystem::path(r.cfg.output) / "done.json"))
-    r.log.done({r.start_step, r.start_step, r.ctx->peak_memory_gb(), r.ctx->peak_memory_gb(), r.epoch,
-                r.epoch_micro, sum.last_export});
+    r.log.done({r.start_step, r.start_step, r.ctx->peak_memory_gb(), r.ctx->peak_memory_gb(), r.epoch, r.epoch_micro,
+                sum.last_export});
   return sum;
 }
 
@@ -489,18 +508,19 @@ class SftLoop final : public LoopTrainer {
   void stopped(int64_t step) override {
     if (!r_.cfg.save_state && !exported_) sum_.last_export = do_export(r_, step);
     if (r_.ctx->rank == 0)
-      std::printf("[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(),
-                  static_cast<long long>(step), static_cast<long long>(r_.cfg.max_steps),
-                  r_.cfg.save_state ? ("Continue with the same command plus --resume " + r_.cfg.output +
-                                       " (or --resume auto)").c_str()
-                                    : "No state was saved (--no-save_state); the weights are in the export above.");
+      std::printf(
+          "[stop] %s: stopped after step %lld of %lld. %s\n", StopOnSignal::signal_name(), static_cast<long long>(step),
+          static_cast<long long>(r_.cfg.max_steps),
+          r_.cfg.save_state
+              ? ("Continue with the same command plus --resume " + r_.cfg.output + " (or --resume auto)").c_str()
+              : "No state was saved (--no-save_state); the weights are in the export above.");
   }
   [[noreturn]] void fail_non_finite(int64_t step, double loss) override {
-    r_.ctx->fail_non_finite(
-        step, loss,
-        "The last export" + (sum_.last_export.empty() ? std::string(" (none yet)") : " " + sum_.last_export) +
-            (r_.state_slot.empty() ? "" : " and the state " + r_.state_slot) + " are intact.",
-        "lower --lr, check the data with `vdt data check`, or try --precision mixed");
+    r_.ctx->fail_non_finite(step, loss,
+                            "The last export" +
+                                (sum_.last_export.empty() ? std::string(" (none yet)") : " " + sum_.last_export) +
+                                (r_.state_slot.empty() ? "" : " and the state " + r_.state_slot) + " are intact.",
+                            "lower --lr, check the data with `vdt data check`, or try --precision mixed");
   }
 
  private:
@@ -544,8 +564,8 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   const kernels::FusedKernelsScope fused(cfg.compute.fused());
   SftRun r;
   r.cfg = cfg;
-  // A relative --output is taken from the current directory (the Python trainer joins it to its project root) and recorded
-  // absolute, as the Python trainer's config.json records args.output.
+  // A relative --output is taken from the current directory (the Python trainer joins it to its project root) and
+  // recorded absolute, as the Python trainer's config.json records args.output.
   r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
   r.ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
@@ -563,9 +583,13 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
   start_epoch(r, r.skip_micro);
   SftLoop loop(r, sum);
-  static_cast<LoopResult&>(sum) =
-      run_training_loop(*r.ctx, {.start_step = r.start_step, .last_step = cfg.max_steps, .val_every = cfg.val_every,
-                                 .validate_last = false, .save_every = cfg.save_every}, loop);
+  static_cast<LoopResult&>(sum) = run_training_loop(*r.ctx,
+                                                    {.start_step = r.start_step,
+                                                     .last_step = cfg.max_steps,
+                                                     .val_every = cfg.val_every,
+                                                     .validate_last = false,
+                                                     .save_every = cfg.save_every},
+                                                    loop);
   if (sum.stopped) return sum;
   return finish(r, sum);
 }

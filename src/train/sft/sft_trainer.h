@@ -1,8 +1,8 @@
-// `vdt train sft` (docs/design.md §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised gc_sem_cond
-// adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the adapter group at --cond_lr,
-// warmup, gradient accumulation, clipping, validation with cond/uncond/nulltext, bf16 exports, CSV/TensorBoard logs.
-// State slots and exact resume: train/train_state.h, docs/resume.md. Several ranks: ZeRO-2 (train/zero2.h) over a
-// dist/ communicator, docs/distributed.md.
+// `vdt train sft` (docs/design.md §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised
+// gc_sem_cond adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the adapter group at
+// --cond_lr, warmup, gradient accumulation, clipping, validation with cond/uncond/nulltext, bf16 exports,
+// CSV/TensorBoard logs. State slots and exact resume: train/train_state.h, docs/resume.md. Several ranks: ZeRO-2
+// (train/zero2.h) over a dist/ communicator, docs/distributed.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,8 +20,8 @@ struct SftSummary : LoopResult {
   double s_per_step = 0, data_s_per_step = 0, peak_mem_gb = 0;
   std::string last_export, state_dir;  // state_dir: the newest state slot written or resumed from
   uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
-  int64_t params = 0;  // the model's parameter count (the adapter included)
-  double predicted_peak_gb = 0;  // the memory plan's predicted peak per GPU (0: no plan)
+  int64_t params = 0;                  // the model's parameter count (the adapter included)
+  double predicted_peak_gb = 0;        // the memory plan's predicted peak per GPU (0: no plan)
 };
 
 // One process (CPU or one GPU).

@@ -1,7 +1,7 @@
-// The block-causal H3 sequence (docs/h3_model.md §4) and H3 through the base-model seam: audio-to-chunk assignment and the
-// row order / attention rule against hand-written cases, a chunk's prediction independent of later chunks (diffusion
-// and teacher forcing), the prefix and mask kernels equal, and the seam's bidirectional forward equal to the packer's
-// own path.
+// The block-causal H3 sequence (docs/h3_model.md §4) and H3 through the base-model seam: audio-to-chunk assignment and
+// the row order / attention rule against hand-written cases, a chunk's prediction independent of later chunks
+// (diffusion and teacher forcing), the prefix and mask kernels equal, and the seam's bidirectional forward equal to the
+// packer's own path.
 #include <torch/torch.h>
 
 #include "model/h3/h3_causal.h"
@@ -99,10 +99,10 @@ TEST(H3Causal, TeacherForcingCopiesShareCoordinates) {
   EXPECT_EQ(list(in.out_pos), (std::vector<int64_t>{7, 22, 27, 42}));  // clean frames, then noisy
   const auto& b = in.attend.blocks;
   ASSERT_EQ(b.size(), 6u);
-  EXPECT_EQ(b[1].keys, (Ranges{{0, 8}}));             // clean c0: P, itself
-  EXPECT_EQ(b[2].keys, (Ranges{{0, 23}}));            // clean c1: P, clean c0, itself
-  EXPECT_EQ(b[3].keys, (Ranges{{0, 3}, {23, 28}}));   // noisy c0: P, itself
-  EXPECT_EQ(b[4].keys, (Ranges{{0, 8}, {28, 43}}));   // noisy c1: P, clean c0, itself
+  EXPECT_EQ(b[1].keys, (Ranges{{0, 8}}));            // clean c0: P, itself
+  EXPECT_EQ(b[2].keys, (Ranges{{0, 23}}));           // clean c1: P, clean c0, itself
+  EXPECT_EQ(b[3].keys, (Ranges{{0, 3}, {23, 28}}));  // noisy c0: P, itself
+  EXPECT_EQ(b[4].keys, (Ranges{{0, 8}, {28, 43}}));  // noisy c1: P, clean c0, itself
   auto t = in.unique_timesteps.index_select(0, in.inverse_indices);
   EXPECT_FLOAT_EQ(t[7].item<float>(), 1.0f);   // clean copy of frame 0
   EXPECT_FLOAT_EQ(t[27].item<float>(), 0.2f);  // noisy frame 0
@@ -187,11 +187,13 @@ TEST(H3Causal, BidirectionalSeamIsThePackersPath) {
   EXPECT_TRUE(torch::equal(aux.streams["audio"][0], pred.audio));
   EXPECT_EQ(s.model->family(), "h3");
   EXPECT_EQ(s.model->block_modules().size(), 2u);
-  test::expect_error([&] {
-    auto bad = s.in;
-    bad.extra["audio_t"] = bad.extra["audio.t"];
-    s.model->forward(bad);
-  }, {"unknown input 'audio_t'", "audio.t"});
+  test::expect_error(
+      [&] {
+        auto bad = s.in;
+        bad.extra["audio_t"] = bad.extra["audio.t"];
+        s.model->forward(bad);
+      },
+      {"unknown input 'audio_t'", "audio.t"});
 }
 
 }  // namespace

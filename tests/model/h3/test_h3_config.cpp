@@ -46,8 +46,8 @@ TEST(H3Config, FixtureJsonIsTheTinyPresetAndRoundTrips) {
   test::expect_error([] { H3Config::from_json("{not json", "y.json"); }, {"y.json", "not valid JSON"});
 }
 
-// docs/h3_model.md §1.2: 535 tensors, 33,122,992,912 parameters, 13,010,457,600 of them in the 50 blocks' AdaLN linears.
-// Counted from the config: building the model would take 132 GB.
+// docs/h3_model.md §1.2: 535 tensors, 33,122,992,912 parameters, 13,010,457,600 of them in the 50 blocks' AdaLN
+// linears. Counted from the config: building the model would take 132 GB.
 TEST(H3Config, ReleasedModelHas535TensorsAnd33BParameters) {
   const auto shapes = h3_checkpoint_shapes(h3_preset("minimax-h3"));
   int64_t params = 0, adaln = 0, top = 0, refiner = 0, blocks = 0, final_layer = 0;
@@ -107,8 +107,11 @@ TEST(H3Config, DetectedFromTheFixtureAndFromAnExport) {
   const auto d = detect_h3_config(SafetensorsSet::open({dir.file("w.safetensors")}));
   EXPECT_EQ(d.preset, "custom");
   EXPECT_TRUE(d.same_architecture(custom));
-  test::expect_error([] { detect_h3_config({{"patch_embedding.weight", {1, 2, 3, 4, 5}}}, "wan.safetensors"); },
-                     {"wan.safetensors", "not an H3 DiT", "video_patch_proj.weight"});
+  test::expect_error(
+      [] {
+        detect_h3_config({{"patch_embedding.weight", {1, 2, 3, 4, 5}}}, "wan.safetensors");
+      },
+      {"wan.safetensors", "not an H3 DiT", "video_patch_proj.weight"});
 }
 
 // Strict loading: every key of the fixture is used, and a bad file is refused with the list of what is wrong.
@@ -140,8 +143,8 @@ TEST(H3Weights, StrictLoadAndBadCheckpointsAreRefusedWithTheList) {
   for (auto& [file, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"missing", {"missing.safetensors", "1 missing key", "blocks.0.attn.k_norm.weight"}},
            {"extra", {"extra.safetensors", "1 unexpected key", "blocks.2.norm1.weight"}},
-           {"wrong", {"wrong.safetensors", "1 shape mismatch", "blocks.1.attn.qkv_proj.weight", "[192, 64]",
-                      "[240, 64]"}}}) {
+           {"wrong",
+            {"wrong.safetensors", "1 shape mismatch", "blocks.1.attn.qkv_proj.weight", "[192, 64]", "[240, 64]"}}}) {
     auto set = write(file + ".safetensors", file == "missing" ? missing : file == "extra" ? extra : wrong);
     H3DiT fresh(h3_preset("h3-tiny"));
     try {

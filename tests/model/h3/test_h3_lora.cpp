@@ -1,6 +1,6 @@
 // A LoRA on the H3 DiT in DiffSynth's saved naming (PEFT on the fused targets: `blocks.N.attn.qkv_proj.lora_A.default
-// .weight`, no alpha: alpha = rank, docs/h3_model.md §3.2) loads into vdt's attached LoRA, and `merge-lora`'s fold into the
-// official key names gives the same forward as the unmerged LoRA; so does diffusers' split q/k/v naming, fused.
+// .weight`, no alpha: alpha = rank, docs/h3_model.md §3.2) loads into vdt's attached LoRA, and `merge-lora`'s fold into
+// the official key names gives the same forward as the unmerged LoRA; so does diffusers' split q/k/v naming, fused.
 #include <torch/torch.h>
 
 #include "core/safetensors.h"
@@ -58,8 +58,8 @@ TEST(H3Lora, DiffSynthNamedLoraLoadsAndMergesIntoTheCheckpoint) {
 }
 
 // A LoRA in diffusers' split naming (to_q/to_k/to_v, to_out.0, ff.net.0.proj with rows [up; gate], ff.net.2, under
-// `transformer.`; docs/h3_model.md §1.9) folds into the checkpoint's fused keys as the index conventions say — q/k/v rows
-// interleaved per head, the MLP's halves swapped — and loaded into the model (rank 3r) gives the folded forward.
+// `transformer.`; docs/h3_model.md §1.9) folds into the checkpoint's fused keys as the index conventions say — q/k/v
+// rows interleaved per head, the MLP's halves swapped — and loaded into the model (rank 3r) gives the folded forward.
 TEST(H3Lora, SplitQkvNamingFusesIntoTheCheckpointLayout) {
   test::TempDir dir;
   const auto files = SafetensorsSet::open({test::fixture("h3_tiny_a.safetensors")});
@@ -78,7 +78,8 @@ TEST(H3Lora, SplitQkvNamingFusesIntoTheCheckpointLayout) {
   for (int64_t b = 0; b < cfg.num_layers; ++b)
     blocks.emplace_back("blocks." + std::to_string(b), "transformer_blocks." + std::to_string(b));
   for (int64_t b = 0; b < cfg.refiner_layers; ++b)
-    blocks.emplace_back("token_refiner.blocks." + std::to_string(b), "token_refiner.refiner_blocks." + std::to_string(b));
+    blocks.emplace_back("token_refiner.blocks." + std::to_string(b),
+                        "token_refiner.refiner_blocks." + std::to_string(b));
   for (const auto& [ours, blk] : blocks) {
     for (const char* p : {"to_q", "to_k", "to_v"}) add(blk + ".attn." + p, D, H * Dh);
     add(blk + ".attn.to_out.0", H * Dh, D);
@@ -131,7 +132,7 @@ TEST(H3Lora, SplitQkvNamingFusesIntoTheCheckpointLayout) {
   const auto wan = SafetensorsSet::open({test::fixture("wan_tiny_a.safetensors")});
   test::expect_error([&] { h3_lora_for_base(raw, wan, path); }, {path, "needs an H3 base", "q_norm"});
   save_safetensors(dir.file("odd.safetensors"), {{"transformer_blocks.0.norm1.lora_A.weight", torch::zeros({r, D})},
-                                                  {"transformer_blocks.0.norm1.lora_B.weight", torch::zeros({D, r})}});
+                                                 {"transformer_blocks.0.norm1.lora_B.weight", torch::zeros({D, r})}});
   test::expect_error([&] { h3_lora_for_base(read_lora(dir.file("odd.safetensors")), files, "odd"); },
                      {"odd", "transformer_blocks.0.norm1", "not an H3 LoRA target"});
 }

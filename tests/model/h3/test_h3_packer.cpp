@@ -77,7 +77,8 @@ TEST(H3Packer, KeyframeRowsFromTheSeededNoise) {
   std::vector<torch::Tensor> rows;
   for (int64_t i = 0; i < K; ++i) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
-    auto noise = torch::randn({1, v.size(1), v.size(2) + K, v.size(3), v.size(4)}, gen, torch::kFloat32).narrow(2, 0, 1);
+    auto noise =
+        torch::randn({1, v.size(1), v.size(2) + K, v.size(3), v.size(4)}, gen, torch::kFloat32).narrow(2, 0, 1);
     rows.push_back(h3_cond_rows(h3_patchify_video(kf.narrow(2, i, 1)), h3_patchify_video(noise), 0.999));
   }
   const auto anchor = torch::cat(rows);
@@ -110,8 +111,8 @@ TEST(H3Packer, LastKeyframeAndVideoFrameTimes) {
   s.text_len = 3, s.latent_t = 7, s.latent_h = 2, s.latent_w = 2, s.audio_t = 4, s.keyframes = {0, -1};
   const auto lay = build_h3_layout(s);
   const auto t = column(lay, 0);
-  EXPECT_EQ(t[3], 3.0);                // first keyframe: the target's first latent
-  EXPECT_EQ(t[4], 3.0 + 35.0);         // F = 22 frames: 3 + 5/3 * 21
+  EXPECT_EQ(t[3], 3.0);                                          // first keyframe: the target's first latent
+  EXPECT_EQ(t[4], 3.0 + 35.0);                                   // F = 22 frames: 3 + 5/3 * 21
   for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(t[5 + j], 3.0 + j);  // audio ch0 at 1/40 s per latent
   const std::vector<int64_t> frames = {0, 1, 5, 9, 13, 17, 18};
   for (int64_t k = 0; k < 7; ++k) EXPECT_EQ(t[13 + k], 3.0 + 5.0 * frames[k] / 3.0) << k;

@@ -15,10 +15,10 @@ TEST(BiasGrad, EqualsTheColumnSum) {
   if (torch::cuda::is_available() && cuda_kernels_built()) devices.push_back(torch::kCUDA);
   for (const auto& device : devices)
     for (auto dtype : {torch::kFloat32, torch::kBFloat16})
-      for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1037, 48}, {1037, 7}, {1, 16}, {0, 8},
-                                                                        {4099, 264}}) {
-        const auto what = device.str() + " " + c10::toString(dtype) + " [" + std::to_string(rows) + ", " +
-                          std::to_string(cols) + "]";
+      for (auto [rows, cols] :
+           std::vector<std::pair<int64_t, int64_t>>{{1037, 48}, {1037, 7}, {1, 16}, {0, 8}, {4099, 264}}) {
+        const auto what =
+            device.str() + " " + c10::toString(dtype) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
         torch::manual_seed(3);
         const auto g = (torch::randn({rows, cols}) + 0.5).to(torch::TensorOptions().dtype(dtype).device(device));
         const auto truth = g.to(torch::kFloat64).sum(0);

@@ -54,7 +54,7 @@ TEST(Fp8Linear, QuantizeRowsKeepsE4M3Precision) {
                            torch::full({36}, 448.f)));
   const auto err = (deq - t).abs(), bound = torch::maximum(t.abs() * 0.0625, r.scale.unsqueeze(1) * (1.0 / 1024));
   EXPECT_TRUE((err <= bound * 1.0001).all().item<bool>()) << (err / bound).max().item<double>();
-  EXPECT_GT(err.max().item<double>(), 0);  // it does round
+  EXPECT_GT(err.max().item<double>(), 0);                 // it does round
   EXPECT_TRUE(torch::equal(deq[5], torch::zeros({48})));  // an all-zero row: zeros, finite scale
   EXPECT_GT(r.scale[5].item<float>(), 0);
   EXPECT_TRUE(torch::equal(deq, fake_quant_rows(t)));
@@ -114,7 +114,8 @@ TEST(Fp8Linear, EmulatedLinearIsCloseToTheFp32Linear) {
 TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
   torch::manual_seed(4);
   const int64_t M = 37, K = 64, N = 48;
-  const auto x0 = torch::randn({M, K}), w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}), g = torch::randn({M, N});
+  const auto x0 = torch::randn({M, K}), w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}),
+             g = torch::randn({M, N});
   auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
   fp8_linear(x, w, b, Fp8Backend::emulate).backward(g);
   const auto dx_want = fake_gemm_nt(g, w0.t().contiguous()).to(torch::kFloat32);
@@ -163,7 +164,8 @@ TEST(Fp8Linear, GradientsFlowAndMatchTheRecipe) {
 TEST(Fp8Linear, InputActivationIsTheLinearOfItsOutput) {
   torch::manual_seed(11);
   const int64_t M = 37, K = 64, N = 48;
-  const auto h0 = torch::randn({M, K}) * 2, w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}), g = torch::randn({M, N});
+  const auto h0 = torch::randn({M, K}) * 2, w0 = torch::randn({N, K}) * 0.1, b0 = torch::randn({N}),
+             g = torch::randn({M, N});
   auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
   const auto y = fp8_linear(h, w, b, Fp8Backend::emulate, {}, nullptr, InputAct::gelu_tanh);
   y.backward(g);
@@ -288,9 +290,9 @@ TEST(Fp8Linear, OperandMemoHandsWeightMaximaOnlyToTheirWeight) {
   const auto col = memo.weight_cols(w, QuantPath::aten);
   EXPECT_EQ(memo.weight_hits(), 1);
   EXPECT_TRUE(torch::equal(col.q.view(torch::kUInt8), quantize_cols(w, 1, QuantPath::aten).q.view(torch::kUInt8)));
-  memo.weight_cols(w.clone(), QuantPath::aten);                  // equal values, another tensor
-  memo.weight_cols(w.view({64, 48}), QuantPath::aten);           // the same storage, another layout
-  memo.weight_cols(w.slice(0, 0, 24), QuantPath::aten);          // a part of it
+  memo.weight_cols(w.clone(), QuantPath::aten);          // equal values, another tensor
+  memo.weight_cols(w.view({64, 48}), QuantPath::aten);   // the same storage, another layout
+  memo.weight_cols(w.slice(0, 0, 24), QuantPath::aten);  // a part of it
   EXPECT_EQ(memo.weight_hits(), 1);
   for (int i = 0; i < 40; ++i) memo.weight_rows(torch::randn({16, 16}), QuantPath::aten);  // freed at once: swept
   memo.weight_cols(w, QuantPath::aten);
@@ -348,7 +350,7 @@ TEST(Fp8Linear, BackwardLetsTheForwardsRowWiseCopyGo) {
     torch::manual_seed(5);
     Fp8OperandMemo memo;
     const auto w = torch::randn({48, 64}).requires_grad_(!frozen);  // [out, in]
-    const auto x = torch::randn({37, 64}).requires_grad_(true);      // [M, in]
+    const auto x = torch::randn({37, 64}).requires_grad_(true);     // [M, in]
     const auto y = fp8_linear(x, w, {}, Fp8Backend::emulate, {}, &memo);
     const auto q = memo.rows(x, QuantPath::aten).q;  // the forward's copy, handed back
     EXPECT_EQ(memo.hits(), 1);
@@ -359,7 +361,7 @@ TEST(Fp8Linear, BackwardLetsTheForwardsRowWiseCopyGo) {
     EXPECT_FALSE(memo.holds_row_copy());
     memo.rows(x, QuantPath::aten);
     EXPECT_EQ(memo.hits(), 1) << "frozen " << frozen;  // quantized again
-    memo.drop_row_copy();  // what the FP8 block runner does at a block's end
+    memo.drop_row_copy();                              // what the FP8 block runner does at a block's end
     EXPECT_FALSE(memo.holds_row_copy());
     memo.rows(x, QuantPath::aten);
     EXPECT_EQ(memo.hits(), 1) << "frozen " << frozen;
@@ -423,9 +425,20 @@ TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
   ASSERT_EQ(fp8_quant_backend(torch::zeros({2, 2}, dev)), "cuda");
   torch::manual_seed(5);
   for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
-    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16}, {37, 48}, {1029, 3072}, {300, 1000}, {5, 13},
-                                                               {130, 68}, {257, 200}, {2100, 136}, {1, 8}, {13, 4096},
-                                                               {9, 2056}, {11, 2048}, {3, 14336}, {17, 5128}}) {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 16},
+                                                               {37, 48},
+                                                               {1029, 3072},
+                                                               {300, 1000},
+                                                               {5, 13},
+                                                               {130, 68},
+                                                               {257, 200},
+                                                               {2100, 136},
+                                                               {1, 8},
+                                                               {13, 4096},
+                                                               {9, 2056},
+                                                               {11, 2048},
+                                                               {3, 14336},
+                                                               {17, 5128}}) {
       auto t = (torch::randn(shape) * torch::logspace(-2, 2, shape[0]).unsqueeze(1)).to(dt).to(dev);
       if (shape[0] > 3) t[3].zero_();
       expect_kernel_equals_aten(t, {1, 16, 100, 384}, describe(t));
@@ -439,13 +452,14 @@ TEST(Fp8LinearCuda, KernelQuantizationEqualsAtenBitForBit) {
 }
 
 // Kernel quantization q of GELU(t) (`which`: rows, or cols of pad 1 compared as the rows of t^T) against the exact GELU
-// g (float64) and ATen's gelu then the plain quantization a. The kernel's GELU is within a few float32 ulps of the exact
-// one before its rounding to t's dtype (fp8_quantize_common.cuh): each value v it quantizes lies within
-// e = 2^-8 |g| + 2^-20 |x| of g, so its scales are max(max |v|, 1e-12) / 448 within max e / 448 of the exact ones, and every
+// g (float64) and ATen's gelu then the plain quantization a. The kernel's GELU is within a few float32 ulps of the
+// exact one before its rounding to t's dtype (fp8_quantize_common.cuh): each value v it quantizes lies within e = 2^-8
+// |g| + 2^-20 |x| of g, so its scales are max(max |v|, 1e-12) / 448 within max e / 448 of the exact ones, and every
 // dequantized value is an FP8 rounding of v: within max(2^-4 |v|, scale 2^-10) + e of g. ATen's GELU differs from the
 // exact one in the far negative tail (1 + tanhf(u) cancels to 0 there), where a group of a few values that are all in
 // the tail (a column of 1 or 3 rows) takes another scale; groups of at least 4 values: 99 % of the bytes are ATen's.
-void expect_gelu_quantization(const Fp8Rows& q, const Fp8Rows& a, const torch::Tensor& t_rows, const std::string& what) {
+void expect_gelu_quantization(const Fp8Rows& q, const Fp8Rows& a, const torch::Tensor& t_rows,
+                              const std::string& what) {
   const auto x = t_rows.to(torch::kFloat64);
   const auto g = 0.5 * x * (1 + torch::tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3))));  // [R, C]
   const auto e = std::ldexp(1.0, -8) * g.abs() + std::ldexp(1.0, -20) * x.abs();
@@ -474,8 +488,8 @@ TEST(Fp8LinearCuda, KernelGeluOnTheWayIsAtensWithinRounding) {
   const auto gelu = InputAct::gelu_tanh;
   auto bytes = [](const Fp8Rows& r) { return r.q.view(torch::kUInt8); };
   for (const auto dt : {torch::kBFloat16, torch::kFloat32}) {
-    for (const auto& shape : std::vector<std::vector<int64_t>>{{37, 48}, {1029, 3072}, {300, 14336}, {5, 13},
-                                                               {130, 68}, {3, 16392}, {9, 8960}, {1, 8}}) {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{
+             {37, 48}, {1029, 3072}, {300, 14336}, {5, 13}, {130, 68}, {3, 16392}, {9, 8960}, {1, 8}}) {
       auto t = (torch::randn(shape) * 3).to(dt).to(dev);
       if (shape[0] > 3) t[3].zero_();
       const auto what = describe(t) + " gelu";
@@ -501,11 +515,13 @@ TEST(Fp8LinearCuda, KernelGeluOnTheWayIsAtensWithinRounding) {
       torch::Tensor sum;  // with sums: ATen's gelu first, scaled by the given maxima
       const auto sc = quantize_cols(t, 1, QuantPath::automatic, amax, &sum, gelu);
       expect_gelu_quantization(sc, ac, t.t(), what + " cols with sums");
-      const auto given = quantize_cols(t, 1, QuantPath::automatic, amax, nullptr, gelu);  // maxima given, GELU on the way
+      const auto given =
+          quantize_cols(t, 1, QuantPath::automatic, amax, nullptr, gelu);  // maxima given, GELU on the way
       if (held) {
         EXPECT_TRUE(torch::equal(bytes(given), bytes(kc))) << what << " maxima given";
       }
-      EXPECT_TRUE(torch::allclose(sum.to(torch::kFloat32), torch::gelu(t, "tanh").to(torch::kFloat32).sum(0), 1e-2, 1e-2))
+      EXPECT_TRUE(
+          torch::allclose(sum.to(torch::kFloat32), torch::gelu(t, "tanh").to(torch::kFloat32).sum(0), 1e-2, 1e-2))
           << what;
     }
     const auto flat = (torch::randn({37 * 48 + 1}) * 3).to(dt).to(dev);  // misaligned: ATen's gelu first
@@ -617,7 +633,7 @@ TEST(Fp8LinearCuda, FastWgradAddsLittleToFp8Error) {
     for (const bool outliers : {false, true}) {
       auto x = torch::randn({M, sh.in}, f32);          // [M, in]
       auto g = torch::randn({M, sh.out}, f32) * 1e-4;  // [M, out]
-      if (outliers) {  // 8 channels of x, 16 tokens of g
+      if (outliers) {                                  // 8 channels of x, 16 tokens of g
         using torch::indexing::Slice;
         x.index_put_({Slice(), Slice(0, sh.in, sh.in / 8)}, 20 * torch::randn({M, 8}, f32));
         g.index_put_({Slice(0, M, 512)}, 10 * torch::randn({16, sh.out}, f32) * 1e-4);

@@ -57,7 +57,8 @@ struct Setting {
 
 std::vector<Setting> settings_to_run() {
   std::vector<Setting> s{{torch::kCPU, FusedPath::aten}};
-  if (cuda_kernels_built() && torch::cuda::is_available()) s.push_back({torch::Device(torch::kCUDA, 0), FusedPath::automatic});
+  if (cuda_kernels_built() && torch::cuda::is_available())
+    s.push_back({torch::Device(torch::kCUDA, 0), FusedPath::automatic});
   return s;
 }
 
@@ -73,7 +74,10 @@ TEST(FusedOps, ModulatedNormMatchesReference) {
   torch::manual_seed(0);
   for (const auto& s : settings_to_run())
     for (auto dt : {torch::kFloat32, torch::kBFloat16})
-      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 3}, {1, 6, 64, 6}, {3, 10, 24, 2},
+      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1},
+                                {2, 12, 37, 3},
+                                {1, 6, 64, 6},
+                                {3, 10, 24, 2},
                                 {1, 200, 64, 2},     // CUDA: several chunks per group
                                 {1, 4, 1031, 2}}) {  // CUDA: odd rows too wide for the chunk kernel (the fallback)
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
@@ -145,8 +149,8 @@ TEST(FusedOps, GatedAddMatchesReference) {
   torch::manual_seed(1);
   for (const auto& s : settings_to_run())
     for (auto dt : {torch::kFloat32, torch::kBFloat16})
-      for (auto [B, L, D, G] : {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 4}, {1, 8, 64, 8}, {1, 200, 64, 2},
-                                {1, 4, 1031, 2}}) {
+      for (auto [B, L, D, G] :
+           {std::array<int64_t, 4>{2, 12, 37, 1}, {2, 12, 37, 4}, {1, 8, 64, 8}, {1, 200, 64, 2}, {1, 4, 1031, 2}}) {
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
         const auto x = torch::randn({B, L, D}, f32).to(dt), y = torch::randn({B, L, D}, f32).to(dt);
         const auto gate = torch::randn({B, G, 1, D}, f32);
@@ -165,7 +169,8 @@ TEST(FusedOps, GatedAddMatchesReference) {
 TEST(FusedOps, H3ModulateAndGateMatchReference) {
   torch::manual_seed(2);
   for (const auto& s : settings_to_run())
-    for (auto [dt, mod_dt] : {std::pair{torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16},
+    for (auto [dt, mod_dt] : {std::pair{torch::kFloat32, torch::kFloat32},
+                              {torch::kBFloat16, torch::kBFloat16},
                               {torch::kBFloat16, torch::kFloat32}})
       for (auto [S, D, R] : {std::array<int64_t, 3>{29, 37, 6}, {40, 64, 3}, {7, 24, 9}}) {
         const auto f32 = torch::TensorOptions().device(s.device).dtype(torch::kFloat32);
@@ -181,8 +186,8 @@ TEST(FusedOps, H3ModulateAndGateMatchReference) {
         const Op rgate = [](const auto& t) { return reference_h3_gate(t[0], t[1], t[2], t[3]); };
         // The reference sums the bf16 rows' gradients in bf16 (index_select's backward); the fused op in float32.
         const double gt = mod_dt == torch::kBFloat16 ? 5e-2 : grad_tol(dt);
-        for (auto want : {std::vector<bool>{true, true, true, false}, {true, false, false, false},
-                          {false, true, true, false}}) {
+        for (auto want :
+             {std::vector<bool>{true, true, true, false}, {true, false, false, false}, {false, true, true, false}}) {
           expect_match(fmod, rmod, {x, shift, scale, rows}, want, go, s.device.is_cpu() ? 0 : 1e-6, gt, what + " mod");
           expect_match(fgate, rgate, {x, shift, y, rows}, want, go, s.device.is_cpu() ? 0 : 1e-6, gt, what + " gate");
         }
@@ -191,7 +196,8 @@ TEST(FusedOps, H3ModulateAndGateMatchReference) {
 
 // The backward is the hand-written one (a custom node), and the switch routes the blocks' functions.
 TEST(FusedOps, SwitchRoutesTheBlocksFunctions) {
-  const auto x = torch::randn({1, 4, 8}, torch::requires_grad()), mod = torch::randn({1, 1, 1, 8}, torch::requires_grad());
+  const auto x = torch::randn({1, 4, 8}, torch::requires_grad()),
+             mod = torch::randn({1, 1, 1, 8}, torch::requires_grad());
   const auto rows = torch::zeros({4}, torch::kInt64);
   const auto x2 = torch::randn({4, 8}, torch::requires_grad()), mod2 = torch::randn({1, 8}, torch::requires_grad());
   set_fused_kernels(true);
@@ -222,8 +228,10 @@ TEST(FusedOps, BadShapesNameWhatWasExpected) {
     fused_modulated_norm(x, torch::zeros({2, 4, 1, 8}), torch::zeros({2, 4, 1, 8}), 1e-6);  // 4 does not divide 6
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("modulated_norm: expected x [B, L, D] and shift [B, G, 1, D] with G dividing L"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("modulated_norm: expected x [B, L, D] and shift [B, G, 1, D] with G dividing L"),
+        std::string::npos)
+        << e.what();
   }
   try {
     fused_h3_gate(torch::randn({5, 8}), torch::zeros({2, 8}), torch::randn({5, 8}), torch::zeros({5}, torch::kInt32));

@@ -26,7 +26,8 @@ Out run(int mode, torch::ScalarType dtype, torch::Device device) {
   auto opt = torch::TensorOptions().dtype(dtype).device(device);
   auto flat = torch::randn({S, N * 3 * Dh}).to(opt).requires_grad_();
   auto qkv = flat.view({S, N, 3, Dh});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
-  auto wq = (1 + 0.3 * torch::randn({Dh})).to(opt).requires_grad_(), wk = (1 + 0.3 * torch::randn({Dh})).to(opt).requires_grad_();
+  auto wq = (1 + 0.3 * torch::randn({Dh})).to(opt).requires_grad_(),
+       wk = (1 + 0.3 * torch::randn({Dh})).to(opt).requires_grad_();
   auto table = h3_rope_table(torch::randn({S, 3}) * 20, R);
   auto cos = table.cos.to(device), sin = table.sin.to(device);
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> r =
@@ -103,8 +104,11 @@ TEST(QkNormRope, BadShapesAreNamed) {
   auto qkv = torch::randn({4, 2, 3, 8});
   auto w = torch::ones({8});
   auto t = torch::zeros({4, 6});
-  test::expect_error([&] { fused_h3_qk_norm_rope(qkv.view({4, 6, 8}).unsqueeze(2), w, w, 1e-6, t, t, true); },
-                     {"qkv [S, N, 3, Dh]"});
+  test::expect_error(
+      [&] {
+        fused_h3_qk_norm_rope(qkv.view({4, 6, 8}).unsqueeze(2), w, w, 1e-6, t, t, true);
+      },
+      {"qkv [S, N, 3, Dh]"});
   test::expect_error([&] { fused_h3_qk_norm_rope(qkv, torch::ones({7}), w, 1e-6, t, t, true); }, {"w_q, w_k [8]"});
   test::expect_error([&] { fused_h3_qk_norm_rope(qkv, w, w, 1e-6, torch::zeros({4, 10}), t, true); }, {"6R <= 8"});
 }

@@ -146,8 +146,7 @@ TEST(WanQkNormRope, BadShapesAreNamed) {
   auto w = torch::ones({36});
   test::expect_error([&] { fused_wan_qk_norm_rope(x[0], x[0], w, w, 1e-6, rope.cos, rope.sin, 3, true); },
                      {"q_in, k_in [B, L, D]"});
-  test::expect_error([&] { fused_wan_qk_norm_rope(x, x, w, w, 1e-6, rope.cos, rope.sin, 5, true); },
-                     {"into 5 heads"});
+  test::expect_error([&] { fused_wan_qk_norm_rope(x, x, w, w, 1e-6, rope.cos, rope.sin, 5, true); }, {"into 5 heads"});
   test::expect_error([&] { fused_wan_qk_norm_rope(x, x, torch::ones({35}), w, 1e-6, rope.cos, rope.sin, 3, true); },
                      {"w_q, w_k [36]"});
   test::expect_error([&] { fused_wan_qk_norm_rope(x, x, w, w, 1e-6, rope.cos.narrow(0, 0, 20), rope.sin, 3, true); },
@@ -172,10 +171,11 @@ TEST(WanRmsNorm, FallbackAndCudaKernelEqualTheReference) {
   if (torch::cuda::is_available() && cuda_kernels_built()) devices.push_back(torch::kCUDA);
   for (const auto& device : devices)
     for (auto dtype : {torch::kFloat32, torch::kBFloat16})
-      for (int64_t D : {36, 48, 2400})  // not a 16-byte multiple in either dtype; vectorizable; several rounds per thread
+      for (int64_t D :
+           {36, 48, 2400})  // not a 16-byte multiple in either dtype; vectorizable; several rounds per thread
         for (bool train_w : {true, false}) {
-          const auto what = device.str() + " " + c10::toString(dtype) + " D " + std::to_string(D) +
-                            (train_w ? "" : " frozen weight");
+          const auto what =
+              device.str() + " " + c10::toString(dtype) + " D " + std::to_string(D) + (train_w ? "" : " frozen weight");
           const auto ref = run_norm(0, dtype, device, 300, D, train_w);
           const auto got = run_norm(device.is_cuda() ? 2 : 1, dtype, device, 300, D, train_w);
           const double grad_tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
