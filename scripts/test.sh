@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: sets up, builds, then runs the whole suite with ctest (summary printed at the end).
+# The README's test command: checks the C++ layout, sets up, builds, then runs the whole suite with ctest (summary
+# printed at the end).
 # On a first run the Python tests' venv (scripts/py_env.sh: a download, little CPU) is made while the C++ builds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Unformatted C++ fails the run before anything builds (scripts/format.sh formats it; the check needs clang-format 14).
+"$root/scripts/format.sh" --check
 "$root/scripts/setup.sh" > /dev/null
 venv_pid=""
 if command -v python3 > /dev/null; then
