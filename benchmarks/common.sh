@@ -23,5 +23,5 @@ launcher() {
   fi
 }
 
-# commit_id: the code being measured (a copied tree has no .git: set VDT_COMMIT)
-commit_id() { git rev-parse --short HEAD 2> /dev/null || echo "${VDT_COMMIT:-unknown}"; }
+# commit_id: the code being measured; VDT_COMMIT wins (a copied tree may have no .git, or another checkout's)
+commit_id() { [ -n "${VDT_COMMIT:-}" ] && echo "$VDT_COMMIT" || git rev-parse --short HEAD 2> /dev/null || echo unknown; }

@@ -189,13 +189,12 @@ def memory(events, ops, top):
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly, no BrokenPipeError trace
     events, ops = load(sys.argv[1])
-    if sys.argv[2] == "elementwise":
-        kernels(events, ops, None, int(sys.argv[3]) if len(sys.argv) > 3 else 40, shapes=False)
-    elif sys.argv[2] == "gaps":
-        gaps(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 20)
-    elif sys.argv[2] == "host":
-        host(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 15)
-    elif sys.argv[2] == "kernels":
-        kernels(events, ops, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
+    mode, n = sys.argv[2], (lambda i, default: int(sys.argv[i]) if len(sys.argv) > i else default)
+    if mode == "elementwise":
+        kernels(events, ops, None, n(3, 40), shapes=False)
+    elif mode in ("gaps", "host"):
+        (gaps if mode == "gaps" else host)(events, ops, n(3, 20 if mode == "gaps" else 15))
+    elif mode == "kernels":
+        kernels(events, ops, sys.argv[3], n(4, 20))
     else:
-        memory(events, ops, int(sys.argv[3]) if len(sys.argv) > 3 else 25)
+        memory(events, ops, n(3, 25))

@@ -1,9 +1,12 @@
 # Run at build time (not configure time) by the vdt_git_version target: writes OUT (a C++ file defining
 # vdt::build_commit()) with the checkout's current commit, "+dirty" when the tree has changes, and rewrites it only
 # when that text changes, so an unchanged commit recompiles nothing. Args: -DSRC=<checkout> -DOUT=<file>.
+# VDT_COMMIT in the environment wins: a copied tree (a benchmark machine) may carry another checkout's .git.
 execute_process(COMMAND git -C ${SRC} rev-parse --short HEAD OUTPUT_VARIABLE commit
                 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0 OR commit STREQUAL "")
+if(NOT "$ENV{VDT_COMMIT}" STREQUAL "")
+  set(commit "$ENV{VDT_COMMIT}")
+elseif(NOT rc EQUAL 0 OR commit STREQUAL "")
   set(commit "unknown")
 else()
   execute_process(COMMAND git -C ${SRC} status --porcelain --untracked-files=no OUTPUT_VARIABLE changes

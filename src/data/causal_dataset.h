@@ -1,14 +1,13 @@
-// The causal workflow's samples (docs/design.md §5, seed rtcwm.train.dataset): windows of `span_frames` latent frames
-// cut from each clip's latent stream. A clip of F frames holds n = floor(F / span) window slots, each one sample; slot
-// j of a clip starts at j * span + an offset drawn per (seed, epoch, sample) from 0 .. F - n * span, so every window
-// stays inside the stream and every epoch sees other cuts — on any rank, at any world size, after any resume. Train/val
-// split by clip (`--val-clips` clips, chosen from --seed; the clips.jsonl split column is not used, as in the Python
-// trainer), flagged (drop:true) clips left out and counted, streams shorter than one span left out and counted.
-// Validation windows start at their slot (no draw). Text: each latent frame takes its cell's prompt (frames past
-// the last cell take the last cell's). H3 roots (data/h3_root.h) also give each window its clip's Picture 1 and the
-// silent audio stream, and start windows on VAE-clip boundaries (multiples of 5 latents; slots every span rounded up
-// to that) so the rotary frame times hold.
-// Not here: ordering over samples (data/sampler.h), noise, devices.
+// The causal workflow's samples (docs/design.md §5, the Python trainer's rtcwm.train.dataset): windows of `span_frames`
+// latent frames cut from each clip's latent stream. A clip of F frames holds n = floor(F / span) window slots, each one
+// sample; slot j of a clip starts at j * span + an offset drawn per (seed, epoch, sample) from 0 .. F - n * span, so
+// every window stays inside the stream and every epoch sees other cuts — on any rank, at any world size, after any
+// resume. Train/val split by clip (`--val-clips` clips, chosen from --seed; the clips.jsonl split column is not used,
+// as in the Python trainer), flagged (drop:true) clips left out and counted, streams shorter than one span left out and
+// counted. Validation windows start at their slot (no draw). Text: each latent frame takes its cell's prompt (frames
+// past the last cell take the last cell's). H3 roots (data/h3_root.h) also give each window its clip's Picture 1 and
+// the silent audio stream, and start windows on VAE-clip boundaries (multiples of 5 latents; slots every span rounded
+// up to that) so the rotary frame times hold. Not here: ordering over samples (data/sampler.h), noise, devices.
 #pragma once
 #include <torch/types.h>
 

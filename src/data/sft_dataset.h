@@ -1,4 +1,4 @@
-// The SFT dataset of the Python trainer's GcLatentDataset (seeds/gc25d_train.py): one split of a data root, drop rows
+// The SFT dataset of the Python trainer's GcLatentDataset (gc25d_train.py): one split of a data root, drop rows
 // left out, res checked, prompts resolved against the text table, and three per-sample dropouts (text, cond, a world-
 // anchored UNKNOWN mask) drawn from (seed, epoch, index) only, so any rank, worker or resume draws the same.
 // Not here: ordering (sampler.h), threads (loader.h), devices.

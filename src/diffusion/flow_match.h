@@ -53,8 +53,8 @@ struct SftExample {
   double timestep = 0;        // the exact float32 grid value (what the Python trainer logs)
   double model_timestep = 0;  // the value the model sees: timestep rounded to the compute dtype
 };
-// x0 and noise [B, C, F, H, W]; grid index id in [0, N). As the seed (docs/design.md §1): sigma, the noise mixing and
-// the weight come from the exact float32 grid point `id`; only the model's input timestep is rounded to
+// x0 and noise [B, C, F, H, W]; grid index id in [0, N). As the Python trainer (docs/design.md §1): sigma, the noise
+// mixing and the weight come from the exact float32 grid point `id`; only the model's input timestep is rounded to
 // `compute_dtype`. Frame 0 is always the clean latent and never scored (flow_mse skips it); `first_frame_cond` only
 // decides frame 0's model timestep: 0 when on, the drawn t when off (the Python trainer's --no-first_frame_cond).
 SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise, int64_t id, const FlowGrid& grid,

@@ -1,9 +1,9 @@
-// Diffusion forcing for the causal workflow (docs/design.md §5 `df`, seed rtcwm): a span of `chunks` chunks of
-// `chunk_frames` latent frames, each chunk with its own noise level u ~ U(0, 1) shifted by `level_shift` (sigma = s u /
-// (1 + (s - 1) u), t = 1000 sigma), per-frame timesteps from the chunk, and a loss that is each chunk's MSE weighted by
-// the bell weight of its t (the training grid's weight at the nearest grid point), averaged over chunks. The first
-// latent frame of the span may be given clean (Picture-1 style): timestep 0, no loss. Not here: where u comes from (the
-// caller's counter-based stream) or the attention pattern (model/block_causal.h).
+// Diffusion forcing for the causal workflow (docs/design.md §5 `df`, the Python trainer rtcwm): a span of `chunks`
+// chunks of `chunk_frames` latent frames, each chunk with its own noise level u ~ U(0, 1) shifted by `level_shift`
+// (sigma = s u / (1 + (s - 1) u), t = 1000 sigma), per-frame timesteps from the chunk, and a loss that is each chunk's
+// MSE weighted by the bell weight of its t (the training grid's weight at the nearest grid point), averaged over
+// chunks. The first latent frame of the span may be given clean (Picture-1 style): timestep 0, no loss. Not here: where
+// u comes from (the caller's counter-based stream) or the attention pattern (model/block_causal.h).
 #pragma once
 #include <torch/types.h>
 

@@ -132,6 +132,9 @@ class Denoiser : public torch::nn::Module {
   virtual int64_t extra_rows(int64_t frames, int64_t latent_h, int64_t latent_w, int64_t chunk_frames) const {
     return 0;
   }
+  // Whether the text runs in the blocks' residual stream as rows of its own (H3: no cross-attention) rather than as
+  // the cross-attention's context beside the video tokens (the default).
+  virtual bool text_in_rows() const { return false; }
   // One line on how the base lays out a training window in its sequence, for a trainer's start-up table; empty
   // (the default) when the sequence is the video tokens with the text beside them.
   virtual std::string describe_sequence(const WindowShape& window) const { return {}; }

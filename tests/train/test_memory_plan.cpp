@@ -3,6 +3,7 @@
 // (train/plan/cost_table.h); and `bench plan`'s measurement on the tiny preset on the CPU (tools/plan_bench.h).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -339,6 +340,32 @@ TEST(PlanBench, TinyPresetWritesATableTheLoaderReads) {
   req.budget_bytes = gib(1), req.blocks = 2, req.rows = 16;
   const auto p = make_plan(req, costs);
   EXPECT_NE(p.table_lines()[0].find("(times)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vdt
+
+namespace vdt {
+namespace {
+
+// The tables checked in under plans/ load, name their card and preset as their path does, and hold the kinds of
+// training the benchmark rows plan with (benchmarks/plan_rows.txt): a table broken by hand fails here, not at start-up.
+TEST(CostTable, TheCheckedInTablesLoad) {
+  const std::filesystem::path plans = std::filesystem::path(VDT_FIXTURES_DIR).parent_path().parent_path() / "plans";
+  int tables = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(plans)) {
+    if (e.path().extension() != ".json") continue;
+    const auto t = load_cost_table(e.path().string());
+    EXPECT_EQ(t.card, e.path().parent_path().filename().string()) << e.path();
+    EXPECT_EQ(t.preset, e.path().stem().string()) << e.path();
+    EXPECT_FALSE(t.rows.empty()) << e.path();
+    ++tables;
+  }
+  ASSERT_GE(tables, 2);
+  const auto wan = load_cost_table((plans / "nvidia-h200" / "wan2.2-ti2v-5b.json").string());
+  EXPECT_TRUE(wan.has_kind("full", false));
+  EXPECT_TRUE(wan.has_kind("lora", true));
+  EXPECT_TRUE(load_cost_table((plans / "nvidia-h200" / "minimax-h3.json").string()).has_kind("lora", true));
 }
 
 }  // namespace

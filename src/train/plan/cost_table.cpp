@@ -308,7 +308,7 @@ ModelDims model_dims(Denoiser& model, int64_t text_len) {
   ModelDims d;
   d.width = model.width();
   d.dtype_bytes = static_cast<int64_t>(c10::elementSize(model.compute_dtype()));
-  d.text_len = model.family() == "wan" ? text_len : 0;  // Wan's cross-attention; H3 packs its text into the rows
+  d.text_len = model.text_in_rows() ? 0 : text_len;  // the cross-attention's context; text in the rows counts there
   const auto blocks = model.block_modules();
   VDT_CHECK(!blocks.empty(), "model_dims: the ", model.preset(), " base has no blocks");
   // The FFN: the widest GEMM out of D (ffn.0, fc1; a fused qkv is narrower) and the widest into D (ffn.2, fc2).

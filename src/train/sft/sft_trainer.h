@@ -1,5 +1,6 @@
-// `vdt train sft` (docs/design.md §4, seed gc25d): full-parameter SFT of a Wan DiT with the zero-initialised
-// gc_sem_cond adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the adapter group at
+// `vdt train sft` (docs/design.md §4, the Python trainer gc25d): full-parameter SFT of a Wan DiT with the
+// zero-initialised gc_sem_cond adapter and per-cell text, flow matching with first-frame conditioning, AdamW with the
+// adapter group at
 // --cond_lr, warmup, gradient accumulation, clipping, validation with cond/uncond/nulltext, bf16 exports,
 // CSV/TensorBoard logs. State slots and exact resume: train/train_state.h, docs/resume.md. Several ranks: ZeRO-2
 // (train/zero2.h) over a dist/ communicator, docs/distributed.md.
