@@ -95,7 +95,11 @@ void MemorySection::check_memory() const {
 std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<Checkpointing>& modes) {
   using C = MemorySection;
   return {
-      {"--checkpointing", "what each block keeps for backward: " + one_of(modes), &C::checkpointing},
+      {"--checkpointing",
+       "what each block keeps for backward: " + one_of(modes) +
+           ". Left out on a GPU, the memory plan (--memory) picks it and the other memory flags left out; the "
+           "default shown is what runs without a budget (the CPU)",
+       &C::checkpointing},
       {kSelectiveBlocksFlag,
        "with --checkpointing selective: only the first N blocks keep their GEMM and attention "
        "outputs, the rest recompute whole (-1: all; what fits in memory); another value without "
