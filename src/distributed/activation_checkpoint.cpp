@@ -354,6 +354,10 @@ bool has_trainable(const torch::nn::Module& block) {
 
 }  // namespace
 
+const char* checkpointing_name(Checkpointing m) {
+  return m == Checkpointing::none ? "none" : m == Checkpointing::block ? "block" : "selective";
+}
+
 Checkpointing parse_checkpointing(const std::string& value, const std::string& flag,
                                   const std::vector<Checkpointing>& allowed) {
   static const std::vector<std::pair<std::string, Checkpointing>> names = {

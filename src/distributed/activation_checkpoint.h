@@ -26,6 +26,8 @@ enum class Checkpointing { none, block, selective };
 Checkpointing parse_checkpointing(const std::string& value, const std::string& flag,
                                   const std::vector<Checkpointing>& allowed = {
                                       Checkpointing::none, Checkpointing::block, Checkpointing::selective});
+// The flag's spelling of a mode: "none", "block" or "selective".
+const char* checkpointing_name(Checkpointing m);
 
 // `--selective-blocks N` of both trainers and `vdt bench step` (declared in train/loop/config_sections.h
 // MemorySection): the flag its errors name, and its check against the checkpointing mode.

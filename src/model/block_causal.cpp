@@ -19,6 +19,10 @@ CausalKernel causal_kernel_from_string(const std::string& s) {
   VDT_FAIL("--attn ", s, ": expected prefix or mask");
 }
 
+const char* causal_kernel_name(CausalKernel k) {
+  return k == CausalKernel::prefix ? "prefix" : k == CausalKernel::mask ? "mask" : "eager";
+}
+
 torch::Tensor block_causal_mask(int64_t n_chunks, int64_t chunk_tokens, const torch::Device& device) {
   VDT_CHECK(n_chunks >= 1 && chunk_tokens >= 1, "block_causal_mask: ", n_chunks, " chunks of ", chunk_tokens,
             " tokens, expected >= 1 each");

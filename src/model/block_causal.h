@@ -16,6 +16,8 @@ enum class CausalKernel { prefix, mask, eager };
 // "prefix" | "mask" | "eager", and the Python trainer's names "fa3" (= prefix) and "flex" (= mask); an error names the
 // flag.
 CausalKernel causal_kernel_from_string(const std::string& s);
+// The flag's spelling of a kernel: "prefix", "mask" or "eager".
+const char* causal_kernel_name(CausalKernel k);
 
 // Self-attention's pattern in tokens, the one value blocks and attention take (the model derives it from
 // model/denoiser.h's AttentionPattern in latent frames): bidirectional (chunk_tokens 0), block-causal over chunks of

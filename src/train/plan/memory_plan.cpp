@@ -37,8 +37,6 @@ std::string keep_text(double k) {
   return b;
 }
 
-const char* kernel_name(CausalKernel k) { return k == CausalKernel::mask ? "mask" : "prefix"; }
-
 struct Candidate {
   Checkpointing mode = Checkpointing::block;
   int64_t k = 0;  // keeping blocks (selective); n: all
@@ -58,7 +56,7 @@ struct Candidate {
   }
   std::string flags(int64_t n, bool causal, bool allow_offload) const {
     std::string s = "--checkpointing ";
-    s += mode == Checkpointing::none ? "none" : (mode == Checkpointing::block || k == 0) ? "block" : "selective";
+    s += checkpointing_name(mode == Checkpointing::selective && k == 0 ? Checkpointing::block : mode);
     if (mode == Checkpointing::selective && k > 0) s += " --selective-blocks " + std::to_string(k == n ? -1 : k);
     if (allow_offload) s += std::string(" --act-offload ") + (offload ? "on" : "off");
     if (causal) s += " --attn-keep " + keep_text(keep) + " --attn " + attn;
@@ -121,7 +119,7 @@ Search enumerate(const PlanRequest& req, const CostTable& costs, int64_t rows) {
   if (!req.causal) {
     attns = {"full"};
   } else if (g.attn) {
-    attns = {kernel_name(*g.attn)};
+    attns = {causal_kernel_name(*g.attn)};
   } else {
     attns = {"prefix", "mask"};
   }
@@ -414,10 +412,10 @@ std::vector<std::string> Plan::table_lines() const {
 
 std::string Plan::flags() const {
   std::string s = "--checkpointing ";
-  s += checkpointing == Checkpointing::none ? "none" : checkpointing == Checkpointing::block ? "block" : "selective";
+  s += checkpointing_name(checkpointing);
   if (checkpointing == Checkpointing::selective) s += " --selective-blocks " + std::to_string(selective_blocks);
   if (act_offload) s += " --act-offload on";
-  if (attn) s += " --attn-keep " + keep_text(attn_keep) + " --attn " + kernel_name(*attn);
+  if (attn) s += " --attn-keep " + keep_text(attn_keep) + " --attn " + causal_kernel_name(*attn);
   return s;
 }
 

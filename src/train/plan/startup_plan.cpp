@@ -64,10 +64,6 @@ CostTable costs_for(Denoiser& model, const std::string& card, const RunShape& sh
   return table.memory_measured ? table : with_memory_from(table, estimate());
 }
 
-const char* checkpointing_name(Checkpointing m) {
-  return m == Checkpointing::none ? "none" : m == Checkpointing::block ? "block" : "selective";
-}
-
 }  // namespace
 
 DeviceMemoryInfo device_memory_info(const torch::Device& device) {
@@ -145,7 +141,7 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
     t.causal_memory->act_offload = plan.act_offload ? "on" : "off";
     t.causal_memory->attn_keep = plan.attn_keep;
   }
-  if (t.attention && plan.attn) t.attention->attn = *plan.attn == CausalKernel::mask ? "mask" : "prefix";
+  if (t.attention && plan.attn) t.attention->attn = causal_kernel_name(*plan.attn);
   return plan;
 }
 
