@@ -3,13 +3,17 @@ of the same run (same seed, data order and timesteps), a reference (bf16) and a 
 running-mean loss (trailing window, paired step by step) and prints one line per check, then PASS when the running
 means stay within the tolerance everywhere past the first window.
 
+A gate needs a run that learns: the reference's running mean at the last step must be at most --fall (default 0.5)
+times its first full window's, else the verdict is NO GATE (a curve that barely falls says little about a
+candidate that follows it).
+
 With --floor REF2 (a second reference run, the same configuration and seed): the largest difference between the two
 references too, which is the run-to-run spread of the reference itself (a CUDA backward is not bitwise deterministic,
 and the trajectories part within a few dozen steps); the candidate's largest difference is then printed against it.
 The verdict stays the tolerance's.
 
 Usage: python3 benchmarks/loss_gate.py REF.csv|REF.jsonl CAND.csv|CAND.jsonl [--window 100] [--tol 0.02] [--points 10]
-       [--floor REF2.csv|REF2.jsonl]
+       [--fall 0.5] [--floor REF2.csv|REF2.jsonl]
 """
 import argparse
 import csv
@@ -58,6 +62,7 @@ def main():
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--tol", type=float, default=0.02)
     ap.add_argument("--points", type=int, default=10, help="running-mean values printed along the run")
+    ap.add_argument("--fall", type=float, default=0.5, help="the reference must end at most this share of its start")
     ap.add_argument("--floor", help="a second reference run: the reference's own run-to-run spread")
     a = ap.parse_args()
     ref, cand = read(a.ref), read(a.cand)
@@ -83,6 +88,13 @@ def main():
                   f" the candidate {'within' if rel[worst] <= frel[fworst] else 'beyond'} that spread")
         else:
             print(f"floor: only {len(both)} steps common with {a.floor}: no floor")
+    share = r[-1] / r[a.window - 1]
+    learns = share <= a.fall
+    print(f"learns: the reference's running mean {r[a.window - 1]:.5f} (step {steps[a.window - 1]}) -> {r[-1]:.5f} "
+          f"(step {steps[-1]}), {share * 100:.1f} % of its start (a gate needs <= {a.fall * 100:.0f} %)")
+    if not learns:
+        print("gate: NO GATE (the reference did not learn enough; use a more learnable root or more steps)")
+        return 2
     ok = rel[worst] <= a.tol
     print(f"gate: {'PASS' if ok else 'FAIL'} (tolerance {a.tol * 100:.1f} %)")
     return 0 if ok else 1
