@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The FP8 accuracy gate: reference (bf16 compute) and FP8 training runs of one configuration and seed on random
-# weights and a learnable synthetic root (a few clips, each seen ~250 times), their running-mean loss curves compared
-# by benchmarks/loss_gate.py: PASS when the reference's loss falls to half or less and the FP8 curve stays within 2 %.
+# weights and a learnable synthetic root (`vdt data synth --flat`: 4 clips, each latent frame one vector), their
+# running-mean loss curves compared by benchmarks/loss_gate.py: PASS when the reference's loss falls to half or less
+# and the FP8 curve stays within 2 %.
 #   sft: `vdt train sft` 5B at 832x480 (FRAMES latent frames, default 4; ACCUM micro batches, default 1), the trainer's
 #        default --precision mixed (bf16 compute, fp32 master weights), the runs one after the other; FLOOR=1 adds a
 #        second reference run: the reference curve's own run-to-run spread.
@@ -16,7 +17,7 @@ what=${1:?usage: benchmarks/loss_gate.sh sft|h3}
 fp8=${FP8:---fp8 fast}
 root="$WORK/gate_${what}_root"
 if [ "$what" = sft ]; then
-  "$VDT" data synth "$root" --overwrite --channels 48 --latent_frames "${FRAMES:-4}" --latent_h 30 --latent_w 52 \
+  "$VDT" data synth "$root" --overwrite --flat --channels 48 --latent_frames "${FRAMES:-4}" --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 1 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 1 \
     --n_drop 0 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; exit 1; }
   modes="bf16 fp8"
@@ -39,7 +40,7 @@ if [ "$what" = sft ]; then
   python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" "${floor[@]}" 2>&1 \
     | tee -a "$SUMMARY"
 elif [ "$what" = h3 ]; then
-  "$VDT" data synth "$root" --overwrite --model h3 --latent_frames 12 --latent_h 16 --latent_w 16 --text_dim 5120 \
+  "$VDT" data synth "$root" --overwrite --flat --model h3 --latent_frames 12 --latent_h 16 --latent_w 16 --text_dim 5120 \
     --text_len 256 --train_runs 1 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
     > "$OUT/gate_h3_synth.log" 2>&1 || { tail -5 "$OUT/gate_h3_synth.log"; exit 1; }
   for mode in bf16 fp8; do  # one after the other: two 33B bases do not fit one H200

@@ -330,8 +330,12 @@ SynthReport synth_root(const SynthConfig& cfg) {
   const auto all_rgb = torch::cat(rgb);                          // [N*F, 3, Hs, Ws]
   const auto mean = all_rgb.to(torch::kDouble).mean({0, 2, 3});  // [3]
   const std::array<double, 3> shift = {mean[0].item<double>(), mean[1].item<double>(), mean[2].item<double>()};
+  // --flat: each latent frame its mean over the picture, per channel ([C, F, H, W], the mean over H and W).
+  const auto flat_if = [&](const torch::Tensor& z) {
+    return cfg.flat ? z.mean({-2, -1}, /*keepdim=*/true).expand_as(z).contiguous() : z;
+  };
   vae.set_normalisation(shift, 1.0);
-  const double rms = vae.encode(all_rgb).to(torch::kDouble).square().mean().sqrt().item<double>();
+  const double rms = flat_if(vae.encode(all_rgb)).to(torch::kDouble).square().mean().sqrt().item<double>();
   vae.set_normalisation(shift, rms > 0 ? 1.0 / rms : 1.0);
   vae.save(root + "/vae.safetensors");
 
@@ -341,7 +345,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
   const bool h3 = cfg.model == "h3";
   for (size_t i = 0; i < clips.size(); ++i) {
     const auto& clip = clips[i];
-    const auto latents = vae.encode(rgb[i]).to(torch::kBFloat16);  // [C, F, H, W]
+    const auto latents = flat_if(vae.encode(rgb[i])).to(torch::kBFloat16);  // [C, F, H, W]
     if (h3) {  // the video stream, Picture 1 (its first frame) native and at twice the size; one prompt
       const auto pic = latents.narrow(1, 0, 1).contiguous();  // [C, 1, H, W]
       const auto pic2 = torch::upsample_nearest2d(pic.to(torch::kFloat32), {2 * cfg.latent_h, 2 * cfg.latent_w})

@@ -377,6 +377,26 @@ TEST(Synth, CustomGeometry) {
   EXPECT_EQ(load(cfg.out + "/text_table.safetensors", "embeddings").sizes().slice(1), (std::vector<int64_t>{3, 8}));
 }
 
+TEST(Synth, FlatRootsHoldOneVectorAFrameAtUnitScale) {
+  TempDir dir;
+  SynthConfig cfg;
+  cfg.out = dir.file("flat");
+  cfg.flat = true;
+  synth_root(cfg);
+  double sq = 0;
+  int64_t n = 0;
+  for (const auto& r : read_index(cfg.out)) {
+    const std::string id = r["clip_id"];
+    const auto lat = load(cfg.out + "/latents/" + id + ".safetensors", "latents").to(torch::kFloat);  // [C, F, H, W]
+    const auto mean = lat.mean({2, 3}, /*keepdim=*/true);
+    EXPECT_EQ((lat - mean).abs().max().item<double>(), 0.0) << id << ": a latent frame is one vector";
+    EXPECT_GT(lat.std({0, 1}).mean().item<double>(), 0.0) << id;  // not all frames and channels alike
+    sq += lat.to(torch::kDouble).square().sum().item<double>();
+    n += lat.numel();
+  }
+  EXPECT_NEAR(std::sqrt(sq / n), 1.0, 0.05);
+}
+
 TEST(Synth, RefusesANonEmptyDirectoryUnlessOverwrite) {
   TempDir dir;
   SynthConfig cfg;

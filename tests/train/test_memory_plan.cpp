@@ -157,6 +157,25 @@ TEST(MemoryPlan, ImpossibleBudgetSaysWhatWouldHelp) {
   EXPECT_GT(p.host_bytes, gib(2.9));
 }
 
+TEST(MemoryPlan, AnOffloadThatMovesNothingIsNotPicked) {
+  // Offload rows whose selective blocks keep the same bytes on the device (nothing on the host) and, by noise, time
+  // a little faster: with every block keeping, the plan leaves offload off; given on, it stays on.
+  CostTable c;
+  c.preset = "made-up", c.card = "test-card", c.source = "made-up table";
+  for (bool offload : {false, true}) {
+    c.rows.push_back(row("block", 8192, offload ? 0.0 : 0.1, 2.0, 0.025, "prefix", offload, 0, offload ? 0.1 : 0));
+    c.rows.push_back(row("selective", 8192, 1.0, 1.0, offload ? 0.0190 : 0.0195, "prefix", offload, 0, 0));
+  }
+  auto r = request(120);
+  r.causal = true, r.allow_none = false, r.allow_offload = true;
+  const auto p = make_plan(r, c);
+  EXPECT_EQ(p.checkpointing, Checkpointing::selective);
+  EXPECT_EQ(p.selective_blocks, -1);  // all
+  EXPECT_FALSE(p.act_offload);
+  r.given.act_offload = true;
+  EXPECT_TRUE(make_plan(r, c).act_offload);
+}
+
 TEST(MemoryPlan, AttentionKeepAndKernelAreChosen) {
   CostTable c;
   c.source = "made-up causal table";
