@@ -164,7 +164,7 @@ TEST(MemoryPlan, AnOffloadThatMovesNothingIsNotPicked) {
   c.preset = "made-up", c.card = "test-card", c.source = "made-up table";
   for (bool offload : {false, true}) {
     c.rows.push_back(row("block", 8192, offload ? 0.0 : 0.1, 2.0, 0.025, "prefix", offload, 0, offload ? 0.1 : 0));
-    c.rows.push_back(row("selective", 8192, 1.0, 1.0, offload ? 0.0190 : 0.0195, "prefix", offload, 0, 0));
+    c.rows.push_back(row("selective", 8192, 1.0, 1.0, offload ? 0.0194 : 0.0195, "prefix", offload, 0, 0));
   }
   auto r = request(120);
   r.causal = true, r.allow_none = false, r.allow_offload = true;
