@@ -36,8 +36,9 @@ void add_data_synth(CLI::App& data_cmd, int& exit_code) {
       ->capture_default_str();
   sub->add_option(spellings("--val_clips_per_run"), cfg->val_clips_per_run, "clips per val run")->capture_default_str();
   sub->add_option(spellings("--n_drop"), cfg->n_drop, "train clips marked drop:true")->capture_default_str();
-  sub->add_flag(spellings("--flat"), cfg->flat,
-                "each latent frame its mean over the picture, per channel (a root any model learns fast: the FP8 gate's)")
+  sub->add_flag(
+         spellings("--flat"), cfg->flat,
+         "each latent frame its mean over the picture, per channel (a root any model learns fast: the FP8 gate's)")
       ->option_text(default_of(cfg->flat));
   sub->add_flag(spellings("--overwrite"), cfg->overwrite, "replace the synth entries of a non-empty OUT")
       ->option_text(default_of(cfg->overwrite));
