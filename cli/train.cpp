@@ -61,6 +61,13 @@ std::unique_ptr<Communicator> communicator_for(const LaunchEnv& env, std::string
       env, env.world > 1 ? resolve_device(device, env.local_rank, env.world, "--device") : torch::Device(torch::kCPU));
 }
 
+// ", MFU X %" beside a step time, on a GPU (the trainers' mfu is 0 on the CPU).
+static std::string mfu_text(double mfu) {
+  char b[32] = "";
+  if (mfu > 0) std::snprintf(b, sizeof b, ", MFU %.1f %%", 100 * mfu);
+  return b;
+}
+
 // " (predicted X GiB)" beside a measured peak, when a memory plan predicted one.
 static std::string predicted_peak_text(double gib) {
   char b[48] = "";
@@ -86,11 +93,11 @@ void add_train(CLI::App& app, int& exit_code) {
       return;
     }
     if (sum.steps > sum.start_step)
-      std::printf("%s steps %lld..%lld: loss %.4f -> %.4f; last export %s%s%s\n",
+      std::printf("%s steps %lld..%lld: loss %.4f -> %.4f, %.3f s/step%s; last export %s%s%s\n",
                   sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
-                  static_cast<long long>(sum.steps), sum.first_loss, sum.last_loss,
-                  sum.last_export.empty() ? "(none)" : sum.last_export.c_str(), sum.state_dir.empty() ? "" : "; state ",
-                  sum.state_dir.c_str());
+                  static_cast<long long>(sum.steps), sum.first_loss, sum.last_loss, sum.s_per_step,
+                  mfu_text(sum.mfu).c_str(), sum.last_export.empty() ? "(none)" : sum.last_export.c_str(),
+                  sum.state_dir.empty() ? "" : "; state ", sum.state_dir.c_str());
     exit_code = 0;  // a signal stop too: the state is saved, a scheduler may re-queue the job
   });
   add_train_causal(*train, exit_code);
@@ -109,11 +116,11 @@ void add_train_causal(CLI::App& train, int& exit_code) {
     const auto comm = communicator_for(env, c->compute.device);
     const auto sum = train_causal(*c, *comm, env.local_rank);
     if (env.rank == 0 && sum.steps > sum.start_step)
-      std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step, peak %.1f GiB%s; last LoRA %s\n",
+      std::printf("%s steps %lld..%lld of %lld: loss %.4f -> %.4f, %.3f s/step%s, peak %.1f GiB%s; last LoRA %s\n",
                   sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
                   static_cast<long long>(sum.steps), static_cast<long long>(sum.total_steps), sum.first_loss,
-                  sum.last_loss, sum.s_per_step, sum.peak_mem_gb, predicted_peak_text(sum.predicted_peak_gb).c_str(),
-                  sum.last_lora.c_str());
+                  sum.last_loss, sum.s_per_step, mfu_text(sum.mfu).c_str(), sum.peak_mem_gb,
+                  predicted_peak_text(sum.predicted_peak_gb).c_str(), sum.last_lora.c_str());
     else if (env.rank == 0 && !sum.stopped)
       std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
                   static_cast<long long>(sum.total_steps));

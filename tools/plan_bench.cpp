@@ -77,7 +77,12 @@ DenoiserInputs make_inputs(Denoiser& m, const PlanBenchConfig& cfg, int64_t fram
   DenoiserInputs in;
   in.x = torch::randn({1, m.latent_channels(), frames, cfg.height, cfg.width}, opts.dtype(dtype));  // [B, C, F, H, W]
   in.t = torch::rand({1, frames}, opts) * 1000;                                                     // [B, F]
-  in.context = torch::randn({1, cfg.text_len, m.text_dim()}, opts.dtype(dtype));                    // [B, Lt, text_dim]
+  if (m.text_in_rows()) {  // the text is rows of the sequence (H3: one prompt a window)
+    in.context = torch::randn({1, cfg.text_len, m.text_dim()}, opts.dtype(dtype));  // [B, Lt, text_dim]
+  } else {  // one caption a latent frame, as the trainers feed Wan: each block keeps every frame's text keys, values
+    in.context = torch::randn({frames, cfg.text_len, m.text_dim()}, opts.dtype(dtype));  // [R = F, Lt, text_dim]
+    in.context_ids = torch::arange(frames, opts.dtype(torch::kLong)).view({1, frames});  // [B, F]
+  }
   if (takes_picture1(cfg.model))
     in.extra["picture1"] = torch::randn({1, m.latent_channels(), 1, cfg.height, cfg.width}, opts.dtype(dtype));
   for (const auto& s : m.side_streams()) {

@@ -116,7 +116,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     const auto s = train_sft(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
     r.predicted_peak_gib = s.predicted_peak_gb;
-    r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12;
+    r.tflop_per_step = s.tflop_per_step;  // the trainer's count (Denoiser::train_flops)
   } else {
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
@@ -127,8 +127,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     const auto s = train_causal(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
     r.predicted_peak_gib = s.predicted_peak_gb;
-    // A frozen base: backward computes input gradients only (forward + 1x, not + 2x), bidirectional attention counted.
-    r.tflop_per_step = denoiser_train_flops(cfg.model, rows, cfg.text_len) / 1e12 * 2.0 / 3.0;
+    r.tflop_per_step = s.tflop_per_step;  // the trainer's: a frozen base, block-causal pairs
   }
   VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ",
             total);

@@ -11,6 +11,7 @@
 
 #include "distributed/communicator.h"
 #include "train/loop/config_sections.h"
+#include "train/loop/run_context.h"
 
 namespace vdt {
 
@@ -19,10 +20,10 @@ struct StepBenchConfig {
   std::string model = "wan2.2-ti2v-5b";
   int64_t frames = 21, height = 30, width = 52, text_len = 512;  // latent geometry: 21x30x52 = 8190 tokens
   int steps = 8, warmup = 3;
-  int64_t lora_rank = 32;      // causal (alpha = rank)
-  double peak_tflops = 989.4;  // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
-  std::string work_dir;        // the synthetic root and the run; empty: a temp directory, removed after
-                               // (several nodes: give one on storage every rank sees)
+  int64_t lora_rank = 32;               // causal (alpha = rank)
+  double peak_tflops = kMfuPeakTflops;  // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
+  std::string work_dir;                 // the synthetic root and the run; empty: a temp directory, removed after
+                                        // (several nodes: give one on storage every rank sees)
   // The trainers' own sections (train/loop/config_sections.h): bound as the trainers bind them and handed to the
   // trainer whole. Precision: sft bf16 (weights and AdamW moments, as the peer), mixed or fp32; causal bf16 (a frozen
   // base) or fp32. Checkpointing none: sft only (the causal trainer always checkpoints).

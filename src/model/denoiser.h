@@ -143,8 +143,11 @@ class Denoiser : public torch::nn::Module {
   // Streaming generation with a KV cache (model/kv_stream.h): a stream of chunks over this model; families without
   // one refuse (the default).
   virtual std::unique_ptr<KvStream> open_stream(const StreamSpec& spec);
-  // Model FLOPs of one training step (forward + backward = 3x forward) at `tokens` latent tokens and `text_len`.
-  virtual double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const = 0;
+  // Model FLOPs of one training step on one window (docs/BENCHMARKS.md, "MFU"): the GEMMs, and self-attention by the
+  // query/key pairs it computes under the window's pattern (chunk_frames 0: every pair; block-causal: each chunk
+  // against the prefix and the chunks up to itself). A step is 3x the forward; with a frozen base (LoRA) 2x, the
+  // backward computing input gradients only. Recomputation is not counted.
+  virtual double train_flops(const WindowShape& window, bool frozen_base) const = 0;
 };
 
 }  // namespace vdt

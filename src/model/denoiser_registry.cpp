@@ -46,13 +46,6 @@ std::pair<std::string, std::string> detect_base(const SafetensorsSet& files) {
   return {"wan", detect_config(files).preset};
 }
 
-double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch) {
-  const std::string family = denoiser_family(preset);
-  if (family == "wan") return wan_train_flops(preset_config(preset), tokens, text_len, batch);
-  if (family == "h3") return h3_train_flops(h3_preset(preset), tokens, text_len, batch);
-  VDT_FAIL("model family '", family, "' of preset '", preset, "' has no FLOP count");
-}
-
 std::shared_ptr<Denoiser> make_denoiser(const std::string& preset, torch::TensorOptions options, int64_t layers) {
   const std::string family = denoiser_family(preset);
   if (family == "wan") {

@@ -29,8 +29,6 @@ bool takes_picture1(const std::string& preset);
 // "custom" when the shapes match none. Keys that are neither a Wan DiT nor a MiniMax-H3 DiT throw (naming the file).
 std::pair<std::string, std::string> detect_base(const SafetensorsSet& files);
 
-// Model FLOPs of one training step of `preset` (Denoiser::train_flops) without building it.
-double denoiser_train_flops(const std::string& preset, int64_t tokens, int64_t text_len, int64_t batch = 1);
 // A denoiser of `preset` built on `options` (device, dtype): Wan with torch's default initialisation, H3 with zeros
 // allocated on the device (no public init; the host init of 33B parameters would take minutes). Call init_weights or
 // load weights after. `layers` > 0 overrides the preset's block count (benchmarks).

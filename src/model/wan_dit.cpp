@@ -141,15 +141,25 @@ std::string WanDiTImpl::architecture_difference(const std::string& config_json) 
   return cfg_.same_architecture(other) ? "" : "saved " + other.to_json() + ", this model " + cfg_.to_json();
 }
 
-double WanDiTImpl::train_flops(int64_t L, int64_t Lt, int64_t B) const { return wan_train_flops(cfg_, L, Lt, B); }
+double WanDiTImpl::train_flops(const WindowShape& window, bool frozen_base) const {
+  return wan_train_flops(cfg_, window, frozen_base);
+}
 
-double wan_train_flops(const ModelConfig& cfg_, int64_t L, int64_t Lt, int64_t B) {
-  const double D = cfg_.dim, FF = cfg_.ffn_dim;
-  // Per video token per layer: self-attn q,k,v,o (8D^2) + scores and weighted sum (4LD) + cross q,o (4D^2)
-  // + cross scores (4 Lt D) + FFN (4 D FF). Per sample per layer: cross k,v on the text (4 Lt D^2). docs/BENCHMARKS.md.
-  const double per_token = 8 * D * D + 4.0 * L * D + 4 * D * D + 4.0 * Lt * D + 4 * D * FF;
-  const double fwd = B * cfg_.num_layers * (L * per_token + 4.0 * Lt * D * D);
-  return 3 * fwd;
+double wan_train_flops(const ModelConfig& cfg_, const WindowShape& w, bool frozen_base) {
+  const double D = cfg_.dim, FF = cfg_.ffn_dim, Lt = static_cast<double>(w.text_len);
+  const auto [pt, ph, pw] = cfg_.patch;
+  const double frame_tokens = static_cast<double>((w.latent_h / ph) * (w.latent_w / pw));
+  const double L1 = static_cast<double>(w.frames / pt) * frame_tokens;  // tokens of one copy of the span
+  const double L = static_cast<double>(w.copies) * L1;
+  double pairs = L * L;  // bidirectional
+  if (w.chunk_frames > 0) {
+    // Block-causal: chunk i's queries see chunks 0..i, c^2 (i + 1) pairs; under teacher forcing the clean copy the
+    // same and each noisy chunk the clean chunks before it and itself, again c^2 (i + 1) (model/block_causal.h).
+    const double n = static_cast<double>(w.frames / w.chunk_frames), c = L1 / n;
+    pairs = static_cast<double>(w.copies) * c * c * n * (n + 1) / 2;
+  }
+  const double fwd = cfg_.num_layers * (L * (12 * D * D + 4 * Lt * D + 4 * D * FF) + 4 * pairs * D + 4 * Lt * D * D);
+  return (frozen_base ? 2 : 3) * fwd;
 }
 
 std::pair<torch::Tensor, torch::Tensor> WanDiTImpl::time_embedding_rows(const torch::Tensor& t,

@@ -83,7 +83,7 @@ class WanDiTImpl : public Denoiser {
   int64_t width() const override { return cfg_.dim; }
   torch::Device device() const override { return patch_embedding->weight.device(); }
   torch::ScalarType compute_dtype() const override { return patch_embedding->weight.scalar_type(); }
-  double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const override;
+  double train_flops(const WindowShape& window, bool frozen_base) const override;
 
   torch::nn::Conv3d patch_embedding{nullptr};
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
@@ -99,8 +99,9 @@ class WanDiTImpl : public Denoiser {
 };
 TORCH_MODULE(WanDiT);
 
-// Model FLOPs of one training step of a Wan DiT (forward + backward = 3x forward, recomputation not counted) at L
-// latent tokens and Lt text tokens, docs/BENCHMARKS.md's count.
-double wan_train_flops(const ModelConfig& cfg, int64_t tokens, int64_t text_len, int64_t batch = 1);
+// Model FLOPs of one training step of a Wan DiT on one window (Denoiser::train_flops), docs/BENCHMARKS.md's count: per
+// layer and token 12·D² (self-attention q, k, v, o; cross-attention q, o) + 4·Lt·D (cross-attention) + 4·D·FF (FFN),
+// 4·D per attended query/key pair, and 4·Lt·D² per window (cross-attention k, v on the text).
+double wan_train_flops(const ModelConfig& cfg, const WindowShape& window, bool frozen_base);
 
 }  // namespace vdt

@@ -6,6 +6,9 @@
 #include <mutex>
 
 #include "distributed/local_group.h"
+#include "model/block_causal.h"
+#include "model/h3/h3_config.h"
+#include "model/h3/h3_dit.h"
 #include "model/wan_dit.h"
 #include "test_util.h"
 #include "tools/step_bench.h"
@@ -13,9 +16,40 @@
 namespace vdt {
 namespace {
 
-// docs/BENCHMARKS.md: 294 TFLOP per step at the TI2V-5B geometry (8190 tokens, 512 text tokens).
+WindowShape window(int64_t text_len, int64_t frames, int64_t h, int64_t w, int64_t chunk_frames) {
+  WindowShape s;
+  s.text_len = text_len, s.frames = frames, s.latent_h = h, s.latent_w = w, s.chunk_frames = chunk_frames;
+  return s;
+}
+
+// docs/BENCHMARKS.md's counts: SFT at the TI2V-5B geometry (21 x 30 x 52 latents = 8190 tokens, 512 text tokens);
+// the causal LoRA rows, 6 chunks, frozen base, block-causal pairs.
 TEST(StepBench, ModelFlopsMatchSpec) {
-  EXPECT_NEAR(wan_train_flops(preset_config("wan2.2-ti2v-5b"), 8190, 512) / 1e12, 294, 3);
+  EXPECT_NEAR(wan_train_flops(preset_config("wan2.2-ti2v-5b"), window(512, 21, 30, 52, 0), false) / 1e12, 293.9, 0.1);
+  EXPECT_NEAR(wan_train_flops(preset_config("wan2.2-ti2v-5b"), window(512, 18, 30, 52, 3), true) / 1e12, 146.9, 0.1);
+  EXPECT_NEAR(wan_train_flops(preset_config("wan2.1-t2v-1.3b"), window(512, 18, 60, 104, 3), true) / 1e12, 315.6, 0.1);
+  auto h3 = window(256, 30, 30, 52, 5);
+  h3.cond_rows = 15 * 26;  // Picture 1 at the target's grid
+  EXPECT_NEAR(h3_train_flops(h3_preset("minimax-h3"), h3, true) / 1e12, 1244.5, 0.1);
+}
+
+// The block-causal count leaves out exactly the pairs the masks forbid, 4·D each per layer (3x for a step).
+TEST(StepBench, BlockCausalFlopsCountTheMasksPairs) {
+  const auto cfg = preset_config("tiny");
+  const int64_t n = 3, frame_tokens = (4 / 2) * (6 / 2), c = 2 * frame_tokens;  // 3 chunks of 2 latent frames
+  for (const bool teacher : {false, true}) {
+    SCOPED_TRACE(teacher ? "teacher forcing" : "diffusion forcing");
+    auto w = window(8, 6, 4, 6, 2);
+    w.copies = teacher ? 2 : 1;
+    auto whole = w;
+    whole.chunk_frames = 0;
+    const auto mask = teacher ? teacher_forcing_mask(n, c) : block_causal_mask(n, c);
+    const double L = static_cast<double>(mask.size(0));
+    const double allowed = mask.sum().item<double>();
+    const double left_out =
+        (wan_train_flops(cfg, whole, false) - wan_train_flops(cfg, w, false)) / (3.0 * cfg.num_layers * 4 * cfg.dim);
+    EXPECT_NEAR(left_out, L * L - allowed, 1e-6 * allowed);
+  }
 }
 
 TEST(StepBench, TimesBothTrainersOwnStepsOnCpu) {

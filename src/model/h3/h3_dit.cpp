@@ -189,16 +189,31 @@ std::string H3DiTImpl::describe_sequence(const WindowShape& w) const {
   return line;
 }
 
-double H3DiTImpl::train_flops(int64_t rows, int64_t text_len, int64_t batch) const {
-  return h3_train_flops(cfg_, rows, text_len, batch);
+double H3DiTImpl::train_flops(const WindowShape& window, bool frozen_base) const {
+  return h3_train_flops(cfg_, window, frozen_base);
 }
 
-double h3_train_flops(const H3Config& c, int64_t rows, int64_t text_len, int64_t batch) {
+double h3_train_flops(const H3Config& c, const WindowShape& w, bool frozen_base) {
   const double D = c.hidden, I = c.inner(), F = c.ffn;
   const double weights = D * 3 * I + I * D + D * 2 * F + F * D;  // qkv, out, fc1, fc2 of one block
-  auto stack = [&](double S, int64_t layers) { return layers * (2 * S * weights + 4 * S * S * I); };
-  const double S = static_cast<double>(rows + text_len);
-  return 3.0 * batch * (stack(S, c.num_layers) + stack(static_cast<double>(text_len), c.refiner_layers));
+  const int64_t frame_rows = (w.latent_h / 2) * (w.latent_w / 2);
+  // Audio steps of each chunk (one chunk: the whole span), two rows a step (the two channels).
+  const auto audio = h3_audio_chunk_bounds(w.frames, w.chunk_frames > 0 ? w.chunk_frames : w.frames);
+  const double prefix = static_cast<double>(w.text_len + w.cond_rows);
+  double S = prefix, pairs = prefix * prefix, seen = prefix;
+  for (size_t i = 0; i + 1 < audio.size(); ++i) {
+    const double chunk = static_cast<double>((w.chunk_frames > 0 ? w.chunk_frames : w.frames) * frame_rows +
+                                             2 * (audio[i + 1] - audio[i]));
+    seen += chunk;
+    S += w.copies * chunk;
+    pairs += w.copies * chunk * seen;  // a clean or noisy copy of chunk i sees the prefix and chunks' rows up to i
+  }
+  if (w.chunk_frames == 0) pairs = S * S;
+  auto stack = [&](double rows, double attended, int64_t layers) {
+    return layers * (2 * rows * weights + 4 * attended * I);
+  };
+  const double Lt = static_cast<double>(w.text_len);
+  return (frozen_base ? 2.0 : 3.0) * (stack(S, pairs, c.num_layers) + stack(Lt, Lt * Lt, c.refiner_layers));
 }
 
 void H3DiTImpl::set_attention_kernel(AttentionKernel k) {

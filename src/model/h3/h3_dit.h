@@ -152,8 +152,7 @@ class H3DiTImpl : public Denoiser {
   std::string describe_sequence(const WindowShape& window) const override;
   // A stream of chunks with a KV cache (model/kv_stream.h, h3_stream.cpp).
   std::unique_ptr<KvStream> open_stream(const StreamSpec& spec) override;
-  // Bidirectional count over S = tokens + text_len rows (h3_train_flops).
-  double train_flops(int64_t tokens, int64_t text_len, int64_t batch = 1) const override;
+  double train_flops(const WindowShape& window, bool frozen_base) const override;  // h3_train_flops
 
   torch::nn::Linear video_patch_proj{nullptr}, audio_patch_proj{nullptr}, condition_proj{nullptr};
   H3TimeEmbedder time_embedder{nullptr};
@@ -169,10 +168,11 @@ class H3DiTImpl : public Denoiser {
 };
 TORCH_MODULE(H3DiT);
 
-// Model FLOPs of one training step (forward + backward = 3x forward, recomputation not counted) of an H3 DiT on one
-// packed sequence of `rows` media rows (video, audio, Picture 1) and `text_len` text rows, attention bidirectional:
-// per block 2·S·(qkv + out + fc1 + fc2 weights) + 4·S²·N·Dh, plus the token refiner on the text rows.
-double h3_train_flops(const H3Config& cfg, int64_t rows, int64_t text_len, int64_t batch = 1);
+// Model FLOPs of one training step of an H3 DiT on one window (Denoiser::train_flops), docs/BENCHMARKS.md's count:
+// per block 2·S·(qkv + out + fc1 + fc2 weights) over the S rows (text, Picture 1, video and audio) + 4·N·Dh per
+// attended query/key pair (block-causal: the prefix sees itself, chunk i with its audio the prefix and chunks 0..i),
+// plus the token refiner on the text rows.
+double h3_train_flops(const H3Config& cfg, const WindowShape& window, bool frozen_base);
 
 // The host copy of a cu_seqlens tensor, checked to run from 0 to `total` without decreasing.
 std::vector<int64_t> h3_segment_bounds(const torch::Tensor& cu_seqlens, int64_t total, const char* what);

@@ -369,6 +369,18 @@ std::vector<std::pair<std::string, std::string>> run_files(const CausalRun& r) {
 }
 
 // The start-up table: one screen with what this run will do.
+// One training window as the base packs it (an H3 base: the prefix, then the chunks): the start-up table's sequence
+// line and the step's model FLOPs.
+WindowShape window_shape(const CausalRun& r) {
+  WindowShape window;
+  const auto& in = r.ds->info();
+  window.text_len = in.text_len, window.frames = r.cfg.span_frames(), window.chunk_frames = r.cfg.chunk_frames;
+  window.latent_h = in.latent_h, window.latent_w = in.latent_w;
+  window.copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
+  window.cond_rows = r.ds->picture1_rows(), window.cond_variant = r.cfg.picture1;
+  return window;
+}
+
 std::string startup_table(const CausalRun& r) {
   int64_t trainable = 0;
   for (const auto& [n, p] : r.lora) trainable += p.numel();
@@ -395,13 +407,7 @@ std::string startup_table(const CausalRun& r) {
       static_cast<long long>(r.total_steps), r.cfg.steps > 0 ? "--steps" : "epochs x windows / world",
       py_float(r.cfg.lr).c_str(), py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
       static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
-  WindowShape window;  // as the base packs it (an H3 base: the prefix, then the chunks)
-  const auto& in = r.ds->info();
-  window.text_len = in.text_len, window.frames = r.cfg.span_frames(), window.chunk_frames = r.cfg.chunk_frames;
-  window.latent_h = in.latent_h, window.latent_w = in.latent_w;
-  window.copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
-  window.cond_rows = r.ds->picture1_rows(), window.cond_variant = r.cfg.picture1;
-  if (const auto line = r.model->describe_sequence(window); !line.empty()) t += "  " + line + "\n";
+  if (const auto line = r.model->describe_sequence(window_shape(r)); !line.empty()) t += "  " + line + "\n";
   if (r.lora_start == kFreshLora)
     t += "  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
          "pass that file with --init-lora FILE to train on from it\n";
@@ -495,6 +501,7 @@ CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
   std::fflush(stdout);
   sum.s_per_step = sum.steps > r.start_step ? seconds / static_cast<double>(sum.steps - r.start_step) : 0;
   sum.peak_mem_gb = r.ctx->peak_memory_gb();
+  sum.mfu = r.ctx->mfu(sum.tflop_per_step, sum.s_per_step);
   std::vector<torch::Tensor> factors;
   for (const auto& [n, p] : r.lora) factors.push_back(p), sum.lora.emplace_back(n, p.detach().to(torch::kCPU).clone());
   sum.lora_crc = RunContext::checksum(factors);
@@ -551,6 +558,7 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   sum.shard_bytes = r.shards ? r.shards->shard_bytes() : 0;
   if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
   for (const auto& [n, p] : r.lora) sum.params += p.numel();
+  sum.tflop_per_step = r.model->train_flops(window_shape(r), /*frozen_base=*/true) / 1e12;
   CausalLoop loop(r, sum);
   static_cast<LoopResult&>(sum) = run_training_loop(*r.ctx,
                                                     {.start_step = r.start_step,

@@ -83,6 +83,11 @@ void reset_peak_memory(const torch::Device& device) {
 #endif
 }
 
+double RunContext::mfu(double tflop_per_step, double s_per_step) const {
+  if (!device.is_cuda() || tflop_per_step <= 0 || s_per_step <= 0) return 0;
+  return tflop_per_step / s_per_step / kMfuPeakTflops;
+}
+
 void RunContext::reset_peak_memory() const { vdt::reset_peak_memory(device); }
 
 uint32_t RunContext::checksum(const std::vector<torch::Tensor>& tensors) {

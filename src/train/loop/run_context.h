@@ -19,6 +19,9 @@ struct StepScalars {
   bool stop = false;          // a stop signal reached some rank
 };
 
+// The MFU denominator: the H200's dense bf16 rate in TFLOP/s (docs/BENCHMARKS.md, "MFU").
+constexpr double kMfuPeakTflops = 989.4;
+
 class RunContext {
  public:
   // device_flag: auto, cpu, cuda or cuda:N (core/device_flag.h: resolve_device; errors name the flag);
@@ -44,6 +47,9 @@ class RunContext {
   [[noreturn]] void fail_non_finite(int64_t step, double loss, const std::string& intact,
                                     const std::string& hint) const;
   double peak_memory_gb() const;
+  // Model FLOP utilisation of a step on this device: tflop_per_step / s_per_step / kMfuPeakTflops; 0 on the CPU (no
+  // rate to compare with) or without a timed step.
+  double mfu(double tflop_per_step, double s_per_step) const;
   // Starts the peak over (CUDA) once the run is built: the peak then reports training, not a build that briefly
   // held more (a frozen base built whole on every rank before sharding).
   void reset_peak_memory() const;

@@ -538,6 +538,7 @@ SftSummary finish(SftRun& r, SftSummary& sum) {
                 static_cast<unsigned>(sum.weights_crc));
   }
   std::tie(sum.s_per_step, sum.data_s_per_step) = r.log.mean_times();
+  sum.mfu = r.ctx->mfu(sum.tflop_per_step, sum.s_per_step);
   double peak_max = sum.peak_mem_gb;  // the Python trainer's peak_mem_gb_max: the largest peak over the ranks
   if (r.ctx->world > 1) {
     auto t = torch::full({1}, sum.peak_mem_gb, torch::TensorOptions().device(r.ctx->device).dtype(torch::kFloat64));
@@ -580,6 +581,12 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
   if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
+  WindowShape window;  // one sample: the whole clip, bidirectional
+  const auto& in = r.train_ds->info();
+  window.text_len = in.text_len, window.frames = in.latent_frames, window.latent_h = in.latent_h;
+  window.latent_w = in.latent_w;
+  sum.tflop_per_step =
+      r.model->train_flops(window, /*frozen_base=*/false) * static_cast<double>(cfg.batch_size * cfg.grad_accum) / 1e12;
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
   start_epoch(r, r.skip_micro);
   SftLoop loop(r, sum);

@@ -23,6 +23,9 @@ struct SftSummary : LoopResult {
   uint32_t weights_crc = 0;            // with several ranks: CRC-32 of every parameter's bytes at the end (equal)
   int64_t params = 0;                  // the model's parameter count (the adapter included)
   double predicted_peak_gb = 0;        // the memory plan's predicted peak per GPU (0: no plan)
+  // Model FLOPs of a step on this rank in TFLOP (Denoiser::train_flops x batch x micro batches) and the MFU at the
+  // mean s/step (RunContext::mfu; 0 on the CPU).
+  double tflop_per_step = 0, mfu = 0;
 };
 
 // One process (CPU or one GPU).

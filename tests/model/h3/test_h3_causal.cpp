@@ -108,6 +108,34 @@ TEST(H3Causal, TeacherForcingCopiesShareCoordinates) {
   EXPECT_FLOAT_EQ(t[27].item<float>(), 0.2f);  // noisy frame 0
 }
 
+// The step's FLOP count (h3_train_flops) attends the pairs the packer's layout does: the whole-sequence count less the
+// block-causal one is 4·N·Dh per pair left out, per block, 2x for a step on a frozen base.
+TEST(H3Causal, TheFlopCountAttendsThePairsOfTheLayout) {
+  TinyLayout l;
+  const auto cfg = h3_preset("h3-tiny");
+  for (const bool teacher : {false, true}) {
+    SCOPED_TRACE(teacher ? "teacher forcing" : "diffusion forcing");
+    const auto in = h3_block_causal(l.layout, l.noisy, teacher ? &l.clean : nullptr, 1);
+    const int64_t used = in.cu_seqlens[1].item<int>();  // rows before the padding
+    double pairs = 0;
+    for (const auto& b : in.attend.blocks) {
+      if (b.begin >= used) continue;
+      int64_t keys = 0;
+      for (const auto& [first, second] : b.keys) keys += second - first;
+      pairs += static_cast<double>((b.end - b.begin) * keys);
+    }
+    WindowShape w;
+    w.text_len = 2, w.frames = 2, w.latent_h = 2, w.latent_w = 2, w.chunk_frames = 1, w.cond_rows = 1;
+    w.copies = teacher ? 2 : 1;
+    auto whole = w;
+    whole.chunk_frames = 0;  // every pair of the same rows
+    const double per_pair = 2.0 * cfg.num_layers * 4 * cfg.inner();
+    const double left_out = (h3_train_flops(cfg, whole, true) - h3_train_flops(cfg, w, true)) / per_pair;
+    EXPECT_NEAR(left_out, static_cast<double>(used * used) - pairs, 1e-6 * pairs);
+    EXPECT_GT(left_out, 0);
+  }
+}
+
 struct Seam {
   H3DiT model{h3_preset("h3-tiny")};
   DenoiserInputs in;
