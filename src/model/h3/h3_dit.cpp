@@ -195,20 +195,19 @@ double H3DiTImpl::train_flops(const WindowShape& window, bool frozen_base) const
 
 double h3_train_flops(const H3Config& c, const WindowShape& w, bool frozen_base) {
   const double D = c.hidden, I = c.inner(), F = c.ffn;
-  const double weights = D * 3 * I + I * D + D * 2 * F + F * D;  // qkv, out, fc1, fc2 of one block
+  const double weights = D * 3 * I + I * D + D * 2 * F + F * D;                 // qkv, out, fc1, fc2 of one block
+  const int64_t chunk_frames = w.chunk_frames > 0 ? w.chunk_frames : w.frames;  // bidirectional: one chunk
   const int64_t frame_rows = (w.latent_h / 2) * (w.latent_w / 2);
-  // Audio steps of each chunk (one chunk: the whole span), two rows a step (the two channels).
-  const auto audio = h3_audio_chunk_bounds(w.frames, w.chunk_frames > 0 ? w.chunk_frames : w.frames);
+  const auto audio = h3_audio_chunk_bounds(w.frames, chunk_frames);  // audio steps of each chunk, two rows a step
   const double prefix = static_cast<double>(w.text_len + w.cond_rows);
   double S = prefix, pairs = prefix * prefix, seen = prefix;
   for (size_t i = 0; i + 1 < audio.size(); ++i) {
-    const double chunk = static_cast<double>((w.chunk_frames > 0 ? w.chunk_frames : w.frames) * frame_rows +
-                                             2 * (audio[i + 1] - audio[i]));
+    const double chunk = static_cast<double>(chunk_frames * frame_rows + 2 * (audio[i + 1] - audio[i]));
     seen += chunk;
     S += w.copies * chunk;
     pairs += w.copies * chunk * seen;  // a clean or noisy copy of chunk i sees the prefix and chunks' rows up to i
   }
-  if (w.chunk_frames == 0) pairs = S * S;
+  if (w.chunk_frames == 0) pairs = S * S;  // every row sees every row
   auto stack = [&](double rows, double attended, int64_t layers) {
     return layers * (2 * rows * weights + 4 * attended * I);
   };
