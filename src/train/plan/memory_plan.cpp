@@ -165,14 +165,14 @@ Search enumerate(const PlanRequest& req, const CostTable& costs, int64_t rows) {
           Candidate c;
           c.mode = mode, c.k = k, c.offload = offload, c.keep = keep, c.attn = attn;
           std::string missing;
-          const bool evaluated = evaluate(c, req, costs, rows, missing);
+          if (!evaluate(c, req, costs, rows, missing)) {
+            if (s.missing.empty()) s.missing = missing;
+            continue;
+          }
           // An offload that moves nothing to the host (selective keeping every block: its kept tensors stay) costs
           // the same memory; the table's time difference is noise, so the plan does not turn it on for that.
-          if (evaluated && c.offload && c.host == 0 && !g.act_offload) continue;
-          if (evaluated)
-            s.all.push_back(c);
-          else if (s.missing.empty())
-            s.missing = missing;
+          if (c.offload && c.host == 0 && !g.act_offload) continue;
+          s.all.push_back(c);
         }
       }
   return s;

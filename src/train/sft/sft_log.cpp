@@ -11,6 +11,8 @@
 
 #include "data/sft_dataset.h"
 #include "model/denoiser.h"
+#include "model/sem_cond.h"
+#include "train/loop/config_fields.h"
 
 namespace vdt {
 namespace {
@@ -191,6 +193,38 @@ void log_sft_validation(RunLog& log, int64_t step, const std::vector<ValRow>& ro
       variants ? string_format("[val] step %lld%s | mean mse=%.4f gap_uncond=%.4f gap_nulltext=%.4f",
                                static_cast<long long>(step), line.c_str(), m / k, gu / k, gn / k)
                : string_format("[val] step %lld%s | mean mse=%.4f", static_cast<long long>(step), line.c_str(), m / k));
+}
+
+Metadata sft_export_metadata(const SftConfig& cfg, const Denoiser& model, const SftExportFacts& f, int64_t step) {
+  Metadata m;
+  m["format"] = "pt";
+  m["trainer"] = "vdt train sft";
+  m["stage"] = "sft_bidirectional";
+  m["vocab"] = cfg.vocab;
+  m["data"] = f.data_format;  // the Python trainer writes its dataset's name ("v10"); vdt the root's format
+  m["res"] = cfg.res;
+  m["step"] = std::to_string(step);
+  m["data_root"] = cfg.data_root;
+  m["cond_type"] = cfg.cond_type;
+  m["cond_key"] = cfg.cond_key;
+  m["text_dropout"] = py_float(cfg.text_dropout);
+  m["cond_dropout"] = py_float(cfg.cond_dropout);
+  m["mask_p"] = py_float(cfg.mask_p);
+  m["lr"] = py_float(cfg.lr);
+  m["cond_lr"] = py_float(cfg.cond_lr);
+  m["weight_decay"] = py_float(cfg.weight_decay);
+  m["warmup_steps"] = std::to_string(cfg.warmup_steps);
+  m["model_dir"] = cfg.model_dir;
+  m["sem_scale"] = std::to_string(f.sem.scale);
+  m["sem_hidden"] = std::to_string(f.sem.hidden);
+  m["model_config"] = model.config_json();
+  m["init_ckpt"] = f.init_ckpt;
+  m["resumed_from"] = f.resumed_from;
+  m["resumed_step"] = std::to_string(f.resumed_step);
+  m["hyperparameters"] = cfg.to_json();
+  m["first_frame_cond"] = cfg.first_frame_cond ? "True" : "False";
+  m["seed"] = std::to_string(cfg.random.seed);
+  return m;
 }
 
 }  // namespace vdt

@@ -1,7 +1,6 @@
 // The SFT trainer, in torchtitan's shape: build_* set-up, then the one training loop (train/loop/train_loop.h) over
-// this trainer's step, log, validation and files — and sft_step() with numbered phases. Gradient
-// synchronisation, clipping and the update go through the update path (distributed/grad_sync.h) whatever the
-// parallelism; the model through the base-model seam (model/denoiser.h).
+// this trainer's step (sft_step, numbered phases), log, validation and files. Gradient sync, clipping and the update
+// go through the update path (distributed/grad_sync.h); the model through the base-model seam (model/denoiser.h).
 #include "train/sft/sft_trainer.h"
 
 #include <torch/torch.h>
@@ -328,45 +327,13 @@ StepStats sft_step(SftRun& r, int64_t step) {
   return st;
 }
 
-// The Python trainer's export_metadata keys, every value a string as its {k: str(v)} writes them (Python's str() of
-// floats and bools), then ours (format, sem_scale, sem_hidden, model_config, hyperparameters).
-Metadata export_metadata(const SftRun& r, int64_t step) {
-  Metadata m;
-  m["format"] = "pt";
-  m["trainer"] = "vdt train sft";
-  m["stage"] = "sft_bidirectional";
-  m["vocab"] = r.cfg.vocab;
-  m["data"] = r.train_ds->info().format;  // the Python trainer writes its dataset's name ("v10"); vdt the root's format
-  m["res"] = r.cfg.res;
-  m["step"] = std::to_string(step);
-  m["data_root"] = r.cfg.data_root;
-  m["cond_type"] = r.cfg.cond_type;
-  m["cond_key"] = r.cfg.cond_key;
-  m["text_dropout"] = py_float(r.cfg.text_dropout);
-  m["cond_dropout"] = py_float(r.cfg.cond_dropout);
-  m["mask_p"] = py_float(r.cfg.mask_p);
-  m["lr"] = py_float(r.cfg.lr);
-  m["cond_lr"] = py_float(r.cfg.cond_lr);
-  m["weight_decay"] = py_float(r.cfg.weight_decay);
-  m["warmup_steps"] = std::to_string(r.cfg.warmup_steps);
-  m["model_dir"] = r.cfg.model_dir;
-  m["sem_scale"] = std::to_string(r.sem.scale);
-  m["sem_hidden"] = std::to_string(r.sem.hidden);
-  m["model_config"] = r.model->config_json();
-  m["init_ckpt"] = r.init_ckpt;
-  m["resumed_from"] = r.resumed_from;
-  m["resumed_step"] = std::to_string(r.resumed_from.empty() ? 0 : r.start_step);
-  m["hyperparameters"] = r.cfg.to_json();
-  m["first_frame_cond"] = r.cfg.first_frame_cond ? "True" : "False";
-  m["seed"] = std::to_string(r.cfg.random.seed);
-  return m;
-}
-
 std::string do_export(SftRun& r, int64_t step) {
   const std::string path =
       (std::filesystem::path(r.cfg.output) / ("step-" + std::to_string(step) + ".safetensors")).string();
   if (r.ctx->rank == 0) {  // every rank holds the same weights
-    export_checkpoint(*r.model, path, export_metadata(r, step));
+    const SftExportFacts facts{r.train_ds->info().format, r.sem, r.init_ckpt, r.resumed_from,
+                               r.resumed_from.empty() ? 0 : r.start_step};
+    export_checkpoint(*r.model, path, sft_export_metadata(r.cfg, *r.model, facts, step));
     std::printf("[save] %s (%zu tensors, bf16, checked)\n", path.c_str(), r.model->parameters().size());
   }
   r.ctx->comm.barrier();
@@ -581,12 +548,10 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   sum.start_step = sum.steps = r.start_step, sum.state_dir = r.state_slot;
   for (const auto& p : r.model->parameters()) sum.params += p.numel();
   if (r.plan) sum.predicted_peak_gb = static_cast<double>(r.plan->peak_bytes) / double(int64_t{1} << 30);
-  WindowShape window;  // one sample: the whole clip, bidirectional
-  const auto& in = r.train_ds->info();
-  window.text_len = in.text_len, window.frames = in.latent_frames, window.latent_h = in.latent_h;
-  window.latent_w = in.latent_w;
-  sum.tflop_per_step =
-      r.model->train_flops(window, /*frozen_base=*/false) * static_cast<double>(cfg.batch_size * cfg.grad_accum) / 1e12;
+  const auto& d = r.train_ds->info();  // a sample is the whole clip, bidirectional
+  const WindowShape clip{
+      .text_len = d.text_len, .frames = d.latent_frames, .latent_h = d.latent_h, .latent_w = d.latent_w};
+  sum.tflop_per_step = r.model->train_flops(clip, false) * static_cast<double>(cfg.batch_size * cfg.grad_accum) / 1e12;
   if (r.start_step >= cfg.max_steps) return nothing_to_train(r, sum);
   start_epoch(r, r.skip_micro);
   SftLoop loop(r, sum);
