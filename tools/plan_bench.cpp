@@ -69,8 +69,9 @@ struct RunResult {
   int64_t kept = 0, transient = 0, rows = 0;
 };
 
-DenoiserInputs make_inputs(Denoiser& m, const PlanBenchConfig& cfg, int64_t frames, torch::Dtype dtype,
-                           const torch::Device& dev) {
+// `text_rows`: distinct captions of the window (Wan), one per latent frame at most; each frame picks one of them.
+DenoiserInputs make_inputs(Denoiser& m, const PlanBenchConfig& cfg, int64_t frames, int64_t text_rows,
+                           torch::Dtype dtype, const torch::Device& dev) {
   torch::manual_seed(0);
   const auto opts = torch::TensorOptions().device(dev);
   const int64_t chunk = cfg.attention == "causal" ? frames / kChunks : frames;
@@ -79,9 +80,9 @@ DenoiserInputs make_inputs(Denoiser& m, const PlanBenchConfig& cfg, int64_t fram
   in.t = torch::rand({1, frames}, opts) * 1000;                                                     // [B, F]
   if (m.text_in_rows()) {  // the text is rows of the sequence (H3: one prompt a window)
     in.context = torch::randn({1, cfg.text_len, m.text_dim()}, opts.dtype(dtype));  // [B, Lt, text_dim]
-  } else {  // one caption a latent frame, as the trainers feed Wan: each block keeps every frame's text keys, values
-    in.context = torch::randn({frames, cfg.text_len, m.text_dim()}, opts.dtype(dtype));  // [R = F, Lt, text_dim]
-    in.context_ids = torch::arange(frames, opts.dtype(torch::kLong)).view({1, frames});  // [B, F]
+  } else {  // a caption row per latent frame, as the trainers feed Wan: R distinct rows, frame f takes row f mod R
+    in.context = torch::randn({text_rows, cfg.text_len, m.text_dim()}, opts.dtype(dtype));  // [R, Lt, text_dim]
+    in.context_ids = (torch::arange(frames, opts.dtype(torch::kLong)) % text_rows).view({1, frames});  // [B, F]
   }
   if (takes_picture1(cfg.model))
     in.extra["picture1"] = torch::randn({1, m.latent_channels(), 1, cfg.height, cfg.width}, opts.dtype(dtype));
@@ -259,8 +260,12 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
   measured.preset = cfg.model, measured.card = card, measured.device_name = dev.is_cuda() ? cfg.card : "cpu";
   measured.dtype = cfg.precision, measured.memory_measured = dev.is_cuda(), measured.measured = cfg.measured;
   PlanBenchResult result;
+  const bool cross = !model->text_in_rows();  // Wan: the text is the cross-attention's keys and values
   for (int64_t frames : cfg.frame_list()) {
-    const auto in = make_inputs(*model, cfg, frames, dtype, dev);
+    // One caption for the window; a second input with a caption a frame measures what each more caption keeps.
+    const auto in = make_inputs(*model, cfg, frames, 1, dtype, dev);
+    const auto in_captions =
+        cross && frames > 1 ? make_inputs(*model, cfg, frames, frames, dtype, dev) : DenoiserInputs{};
     for (const auto& key : keys_to_measure(cfg)) {
       if (key.attn != "full") model->set_causal_kernel(causal_kernel_from_string(key.attn));
       model->set_block_runner({});
@@ -288,6 +293,12 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
       CostRow row;
       row.key = key, row.rows = both.rows, row.text_len = cfg.text_len;
       row.chunks = cfg.attention == "causal" ? kChunks : 0;
+      if (in_captions.x.defined()) {
+        probe->skip_second = false;
+        const auto captions = run_once(*model, in_captions, *probe, mem, trainable);
+        row.text_rows = 1;
+        row.text_row_bytes = std::max(0.0, static_cast<double>(captions.kept - both.kept) / (frames - 1));
+      }
       row.kept_bytes = static_cast<double>(both.kept), row.transient_bytes = static_cast<double>(both.transient);
       row.seconds = std::max(both.seconds - first.seconds, 1e-7);  // a tiny block on the CPU is within noise
       row.outside_seconds = std::max(first.seconds - row.seconds, 0.0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -125,6 +126,18 @@ void CausalDataset::text_of(const std::vector<int64_t>& rows, torch::Tensor* con
   *context = table_->rows(distinct);               // [R, Lt, text_dim]
   *context_ids = torch::tensor(ids).unsqueeze(0);  // [1, span]
   if (tags) *tags = table_->tags(distinct);        // [R, Lt] or undefined
+}
+
+int64_t CausalDataset::max_text_rows() const {
+  int64_t most = 1;
+  const auto span = static_cast<size_t>(cfg_.span_frames);
+  for (const auto& c : clips_) {
+    for (size_t start = 0; start + span <= c.frame_rows.size(); ++start) {
+      const std::set<int64_t> rows(c.frame_rows.begin() + start, c.frame_rows.begin() + start + span);
+      most = std::max(most, static_cast<int64_t>(rows.size()));
+    }
+  }
+  return most;
 }
 
 }  // namespace vdt

@@ -82,6 +82,9 @@ class CausalDataset {
   // token tags [R, Lt] when the table has them (H3), else undefined.
   void text_of(const std::vector<int64_t>& rows, torch::Tensor* context, torch::Tensor* context_ids,
                torch::Tensor* tags = nullptr) const;
+  // The most distinct text rows one window of the span holds, over every start of every clip (the memory plan's
+  // text keys and values); at least 1.
+  int64_t max_text_rows() const;
 
  private:
   CausalDataConfig cfg_;

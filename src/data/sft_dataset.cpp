@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -228,6 +229,13 @@ void check_no_leak(const DataRoot& root) {
             join_first(runs, 3),
             ")\n---> HINT: every clip and every run must belong to one split only (`vdt data "
             "check` lists them all)");
+}
+
+int64_t SftDataset::max_text_rows() const {
+  int64_t most = 1;
+  for (const auto& cells : text_rows_)
+    most = std::max(most, static_cast<int64_t>(std::set<int64_t>(cells.begin(), cells.end()).size()));
+  return most;
 }
 
 SftBatch collate(const std::vector<SftSample>& samples, const TextTable& table) {

@@ -77,6 +77,8 @@ class SftDataset {
   const SftDataConfig& config() const { return cfg_; }
   std::shared_ptr<TextTable> text_table() const { return table_; }
   const ClipRow& row(size_t index) const;
+  // The most distinct text rows one sample holds (its cells' prompts; the memory plan's text keys and values).
+  int64_t max_text_rows() const;
 
   // Sample `index` of `epoch` with its dropout draws (none for val); thread-safe.
   SftSample get(size_t index, int64_t epoch) const;

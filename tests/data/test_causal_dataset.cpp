@@ -46,6 +46,21 @@ TEST(CausalDataset, WindowsStartsAndSplit) {
   ds.text_of(w.text_rows, &ctx, &ids);
   EXPECT_EQ(ids.sizes(), (std::vector<int64_t>{1, 6}));
   EXPECT_EQ(ctx.size(0), ids.max().item<int64_t>() + 1);
+  // The plan's caption count bounds every window's distinct text rows.
+  const int64_t most = ds.max_text_rows();
+  EXPECT_GE(most, 1);
+  EXPECT_LE(most, 6);
+  int64_t seen_most = 0;
+  for (const auto* ws : {&ds.train(), &ds.val()})
+    for (const auto& wr : *ws)
+      for (int64_t start : {wr.slot * 6, wr.slot * 6 + 1}) {
+        const auto win = ds.load(wr, start);
+        torch::Tensor rows, row_ids;
+        ds.text_of(win.text_rows, &rows, &row_ids);
+        seen_most = std::max(seen_most, rows.size(0));
+      }
+  EXPECT_LE(seen_most, most);
+  EXPECT_GE(seen_most, 2);  // the synthetic captions change within a window
   // Spans longer than every stream leave nothing: an error naming the counts.
   c.span_frames = 14;
   test::expect_error([&] { CausalDataset bad(c); }, {"shorter than the span of 14"});

@@ -35,6 +35,15 @@ TEST(DataSft, DropRowsExcludedUnlessIncludeDropped) {
   check_no_leak(train.root());
 }
 
+TEST(DataSft, MaxTextRowsCountsTheDistinctCaptionsOfASample) {
+  TinyRoot t;
+  auto cfg = t.config();
+  cfg.limit = 1;  // t0: "a red car" twice, "a blue tree"
+  EXPECT_EQ(SftDataset(cfg).max_text_rows(), 2);
+  cfg.limit = 0;  // t2: three captions
+  EXPECT_EQ(SftDataset(cfg).max_text_rows(), 3);
+}
+
 TEST(DataSft, ValAppliesNoDropout) {
   TinyRoot t;
   auto cfg = t.config("val");

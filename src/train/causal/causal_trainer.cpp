@@ -137,7 +137,7 @@ void plan_causal_memory(CausalRun& r) {
   shape.training = "lora", shape.chunks = kSpanChunks;
   shape.video_rows = copies * frames * (in.latent_h / 2) * (in.latent_w / 2) +  // 1x2x2 patches
                      r.model->extra_rows(frames, in.latent_h, in.latent_w, r.cfg.chunk_frames);
-  shape.text_len = in.text_len;
+  shape.text_len = in.text_len, shape.text_rows = r.ds->max_text_rows();
   shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off)  // as build_model shards the blocks
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);

@@ -30,24 +30,32 @@ std::string fmt(double v) {
 }
 
 BlockCost cost_of(const CostRow& r) {
-  return {r.kept_bytes, r.host_bytes, r.transient_bytes, r.seconds, r.outside_seconds, false};
+  return {r.kept_bytes,      r.host_bytes, r.transient_bytes, r.seconds,
+          r.outside_seconds, false,        r.text_rows,       r.text_row_bytes};
 }
 
 BlockCost lerp(const BlockCost& a, const BlockCost& b, double w) {
   auto mix = [w](double x, double y) { return x + (y - x) * w; };
   return {mix(a.kept_bytes, b.kept_bytes),           mix(a.host_bytes, b.host_bytes),
           mix(a.transient_bytes, b.transient_bytes), mix(a.seconds, b.seconds),
-          mix(a.outside_seconds, b.outside_seconds), a.extrapolated || b.extrapolated};
+          mix(a.outside_seconds, b.outside_seconds), a.extrapolated || b.extrapolated,
+          std::max(a.text_rows, b.text_rows),        mix(a.text_row_bytes, b.text_row_bytes)};
 }
 
 BlockCost scaled(const BlockCost& a, double s) {
-  return {a.kept_bytes * s, a.host_bytes * s, a.transient_bytes * s, a.seconds * s, a.outside_seconds * s, true};
+  return {a.kept_bytes * s, a.host_bytes * s, a.transient_bytes * s, a.seconds * s, a.outside_seconds * s, true,
+          a.text_rows,      a.text_row_bytes};  // a caption's keys and values do not grow with the rows
 }
 
 BlockCost field_max(const BlockCost& a, const BlockCost& b) {
-  return {std::max(a.kept_bytes, b.kept_bytes),           std::max(a.host_bytes, b.host_bytes),
-          std::max(a.transient_bytes, b.transient_bytes), std::max(a.seconds, b.seconds),
-          std::max(a.outside_seconds, b.outside_seconds), true};
+  return {std::max(a.kept_bytes, b.kept_bytes),
+          std::max(a.host_bytes, b.host_bytes),
+          std::max(a.transient_bytes, b.transient_bytes),
+          std::max(a.seconds, b.seconds),
+          std::max(a.outside_seconds, b.outside_seconds),
+          true,
+          std::max(a.text_rows, b.text_rows),
+          std::max(a.text_row_bytes, b.text_row_bytes)};
 }
 
 // The costs of `points` (one key, sorted by rows, distinct rows) at `rows` (cost_table.h: the extrapolation rule).
@@ -164,6 +172,10 @@ BlockCost CostTable::at(const CostKey& key, int64_t n) const {
   return lerp(points_at(k_lo), points_at(k_hi), (key.attn_keep - k_lo) / (k_hi - k_lo));
 }
 
+double BlockCost::kept_for_text(int64_t rows) const {
+  return kept_bytes + static_cast<double>(std::max<int64_t>(0, rows - text_rows)) * text_row_bytes;
+}
+
 CostTable load_cost_table(const std::string& path) {
   std::ifstream f(path);
   VDT_CHECK(f.good(), path, ": cannot open the cost table (docs/planner.md says where tables live)");
@@ -205,6 +217,10 @@ CostTable load_cost_table(const std::string& path) {
     row.outside_seconds = number(r, "outside_seconds", where);
     row.text_len = static_cast<int64_t>(number(r, "text_len", where));
     row.chunks = static_cast<int64_t>(number(r, "chunks", where));
+    if (r.contains("text_rows")) {  // tables measured before these keys have none: no correction
+      row.text_rows = static_cast<int64_t>(number(r, "text_rows", where));
+      row.text_row_bytes = number(r, "text_row_bytes", where);
+    }
     t.rows.push_back(row);
   }
   return t;
@@ -235,7 +251,9 @@ void save_cost_table(const CostTable& table, const std::string& path) {
                          {"seconds", r.seconds},
                          {"outside_seconds", r.outside_seconds},
                          {"text_len", r.text_len},
-                         {"chunks", r.chunks}});
+                         {"chunks", r.chunks},
+                         {"text_rows", r.text_rows},
+                         {"text_row_bytes", std::round(r.text_row_bytes)}});
   const auto parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   write_file_atomic(path, j.dump(1) + "\n");

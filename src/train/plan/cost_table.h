@@ -34,12 +34,20 @@ struct CostRow {
   double seconds = 0;          // forward + backward of one block (recompute included)
   double outside_seconds = 0;  // the rest of a step at these rows (embeddings, head, loss), once per step
   int64_t text_len = 0, chunks = 0;  // the geometry besides the rows it was measured at (chunks 0: bidirectional)
+  // Cross-attention (Wan): the distinct captions the window was measured with (0: no cross-attention, text in the
+  // rows), and the device bytes one block keeps for each distinct caption more (its text keys and values)
+  int64_t text_rows = 0;
+  double text_row_bytes = 0;
 };
 
 // A row's values at some row count, from CostTable::at.
 struct BlockCost {
   double kept_bytes = 0, host_bytes = 0, transient_bytes = 0, seconds = 0, outside_seconds = 0;
   bool extrapolated = false;  // outside the table's measured rows (docs/planner.md: how)
+  int64_t text_rows = 0;      // as CostRow
+  double text_row_bytes = 0;
+  // kept_bytes for a window of `text_rows` distinct captions (more than measured: their keys and values added)
+  double kept_for_text(int64_t rows) const;
 };
 
 struct CostTable {

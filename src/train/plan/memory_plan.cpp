@@ -14,8 +14,9 @@ namespace vdt {
 namespace {
 
 constexpr double kGiB = double(int64_t{1} << 30);
-// The prediction's margin: what a per-block model misses (allocator rounding, the loss and head's tensors, the
-// optimizer's temporaries): 512 MiB plus 5 % of the activations and transient.
+// The margin a plan keeps free beside its predicted peak: what a per-block model can miss (allocator rounding, the
+// loss and head's tensors, the optimizer's temporaries): 512 MiB plus 5 % of the activations and transient. A plan
+// fits when its peak and margin fit the budget; the peak it reports is the prediction alone.
 constexpr int64_t kMarginBase = int64_t{512} << 20;
 constexpr double kMarginShare = 0.05;
 
@@ -43,8 +44,8 @@ struct Candidate {
   bool offload = false;
   double keep = 0;
   std::string attn = "full";
-  // predicted
-  int64_t peak = 0, host = 0, activations = 0, transient = 0, margin = 0;
+  // predicted (need: peak + margin, what must fit)
+  int64_t peak = 0, need = 0, host = 0, activations = 0, transient = 0, margin = 0;
   double seconds = 0;
   bool extrapolated = false;
 
@@ -77,6 +78,7 @@ bool evaluate(Candidate& c, const PlanRequest& req, const CostTable& costs, int6
       return false;
     }
     out = costs.at(key, rows);
+    out.kept_bytes = out.kept_for_text(req.text_rows);
     c.extrapolated = c.extrapolated || out.extrapolated;
     transient = std::max(transient, out.transient_bytes);
     outside = std::max(outside, out.outside_seconds);
@@ -100,7 +102,8 @@ bool evaluate(Candidate& c, const PlanRequest& req, const CostTable& costs, int6
   c.activations = static_cast<int64_t>(act);
   c.transient = static_cast<int64_t>(transient);
   c.margin = kMarginBase + static_cast<int64_t>(kMarginShare * (act + transient));
-  c.peak = req.fixed.static_bytes + c.activations + c.transient + c.margin;
+  c.peak = req.fixed.static_bytes + c.activations + c.transient;
+  c.need = c.peak + c.margin;
   c.host = static_cast<int64_t>(host);
   c.seconds = seconds + outside;
   return true;
@@ -187,14 +190,14 @@ const Candidate* best_fitting(const std::vector<Candidate>& cs, int64_t budget,
                               const std::function<bool(const Candidate&)>& keep = {}) {
   const Candidate* best = nullptr;
   for (const auto& c : cs)
-    if (c.peak <= budget && (!keep || keep(c)) && (!best || better(c, *best))) best = &c;
+    if (c.need <= budget && (!keep || keep(c)) && (!best || better(c, *best))) best = &c;
   return best;
 }
 
 const Candidate* smallest(const std::vector<Candidate>& cs, const std::function<bool(const Candidate&)>& keep = {}) {
   const Candidate* best = nullptr;
   for (const auto& c : cs)
-    if ((!keep || keep(c)) && (!best || c.peak < best->peak || (c.peak == best->peak && c.seconds < best->seconds)))
+    if ((!keep || keep(c)) && (!best || c.need < best->need || (c.need == best->need && c.seconds < best->seconds)))
       best = &c;
   return best;
 }
@@ -229,7 +232,7 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
   std::string msg = "--memory: nothing fits in " + gib(static_cast<double>(req.budget_bytes)) + " GiB per GPU";
   if (!req.budget_note.empty()) msg += " (" + req.budget_note + ")";
   msg += "; the smallest plan (" + m->flags(n, req.causal, req.allow_offload) + ") needs " +
-         gib(static_cast<double>(m->peak)) + " GiB: fixed " + gib(static_cast<double>(req.fixed.static_bytes)) +
+         gib(static_cast<double>(m->need)) + " GiB: fixed " + gib(static_cast<double>(req.fixed.static_bytes)) +
          ", activations " + gib(static_cast<double>(m->activations)) + ", transient " +
          gib(static_cast<double>(m->transient)) + ", margin " + gib(static_cast<double>(m->margin)) +
          " (costs: " + costs.source + "). What would fit:";
@@ -240,7 +243,7 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
     try {
       const auto p = make_plan(free, costs);
       msg += "\n  - leave the memory flags you gave to the plan: " + p.flags() + " fits at " +
-             gib(static_cast<double>(p.peak_bytes)) + " GiB";
+             gib(static_cast<double>(p.peak_bytes + p.margin_bytes)) + " GiB";
     } catch (const Error&) {
     }
   }
@@ -263,7 +266,7 @@ std::string nothing_fits(const PlanRequest& req, const CostTable& costs, const S
   if (lo > 0)
     msg += "\n  - a shorter span or smaller frames: up to about " + std::to_string(lo) + " rows per block fit (now " +
            std::to_string(req.rows) + ")";
-  msg += "\n  - a larger --memory (at least " + gib(static_cast<double>(m->peak)) + " GiB), if the device has it";
+  msg += "\n  - a larger --memory (at least " + gib(static_cast<double>(m->need)) + " GiB), if the device has it";
   return msg;
 }
 
@@ -359,7 +362,7 @@ Plan make_plan(const PlanRequest& req, const CostTable& costs) {
       return "plan: fastest that fits; " + show(*alt) + ": " + secs(alt->seconds) + " s at " +
              gib(static_cast<double>(alt->peak)) + " GiB";
     if (const auto* alt = smallest(s.all, differs))
-      return "plan: " + show(*alt) + " does not fit (" + gib(static_cast<double>(alt->peak)) + " GiB)";
+      return "plan: " + show(*alt) + " does not fit (" + gib(static_cast<double>(alt->need)) + " GiB with its margin)";
     return "plan: the only choice";
   };
   // given: the mode and, for selective, how many keep (--selective-blocks alone implies selective)
@@ -372,8 +375,8 @@ Plan make_plan(const PlanRequest& req, const CostTable& costs) {
     const auto* more = smallest(s.all, [&](const Candidate& c) {
       return c.mode != Checkpointing::none && c.k == best->k + 1 && c.offload == best->offload && c.attn == best->attn;
     });
-    if (more && more->peak > req.budget_bytes)
-      ck += "; " + std::to_string(best->k + 1) + " keeping would need " + gib(static_cast<double>(more->peak)) + " GiB";
+    if (more && more->need > req.budget_bytes)
+      ck += "; " + std::to_string(best->k + 1) + " keeping would need " + gib(static_cast<double>(more->need)) + " GiB";
   }
   p.why.emplace_back("--checkpointing", best->checkpointing_text(n) + "  (" + ck + ")");
   if (req.allow_offload) {
@@ -407,8 +410,9 @@ std::vector<std::string> Plan::table_lines() const {
   }
   out.push_back("  predicted peak    " + gib(static_cast<double>(peak_bytes)) + " GiB = fixed " +
                 gib(static_cast<double>(fixed_bytes)) + " + activations " + gib(static_cast<double>(activation_bytes)) +
-                " + transient " + gib(static_cast<double>(transient_bytes)) + " + margin " +
-                gib(static_cast<double>(margin_bytes)) +
+                " + transient " + gib(static_cast<double>(transient_bytes)) + "; with a margin of " +
+                gib(static_cast<double>(margin_bytes)) + " GiB it fits the " + gib(static_cast<double>(budget_bytes)) +
+                " GiB budget" +
                 (host_bytes > 0 ? " (and " + gib(static_cast<double>(host_bytes)) + " GiB pinned host memory)" : ""));
   out.push_back("  predicted step    " + secs(step_seconds) + " s");
   return out;

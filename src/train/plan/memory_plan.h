@@ -61,6 +61,7 @@ struct PlanRequest {
   std::string budget_note;   // how the budget was set, for the table ("auto: 139.8 GiB less 4.2 GiB")
   FixedMemory fixed;
   int64_t blocks = 0, rows = 0;   // blocks of the base, rows of each block's residual stream
+  int64_t text_rows = 0;          // distinct captions a window holds at most (cross-attention: Wan); 0: as measured
   std::string training = "full";  // full | lora: which rows of the table
   bool causal = false;            // block-causal spans: --attn, --attn-keep apply (else attention is full)
   bool allow_none = true;         // the trainer can run without checkpointing (the causal trainer cannot)
@@ -75,12 +76,12 @@ struct Plan {
   bool act_offload = false;
   double attn_keep = 0;
   std::optional<CausalKernel> attn;  // empty: bidirectional attention
-  int64_t peak_bytes = 0;            // predicted, margin included
+  int64_t peak_bytes = 0;            // predicted: fixed + activations + transient (the margin not included)
   int64_t budget_bytes = 0;
   int64_t host_bytes = 0;   // pinned host memory the offload takes
   double step_seconds = 0;  // predicted
   // the prediction's parts: fixed (static), activations (kept or gradients, whichever is larger through backward),
-  // transient (one block's backward), margin
+  // transient (one block's backward); and the margin a plan keeps free beside its peak: peak + margin fits the budget
   int64_t fixed_bytes = 0, activation_bytes = 0, transient_bytes = 0, margin_bytes = 0;
   std::string costs;  // the table's source
   bool extrapolated = false;
@@ -92,9 +93,9 @@ struct Plan {
   std::string flags() const;
 };
 
-// The fastest candidate whose predicted peak fits the budget (ties: the smaller peak). Throws when none fits, naming
-// what would (--act-offload on, more GPUs, fewer rows, a larger --memory), or when a given choice contradicts the
-// trainer or has no row in the table.
+// The fastest candidate whose predicted peak and margin fit the budget (ties: the smaller peak). Throws when none fits,
+// naming what would (--act-offload on, more GPUs, fewer rows, a larger --memory), or when a given choice contradicts
+// the trainer or has no row in the table.
 Plan make_plan(const PlanRequest& req, const CostTable& costs);
 
 }  // namespace vdt

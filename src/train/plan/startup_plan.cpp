@@ -97,6 +97,7 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
   const ModelDims dims = model_dims(model, shape.text_len);
   req.blocks = in.blocks;
   req.rows = shape.video_rows + (dims.text_len > 0 ? 0 : shape.text_len);  // no cross-attention: text in the rows
+  req.text_rows = dims.text_len > 0 ? shape.text_rows : 0;
   req.training = shape.training;
   req.causal = shape.chunks > 0;
   req.allow_none = t.allow_none;

@@ -25,6 +25,7 @@ struct RunShape {
   int64_t video_rows = 0;         // rows of one micro batch's residual stream besides the text (video tokens x batch,
                                   // a base's extra rows: H3's Picture 1 and audio)
   int64_t text_len = 0;           // text rows fed (in the rows for a base without cross-attention: H3)
+  int64_t text_rows = 1;          // distinct captions one micro batch holds at most (cross-attention keys, values)
   bool fp32_masters = false;      // --precision mixed
   int64_t moment_bytes = 4;       // per AdamW moment
   int world = 1;

@@ -125,7 +125,7 @@ void plan_sft_memory(SftRun& r) {
   const auto precision = r.cfg.precision_mode();
   RunShape shape;
   shape.video_rows = r.cfg.batch_size * in.latent_frames * (in.latent_h / 2) * (in.latent_w / 2);  // 1x2x2 patches
-  shape.text_len = in.text_len;
+  shape.text_len = in.text_len, shape.text_rows = r.cfg.batch_size * r.train_ds->max_text_rows();
   shape.fp32_masters = precision == Precision::mixed, shape.moment_bytes = precision == Precision::bf16 ? 2 : 4;
   shape.world = r.ctx->world, shape.zero2 = r.ctx->world > 1, shape.grad_accum = r.cfg.grad_accum;
   PlanTargets t;
