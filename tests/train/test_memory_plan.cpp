@@ -424,6 +424,7 @@ TEST(CostTable, TheCheckedInTablesLoad) {
   const auto wan = load_cost_table((plans / "nvidia-h200" / "wan2.2-ti2v-5b.json").string());
   EXPECT_TRUE(wan.has_kind("full", false));
   EXPECT_TRUE(wan.has_kind("lora", true));
+  for (const auto& r : wan.rows) EXPECT_EQ(r.text_rows, 1) << r.key.describe();  // Wan: measured with one caption
   EXPECT_TRUE(load_cost_table((plans / "nvidia-h200" / "minimax-h3.json").string()).has_kind("lora", true));
 }
 

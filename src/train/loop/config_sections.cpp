@@ -109,7 +109,7 @@ std::vector<ConfigField<MemorySection>> MemorySection::fields(const std::vector<
        "memory budget per GPU for the memory plan (docs/planner.md): auto (the device's memory less "
        "max(2 GiB, 3 %); on the CPU no plan: the memory flags as given or their defaults) or GiB (e.g. "
        "80); the plan picks the fastest --checkpointing, --selective-blocks (and the causal trainer's "
-       "--act-offload, --attn-keep, --attn) whose predicted peak fits, keeping those given",
+       "--act-offload, --attn-keep, --attn) whose predicted peak and margin fit, keeping those given",
        &C::memory},
   };
 }
