@@ -277,13 +277,16 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
         enable_block_checkpointing(*model, co);
       }
       const auto inner = model->block_runner();
-      model->set_block_runner([inner, probe, mem](const BlockCall& call) {
+      // A block's growth holds its output, the next block's residual input. A recomputing block under offload sends
+      // its input to the host, so there the output is not kept on the device (it is the host bytes).
+      const bool input_to_host = key.offload && key.checkpointing == "block";
+      model->set_block_runner([inner, probe, mem, input_to_host](const BlockCall& call) {
         const int i = probe->index.at(&call.block);
         probe->rows = call.inputs[0].numel() / call.inputs[0].size(-1);  // [B, L, D] (Wan) or [R, D] (H3): B*L or R
         if (probe->skip_second && i == 1) return call.inputs[0];
         const int64_t before = mem.allocated();
         auto out = inner ? inner(call) : call.run(call.inputs);
-        probe->kept.push_back(mem.allocated() - before);
+        probe->kept.push_back(mem.allocated() - before - (input_to_host ? static_cast<int64_t>(out.nbytes()) : 0));
         return out;
       });
       probe->skip_second = false;
