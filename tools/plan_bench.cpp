@@ -279,7 +279,7 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
       const auto inner = model->block_runner();
       // A block's growth holds its output, the next block's residual input. A recomputing block under offload sends
       // its input to the host, so there the output is not kept on the device (it is the host bytes).
-      const bool input_to_host = key.offload && key.checkpointing == "block";
+      const bool input_to_host = key.offload && key.checkpointing == "block" && dev.is_cuda();  // CUDA only offloads
       model->set_block_runner([inner, probe, mem, input_to_host](const BlockCall& call) {
         const int i = probe->index.at(&call.block);
         probe->rows = call.inputs[0].numel() / call.inputs[0].size(-1);  // [B, L, D] (Wan) or [R, D] (H3): B*L or R
