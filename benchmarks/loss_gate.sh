@@ -6,7 +6,8 @@
 #   sft: `vdt train sft` 5B at 832x480 (FRAMES latent frames, default 4; ACCUM micro batches, default 1), the trainer's
 #        default --precision mixed (bf16 compute, fp32 master weights), the runs one after the other; FLOOR=1 adds a
 #        second reference run: the reference curve's own run-to-run spread.
-#   h3:  `vdt train causal` LoRA r 32 on a random MiniMax-H3 base (6 chunks of 2 latents at 16x16), one after the other.
+#   h3:  `vdt train causal` LoRA r 32 on a random MiniMax-H3 base (6 chunks of 2 latents at 16x16), one after the other;
+#        FLOOR=1 adds the second reference run here too.
 # Usage: benchmarks/loss_gate.sh sft|h3     Env: FP8 ('--fp8 fast'), STEPS (1000), LR (sft 1e-4, h3 1e-3),
 #        RUN_S (time limit a run)
 set -uo pipefail
@@ -43,7 +44,9 @@ elif [ "$what" = h3 ]; then
   "$VDT" data synth "$root" --overwrite --flat --model h3 --latent_frames 12 --latent_h 16 --latent_w 16 --text_dim 5120 \
     --text_len 256 --train_runs 1 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
     > "$OUT/gate_h3_synth.log" 2>&1 || { tail -5 "$OUT/gate_h3_synth.log"; exit 1; }
-  for mode in bf16 fp8; do  # one after the other: two 33B bases do not fit one H200
+  modes="bf16 fp8"
+  [ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
+  for mode in $modes; do  # one after the other: two 33B bases do not fit one H200
     extra=""
     [ "$mode" = fp8 ] && extra=$fp8
     fresh_dir "$WORK/gate_h3_$mode"
@@ -54,8 +57,10 @@ elif [ "$what" = h3 ]; then
     say "gate h3 $mode: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$mode.log") step lines"
     cp "$WORK/gate_h3_$mode/train_log.jsonl" "$OUT/gate_h3_${mode}_train_log.jsonl"
   done
+  floor=()
+  [ "${FLOOR:-0}" = 1 ] && floor=(--floor "$OUT/gate_h3_bf16b_train_log.jsonl")
   python3 benchmarks/loss_gate.py "$OUT/gate_h3_bf16_train_log.jsonl" "$OUT/gate_h3_fp8_train_log.jsonl" --window 100 \
-    2>&1 | tee -a "$SUMMARY"
+    "${floor[@]}" 2>&1 | tee -a "$SUMMARY"
 else
   echo "usage: benchmarks/loss_gate.sh sft|h3" >&2
   exit 2
