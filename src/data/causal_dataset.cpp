@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -132,9 +131,12 @@ int64_t CausalDataset::max_text_rows() const {
   int64_t most = 1;
   const auto span = static_cast<size_t>(cfg_.span_frames);
   for (const auto& c : clips_) {
-    for (size_t start = 0; start + span <= c.frame_rows.size(); ++start) {
-      const std::set<int64_t> rows(c.frame_rows.begin() + start, c.frame_rows.begin() + start + span);
-      most = std::max(most, static_cast<int64_t>(rows.size()));
+    const auto& rows = c.frame_rows;
+    std::map<int64_t, int64_t> in_window;  // text row -> frames of the window holding it; one pass a clip
+    for (size_t f = 0; f < rows.size(); ++f) {
+      ++in_window[rows[f]];
+      if (f >= span && --in_window[rows[f - span]] == 0) in_window.erase(rows[f - span]);
+      if (f + 1 >= span) most = std::max(most, static_cast<int64_t>(in_window.size()));
     }
   }
   return most;

@@ -61,6 +61,12 @@ TEST(CausalDataset, WindowsStartsAndSplit) {
       }
   EXPECT_LE(seen_most, most);
   EXPECT_GE(seen_most, 2);  // the synthetic captions change within a window
+  int64_t every_start = 1;  // the reference: a set for each start of each clip
+  for (const auto& clip : ds.clips())
+    for (size_t st = 0; st + 6 <= clip.frame_rows.size(); ++st)
+      every_start = std::max<int64_t>(
+          every_start, std::set<int64_t>(clip.frame_rows.begin() + st, clip.frame_rows.begin() + st + 6).size());
+  EXPECT_EQ(most, every_start);
   // Spans longer than every stream leave nothing: an error naming the counts.
   c.span_frames = 14;
   test::expect_error([&] { CausalDataset bad(c); }, {"shorter than the span of 14"});
