@@ -9,7 +9,7 @@
 #   h3:  `vdt train causal` LoRA r 32 on a random MiniMax-H3 base (6 chunks of 2 latents at 16x16), one after the other;
 #        FLOOR=1 adds the second reference run here too.
 # Usage: benchmarks/loss_gate.sh sft|h3     Env: FP8 ('--fp8 fast'), STEPS (1000), LR (sft 1e-4, h3 1e-3),
-#        RUN_S (time limit a run)
+#        RUN_S (time limit a run), CLIPS (train clips of the root, 4)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=benchmarks/common.sh
@@ -19,8 +19,8 @@ fp8=${FP8:---fp8 fast}
 root="$WORK/gate_${what}_root"
 if [ "$what" = sft ]; then
   "$VDT" data synth "$root" --overwrite --flat --channels 48 --latent_frames "${FRAMES:-4}" --latent_h 30 --latent_w 52 \
-    --text_dim 4096 --text_len 512 --train_runs 1 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 1 \
-    --n_drop 0 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; exit 1; }
+    --text_dim 4096 --text_len 512 --train_runs 1 --train_clips_per_run "${CLIPS:-4}" --val_runs 1 \
+    --val_clips_per_run 1 --n_drop 0 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; exit 1; }
   modes="bf16 fp8"
   [ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
   for mode in $modes; do
@@ -42,7 +42,7 @@ if [ "$what" = sft ]; then
     | tee -a "$SUMMARY"
 elif [ "$what" = h3 ]; then
   "$VDT" data synth "$root" --overwrite --flat --model h3 --latent_frames 12 --latent_h 16 --latent_w 16 --text_dim 5120 \
-    --text_len 256 --train_runs 1 --train_clips_per_run 4 --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
+    --text_len 256 --train_runs 1 --train_clips_per_run "${CLIPS:-4}" --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
     > "$OUT/gate_h3_synth.log" 2>&1 || { tail -5 "$OUT/gate_h3_synth.log"; exit 1; }
   modes="bf16 fp8"
   [ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
