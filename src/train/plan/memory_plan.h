@@ -1,8 +1,8 @@
 // The memory planner (docs/planner.md): from a rank's memory budget, the fixed part of its peak (weights, optimizer
 // state, gradients), the geometry (blocks, rows per block) and a cost table (train/plan/cost_table.h), the fastest
 // choice of --checkpointing (none / selective with k blocks / block), --attn-keep, --act-offload and --attn whose
-// predicted peak fits; the choices the user fixed are kept and the plan fills the rest. A pure function: no device,
-// no files. Never picks FP8 (--fp8 stays the user's). Not here: the flags (the trainers bind them), the tables.
+// predicted peak and margin fit; the choices the user fixed are kept and the plan fills the rest. A pure function: no
+// device, no files. Never picks FP8 (--fp8 stays the user's). Not here: the flags (the trainers bind them), the tables.
 #pragma once
 #include <cstdint>
 #include <optional>
