@@ -239,8 +239,10 @@ TEST(CostTable, InterpolatesInRowsAndKeeps) {
   EXPECT_NEAR(mid.kept_bytes, 0.0375 * kGiB, 1e3);
   EXPECT_NEAR(mid.seconds, 0.01875, 1e-12);
   EXPECT_FALSE(mid.extrapolated);
-  const auto below = t.at(block, 1024);  // the smallest row's values
-  EXPECT_NEAR(below.kept_bytes, 0.025 * kGiB, 1e3);
+  const auto below = t.at(block, 1024);  // kept bytes in proportion to the rows, the rest the smallest row's
+  EXPECT_NEAR(below.kept_bytes, 0.025 * kGiB / 4, 1e3);
+  EXPECT_NEAR(below.transient_bytes, 1.0 * kGiB, 1e3);
+  EXPECT_NEAR(below.seconds, 0.0125, 1e-12);
   EXPECT_TRUE(below.extrapolated);
   const auto above = t.at(block, 16384);  // at least proportional to the rows
   EXPECT_GE(above.kept_bytes, 0.1 * kGiB - 1e3);

@@ -64,7 +64,10 @@ BlockCost in_rows(const std::vector<const CostRow*>& points, int64_t rows) {
   const auto& last = *points.back();
   if (rows <= first.rows) {
     auto c = cost_of(first);
-    c.extrapolated = rows < first.rows;
+    if (rows < first.rows) {  // what a block keeps is per-row tensors: in proportion; the rest as the smallest size
+      const double s = static_cast<double>(rows) / static_cast<double>(first.rows);
+      c.kept_bytes *= s, c.host_bytes *= s, c.extrapolated = true;
+    }
     return c;
   }
   if (rows >= last.rows) {

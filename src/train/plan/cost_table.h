@@ -66,10 +66,11 @@ struct CostTable {
   bool has_kind(const std::string& training, bool causal) const;
   // The distinct attn_keep values of the rows that match key but for its attn_keep, ascending.
   std::vector<double> keeps(const CostKey& key) const;
-  // key's costs at `rows`: linear between the two measured row counts around it; below the smallest, that row's
-  // values (costs only grow with rows); above the largest, the larger of the last segment's linear extension and the
-  // last row scaled in proportion to rows (activations grow at least linearly). An attn_keep between measured keeps
-  // is linear between them. Throws naming the table's source and the key when it has no rows for key.
+  // key's costs at `rows`: linear between the two measured row counts around it; below the smallest, the kept and
+  // host bytes in proportion to the rows (per-row tensors) and the rest that row's values; above the largest, the
+  // larger of the last segment's linear extension and the last row scaled in proportion to rows (activations grow at
+  // least linearly). An attn_keep between measured keeps is linear between them. Throws naming the table's source and
+  // the key when it has no rows for key.
   BlockCost at(const CostKey& key, int64_t rows) const;
 };
 
