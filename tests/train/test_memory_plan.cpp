@@ -106,6 +106,17 @@ TEST(MemoryPlan, CaptionsAddTheirKeysAndValues) {
   EXPECT_EQ(make_plan(r, t).peak_bytes, make_plan(r1, t).peak_bytes);
 }
 
+// One rank's fp32 gradient sums (--precision mixed, one micro batch) live from the end of backward to the step: the
+// activations are gone by then, so the larger of the two counts, not their sum.
+TEST(MemoryPlan, GradientSumsAfterBackwardCountWhenLarger) {
+  auto r = request(200);
+  r.given.checkpointing = Checkpointing::block;  // 30 x 0.05 GiB kept, 2 GiB transient
+  r.fixed.after_backward_bytes = gib(20);
+  EXPECT_NEAR(make_plan(r, made_up_table()).peak_bytes, gib(35 + 20 + 2), 1 << 20);
+  r.given.checkpointing = Checkpointing::none;  // 30 x 3 GiB kept: larger than the sums
+  EXPECT_NEAR(make_plan(r, made_up_table()).peak_bytes, gib(35 + 90 + 1), 1 << 20);
+}
+
 TEST(MemoryPlan, MoreMemoryKeepsMoreBlocks) {
   const auto t = made_up_table();
   const auto at60 = make_plan(request(60), t);
@@ -310,10 +321,17 @@ TEST(MemoryPlan, FixedMemoryFromParameterCounts) {
   auto f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 6 * P);             // weights + two bf16 moments
   EXPECT_EQ(f.grad_bytes, 2 * P);               // bf16 gradients through backward
-  in.fp32_masters = true, in.moment_bytes = 4;  // --precision mixed, docs/distributed.md's one-GPU column
+  in.fp32_masters = true, in.moment_bytes = 4;  // --precision mixed, one micro batch
+  f = fixed_memory(in);
+  EXPECT_EQ(f.static_bytes, 14 * P);         // bf16 weights, fp32 masters and two moments
+  EXPECT_EQ(f.grad_bytes, 2 * P);            // bf16 gradients through backward
+  EXPECT_EQ(f.after_backward_bytes, 4 * P);  // then fp32 sums until the step
+  in.grad_accum = 2;  // docs/distributed.md's one-GPU column: the sums kept between micro batches
   f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 18 * P);
   EXPECT_EQ(f.grad_bytes, 0);
+  EXPECT_EQ(f.after_backward_bytes, 0);
+  in.grad_accum = 1;
   in.world = 2, in.zero2 = true;  // its two-GPU column: sharded terms halved, the full fp32 buckets through backward
   f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 2 * P + (4 + 8 + 4) * P / 2);

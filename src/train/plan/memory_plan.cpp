@@ -70,6 +70,7 @@ struct Candidate {
 bool evaluate(Candidate& c, const PlanRequest& req, const CostTable& costs, int64_t rows, std::string& missing) {
   const int64_t n = req.blocks;
   const double G = static_cast<double>(req.fixed.grad_bytes);
+  const double after_backward = static_cast<double>(req.fixed.after_backward_bytes);
   double kept = 0, transient = 0, seconds = 0, outside = 0, host = 0, act = 0;
   auto take = [&](const CostKey& key, int64_t count, BlockCost& out) {
     if (count == 0) return true;
@@ -88,7 +89,7 @@ bool evaluate(Candidate& c, const PlanRequest& req, const CostTable& costs, int6
   if (c.mode == Checkpointing::none) {
     BlockCost b;
     if (!take({req.training, "none", c.attn, false, 0}, n, b)) return false;
-    act = std::max(kept, G);
+    act = std::max({kept, G, after_backward});
   } else {
     BlockCost sel, blk;
     if (!take({req.training, "selective", c.attn, c.offload, 0}, c.k, sel)) return false;
@@ -97,7 +98,7 @@ bool evaluate(Candidate& c, const PlanRequest& req, const CostTable& costs, int6
     // while gradients grow, then the keeping ones. The sum is linear between these points, so its largest is one of
     // them.
     const double after_blocks = c.k * sel.kept_bytes + G * static_cast<double>(n - c.k) / n;
-    act = std::max({kept, after_blocks, G});
+    act = std::max({kept, after_blocks, G, after_backward});
   }
   c.activations = static_cast<int64_t>(act);
   c.transient = static_cast<int64_t>(transient);
@@ -296,8 +297,12 @@ FixedMemory fixed_memory(const FixedMemoryInputs& in) {
     // ZeRO-2: each rank's slice of the gradient sums; the full bucket buffers fill through backward
     f.parts.emplace_back("gradient slices", in.trainable_params * master_bytes / shards);
     f.grad_bytes = in.trainable_params * master_bytes;
+  } else if (in.fp32_masters && in.grad_accum > 1) {
+    f.parts.emplace_back("fp32 gradient sums", in.trainable_params * 4);  // kept between micro batches
   } else if (in.fp32_masters) {
-    f.parts.emplace_back("fp32 gradient sums", in.trainable_params * 4);  // each compute gradient freed at once
+    // one micro batch: the compute gradients grow through backward, then become fp32 sums (each compute gradient
+    // freed at once) that the step frees
+    f.grad_bytes = in.trainable_params * tb, f.after_backward_bytes = in.trainable_params * 4;
   } else if (in.grad_accum > 1) {
     f.parts.emplace_back("gradients", in.trainable_params * tb);  // kept between micro batches
   } else {

@@ -34,8 +34,9 @@ struct FixedMemoryInputs {
 };
 
 struct FixedMemory {
-  int64_t static_bytes = 0;  // held through the whole step
-  int64_t grad_bytes = 0;    // gradients that grow through backward and are freed after it (docs/planner.md)
+  int64_t static_bytes = 0;          // held through the whole step
+  int64_t grad_bytes = 0;            // gradients that grow through backward and are freed after it (docs/planner.md)
+  int64_t after_backward_bytes = 0;  // held from the end of backward to the step (one rank's fp32 gradient sums)
   std::vector<std::pair<std::string, int64_t>> parts;  // name -> bytes, for the start-up table
 };
 FixedMemory fixed_memory(const FixedMemoryInputs& in);
