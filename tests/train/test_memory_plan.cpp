@@ -329,13 +329,13 @@ TEST(MemoryPlan, FixedMemoryFromParameterCounts) {
   in.grad_accum = 2;  // docs/distributed.md's one-GPU column: the sums kept between micro batches
   f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 18 * P);
-  EXPECT_EQ(f.grad_bytes, 0);
+  EXPECT_EQ(f.grad_bytes, 2 * P);  // each micro batch's bf16 gradients, moved into the sums after its backward
   EXPECT_EQ(f.after_backward_bytes, 0);
   in.grad_accum = 1;
   in.world = 2, in.zero2 = true;  // its two-GPU column: sharded terms halved, the full fp32 buckets through backward
   f = fixed_memory(in);
   EXPECT_EQ(f.static_bytes, 2 * P + (4 + 8 + 4) * P / 2);
-  EXPECT_EQ(f.grad_bytes, 4 * P);
+  EXPECT_EQ(f.grad_bytes, 4 * P + 4 * P / 2);  // the fp32 buckets and their reduce-scattered slices
 
   FixedMemoryInputs lora;  // a float32 LoRA on a bf16 base sharded over 8 ranks
   lora.trainable_params = 100'000'000, lora.trainable_bytes = 4, lora.moment_bytes = 4;

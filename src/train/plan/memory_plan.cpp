@@ -294,11 +294,13 @@ FixedMemory fixed_memory(const FixedMemoryInputs& in) {
   if (in.fp32_masters) f.parts.emplace_back("fp32 masters", in.trainable_params * 4 / shards);
   f.parts.emplace_back("AdamW moments", 2 * in.trainable_params * in.moment_bytes / shards);
   if (in.zero2) {
-    // ZeRO-2: each rank's slice of the gradient sums; the full bucket buffers fill through backward
+    // ZeRO-2: each rank's slice of the gradient sums; the full bucket buffers fill through backward, each with the
+    // slice its reduce-scatter writes, both held until backward ends
     f.parts.emplace_back("gradient slices", in.trainable_params * master_bytes / shards);
-    f.grad_bytes = in.trainable_params * master_bytes;
+    f.grad_bytes = in.trainable_params * master_bytes + in.trainable_params * master_bytes / shards;
   } else if (in.fp32_masters && in.grad_accum > 1) {
     f.parts.emplace_back("fp32 gradient sums", in.trainable_params * 4);  // kept between micro batches
+    f.grad_bytes = in.trainable_params * tb;  // each micro batch's compute gradients, moved into the sums after it
   } else if (in.fp32_masters) {
     // one micro batch: the compute gradients grow through backward, then become fp32 sums (each compute gradient
     // freed at once) that the step frees
