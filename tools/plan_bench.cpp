@@ -262,10 +262,11 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
   PlanBenchResult result;
   const bool cross = !model->text_in_rows();  // Wan: the text is the cross-attention's keys and values
   for (int64_t frames : cfg.frame_list()) {
-    // One caption for the window; a second input with a caption a frame measures what each more caption keeps.
+    // One caption for the window; on a GPU a second input with a caption a frame measures what each more caption
+    // keeps (the CPU measures no bytes).
     const auto in = make_inputs(*model, cfg, frames, 1, dtype, dev);
     const auto in_captions =
-        cross && frames > 1 ? make_inputs(*model, cfg, frames, frames, dtype, dev) : DenoiserInputs{};
+        cross && frames > 1 && dev.is_cuda() ? make_inputs(*model, cfg, frames, frames, dtype, dev) : DenoiserInputs{};
     for (const auto& key : keys_to_measure(cfg)) {
       if (key.attn != "full") model->set_causal_kernel(causal_kernel_from_string(key.attn));
       model->set_block_runner({});
@@ -296,10 +297,10 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
       CostRow row;
       row.key = key, row.rows = both.rows, row.text_len = cfg.text_len;
       row.chunks = cfg.attention == "causal" ? kChunks : 0;
+      if (cross) row.text_rows = 1;
       if (in_captions.x.defined()) {
         probe->skip_second = false;
         const auto captions = run_once(*model, in_captions, *probe, mem, trainable);
-        row.text_rows = 1;
         row.text_row_bytes = std::max(0.0, static_cast<double>(captions.kept - both.kept) / (frames - 1));
       }
       row.kept_bytes = static_cast<double>(both.kept), row.transient_bytes = static_cast<double>(both.transient);
