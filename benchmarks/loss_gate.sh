@@ -9,12 +9,22 @@
 #   h3:  `vdt train causal` LoRA r 32 on a random MiniMax-H3 base (6 chunks of 2 latents at 16x16), one after the other;
 #        FLOOR=1 adds the second reference run here too.
 # Usage: benchmarks/loss_gate.sh sft|h3     Env: FP8 ('--fp8 fast'), STEPS (1000), LR (sft 1e-4, h3 1e-3),
-#        RUN_S (time limit a run), CLIPS (train clips of the root, 4)
+#        RUN_S (time limit a run), CLIPS (train clips of the root, 4). The reference runs first; when its loss does not
+#        halve, the verdict is NO GATE and the candidate is not run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=benchmarks/common.sh
 source benchmarks/common.sh
 what=${1:?usage: benchmarks/loss_gate.sh sft|h3}
+
+# reference_learns LOG WINDOW: whether the reference's running mean fell to half its start (loss_gate.py on the
+# reference against itself); when it did not, the verdict is NO GATE and the FP8 run is not worth its GPU time.
+reference_learns() {
+  python3 benchmarks/loss_gate.py "$1" "$1" --window "$2" > "$OUT/gate_reference.txt" 2>&1 && return 0
+  grep -E '^(learns|gate: NO GATE)' "$OUT/gate_reference.txt" | tee -a "$SUMMARY"
+  say "gate $what: NO GATE, the candidate run skipped"
+  return 1
+}
 fp8=${FP8:---fp8 fast}
 root="$WORK/gate_${what}_root"
 if [ "$what" = sft ]; then
@@ -34,8 +44,9 @@ if [ "$what" = sft ]; then
       --num_workers 2 --device cuda --seed 0 \
       $extra > "$OUT/gate_$mode.log" 2>&1  # one after the other: two mixed-precision 5B runs do not fit one H200
     say "gate sft $mode: rc $?, $(tail -1 "$OUT/gate_$mode.log")"
+    cp "$WORK/gate_$mode/train_log.csv" "$OUT/gate_${mode}_train_log.csv"
+    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_bf16_train_log.csv" 100 || exit 2; }
   done
-  for mode in $modes; do cp "$WORK/gate_$mode/train_log.csv" "$OUT/gate_${mode}_train_log.csv"; done
   floor=()
   [ "${FLOOR:-0}" = 1 ] && floor=(--floor "$OUT/gate_bf16b_train_log.csv")
   python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" "${floor[@]}" 2>&1 \
@@ -56,6 +67,7 @@ elif [ "$what" = h3 ]; then
       --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed 0 $extra > "$OUT/gate_h3_$mode.log" 2>&1
     say "gate h3 $mode: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$mode.log") step lines"
     cp "$WORK/gate_h3_$mode/train_log.jsonl" "$OUT/gate_h3_${mode}_train_log.jsonl"
+    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_h3_bf16_train_log.jsonl" 100 || exit 2; }
   done
   floor=()
   [ "${FLOOR:-0}" = 1 ] && floor=(--floor "$OUT/gate_h3_bf16b_train_log.jsonl")
