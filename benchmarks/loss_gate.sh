@@ -17,10 +17,10 @@ cd "$(dirname "$0")/.." || exit 1
 source benchmarks/common.sh
 what=${1:?usage: benchmarks/loss_gate.sh sft|h3}
 
-# reference_learns LOG WINDOW: whether the reference's running mean fell to half its start (loss_gate.py on the
+# reference_learns LOG: whether the reference's running mean fell to half its start (loss_gate.py's own rule, on the
 # reference against itself); when it did not, the verdict is NO GATE and the FP8 run is not worth its GPU time.
 reference_learns() {
-  python3 benchmarks/loss_gate.py "$1" "$1" --window "$2" > "$OUT/gate_reference.txt" 2>&1 && return 0
+  python3 benchmarks/loss_gate.py "$1" "$1" --window 100 > "$OUT/gate_reference.txt" 2>&1 && return 0
   grep -E '^(learns|gate: NO GATE)' "$OUT/gate_reference.txt" | tee -a "$SUMMARY"
   say "gate $what: NO GATE, the candidate run skipped"
   return 1
@@ -45,7 +45,7 @@ if [ "$what" = sft ]; then
       $extra > "$OUT/gate_$mode.log" 2>&1  # one after the other: two mixed-precision 5B runs do not fit one H200
     say "gate sft $mode: rc $?, $(tail -1 "$OUT/gate_$mode.log")"
     cp "$WORK/gate_$mode/train_log.csv" "$OUT/gate_${mode}_train_log.csv"
-    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_bf16_train_log.csv" 100 || exit 2; }
+    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_bf16_train_log.csv" || exit 2; }
   done
   floor=()
   [ "${FLOOR:-0}" = 1 ] && floor=(--floor "$OUT/gate_bf16b_train_log.csv")
@@ -67,7 +67,7 @@ elif [ "$what" = h3 ]; then
       --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed 0 $extra > "$OUT/gate_h3_$mode.log" 2>&1
     say "gate h3 $mode: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$mode.log") step lines"
     cp "$WORK/gate_h3_$mode/train_log.jsonl" "$OUT/gate_h3_${mode}_train_log.jsonl"
-    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_h3_bf16_train_log.jsonl" 100 || exit 2; }
+    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_h3_bf16_train_log.jsonl" || exit 2; }
   done
   floor=()
   [ "${FLOOR:-0}" = 1 ] && floor=(--floor "$OUT/gate_h3_bf16b_train_log.jsonl")
