@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "model/denoiser_registry.h"
@@ -446,6 +448,43 @@ TEST(CostTable, TheCheckedInTablesLoad) {
   EXPECT_TRUE(wan.has_kind("lora", true));
   for (const auto& r : wan.rows) EXPECT_EQ(r.text_rows, 1) << r.key.describe();  // Wan: measured with one caption
   EXPECT_TRUE(load_cost_table((plans / "nvidia-h200" / "minimax-h3.json").string()).has_kind("lora", true));
+}
+
+// The analytic estimate, what a card without a table plans from, is conservative against every row the checked-in
+// tables measured, at the preset's own dimensions (a model of one block, bf16 on the CPU): its device bytes at least
+// the measured ones, its device and host bytes together at least theirs (tables measured before offload rows left
+// the block's output out count that output on the device), a caption's bytes at least the measured ones (within the
+// 0.1 MB a block-checkpointed row measures by the allocator's rounding), and for a LoRA its backward's working set at
+// least the measured one. (Under full training the measured working set also holds the block's own weight gradients,
+// which the fixed part counts: docs/planner.md.)
+TEST(CostTable, AnalyticEstimateCoversTheMeasuredTables) {
+  const std::filesystem::path plans = std::filesystem::path(VDT_FIXTURES_DIR).parent_path().parent_path() / "plans";
+  std::map<std::string, std::shared_ptr<Denoiser>> models;  // one block of each preset
+  int compared = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(plans)) {
+    if (e.path().extension() != ".json") continue;
+    const auto t = load_cost_table(e.path().string());
+    if (!t.memory_measured) continue;
+    auto& model = models[t.preset];
+    if (!model) model = make_denoiser(t.preset, torch::TensorOptions().dtype(torch::kBFloat16), 1);
+    for (const auto& r : t.rows) {
+      const auto est = analytic_cost_table(model_dims(*model, r.text_len), r.key.training, r.chunks, {r.rows}, 400)
+                           .at(r.key, r.rows);
+      const std::string where = e.path().filename().string() + " (" + t.card + "): " + r.key.describe() + " at " +
+                                std::to_string(r.rows) + " rows";
+      EXPECT_GE(est.kept_bytes + est.host_bytes, r.kept_bytes + r.host_bytes) << where;
+      if (!r.key.offload) {
+        EXPECT_GE(est.kept_bytes, r.kept_bytes) << where;
+      }
+      EXPECT_GE(est.text_row_bytes + 0.1e6, r.text_row_bytes) << where;
+      if (r.key.training == "lora") {
+        EXPECT_GE(est.transient_bytes, r.transient_bytes) << where;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(models.size(), 3u);  // the three presets the benchmarks plan for
+  EXPECT_GE(compared, 150);      // two cards' tables of the three presets
 }
 
 }  // namespace

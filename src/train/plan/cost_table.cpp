@@ -284,6 +284,7 @@ CostTable with_memory_from(const CostTable& times, const CostTable& memory) {
     if (!memory.has(r.key)) continue;
     const auto m = memory.at(r.key, r.rows);
     r.kept_bytes = m.kept_bytes, r.host_bytes = m.host_bytes, r.transient_bytes = m.transient_bytes;
+    r.text_rows = m.text_rows, r.text_row_bytes = m.text_row_bytes;
     out.rows.push_back(r);
   }
   return out;
@@ -359,6 +360,9 @@ CostTable analytic_cost_table(const ModelDims& d, const std::string& training, i
   const double sel = (cross ? 13 : 10) * D + static_cast<double>(d.ffn_hidden);
   const double none = sel + 8 * D + static_cast<double>(d.ffn_inner);
   const double work = 2 * static_cast<double>(d.ffn_hidden) + 4 * D;
+  // One caption's cross-attention keys and values with the projections they come from, which a keeping block holds
+  // (block checkpointing recomputes them): the rows count one, text_row_bytes each one more.
+  const double caption = cross ? kSafety * 4 * static_cast<double>(d.text_len) * D * b : 0;
   std::vector<std::string> attns =
       chunks > 0 ? std::vector<std::string>{"prefix", "mask"} : std::vector<std::string>{"full"};
   for (int64_t n : rows) {
@@ -371,7 +375,9 @@ CostTable analytic_cost_table(const ModelDims& d, const std::string& training, i
       const double self_attn = 4 * r * keys * D * (attn == "mask" ? 1.3 : 1.0);
       const double fwd = gemm + self_attn + cross_attn;
       const double train = (training == "full" ? 3 : 2) * fwd;
-      const double mask_bytes = attn == "mask" ? r * r : 0;  // the dense boolean mask
+      // the mask kernel's SDPA turns the boolean [R, R] mask into an additive bias of 2 bytes a pair and keeps it for
+      // its backward: a selective block keeps it, a recomputing one makes it again in its backward
+      const double mask_bias = attn == "mask" ? 2 * r * r : 0;
       auto add = [&](const std::string& ckpt, bool offload, double keep) {
         CostRow c;
         c.key = {training, ckpt, attn, offload, keep};
@@ -386,13 +392,15 @@ CostTable analytic_cost_table(const ModelDims& d, const std::string& training, i
           kept = sel, transient += none - sel;
           flops += 0.1 * fwd;  // the elementwise chains between the kept outputs
         }
-        if (offload) {
-          const double moved = D * (1 + (ckpt == "block" ? keep : 0));
+        if (offload) {  // a recomputing block's input (and kept attention) go to the host; a keeping block keeps all
+          const double moved = ckpt == "block" ? D * (1 + keep) : 0;
           kept -= moved, host += moved, flops *= 1.03;
         }
-        c.kept_bytes = kSafety * kept * r * b;
+        c.text_rows = cross ? 1 : 0;
+        c.text_row_bytes = ckpt == "block" ? 0 : caption;
+        c.kept_bytes = kSafety * kept * r * b + c.text_row_bytes + (ckpt == "selective" ? mask_bias : 0);
         c.host_bytes = kSafety * host * r * b;
-        c.transient_bytes = kSafety * transient * r * b + mask_bytes;
+        c.transient_bytes = kSafety * transient * r * b + (ckpt == "selective" ? 0 : mask_bias);
         c.seconds = flops / (tflops * 1e12);
         t.rows.push_back(c);
       };
