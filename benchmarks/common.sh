@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the benchmarks/*.sh scripts: the paths and settings they share. Not run on its own.
-# OUT: where logs and summaries go (on the lent GPU machine, the folder that comes back); BUILD: the GPU build folder;
+# OUT: where logs and summaries go (on a GPU machine, the folder the results are copied from); BUILD: the GPU build folder;
 # VDT: the binary (default $BUILD/vdt; e.g. VDT=build/vdt on a CPU machine).
 OUT=${OUT:-/tmp/vdt_out}
 BUILD=${BUILD:-build-gpu}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds vdt on a lent GPU machine against its python3 torch (CUDA kernels for sm_90a), with the headers and test
+# Builds vdt on a GPU machine against its python3 torch (CUDA kernels for sm_90a), with the headers and test
 # libraries of .deps/ (benchmarks/prepare_gpu_carry.sh; carry .deps with the call). With --tests it also builds the
 # GoogleTest suite and runs its CUDA tests (FILTER, default: the kernel, optimizer and checkpointing suites).
 # Usage: benchmarks/gpu_build.sh [--tests [FILTER]]     Env: BUILD (build-gpu), OUT (/tmp/vdt_out)
@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.." || exit 1
 source benchmarks/common.sh
 tests=OFF
 [ "${1:-}" = --tests ] && tests=ON
-# The default leaves out SftTrainerHonoursSelectiveBlocks: on the lent image it crashed after its last step (it passes
-# on the CPU) and took the tests after it down.
+# The default leaves out SftTrainerHonoursSelectiveBlocks: on the GPU image the benchmarks ran on, it crashed after its
+# last step (it passes on the CPU) and took the tests after it down.
 suites='*Cuda*:FusedOps.*:WanRmsNorm.*:WanQkNormRope.*:GatherRows.*:Swiglu.*:BiasGrad.*:AdamW.*:Fp8*:ZeroedScratch.*'
 suites+=':ActivationCheckpoint.*:RangedAttention.*:-ActivationCheckpoint.SftTrainerHonoursSelectiveBlocks'
 filter=${2:-$suites}
@@ -26,7 +26,7 @@ cmake --build "$BUILD" -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -A5 error
 say "build: $(($(date +%s) - t0)) s, tests $tests"
 [ $tests = ON ] || exit 0
 
-# The binary has been seen to crash at exit after its last test on the lent image (every test passed): the test
+# The binary has been seen to crash at exit after its last test on that image (every test passed): the test
 # lines decide, not the exit code alone.
 timeout "${TESTS_S:-400}" "$BUILD/tests/vdt_tests" --gtest_filter="$filter" > "$OUT/gtest.log" 2>&1
 say "gtest rc $?"

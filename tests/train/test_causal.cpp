@@ -383,7 +383,7 @@ TEST_F(CausalTest, TwoRanksResumeExactlyAndOneRankContinuesTheStream) {
   EXPECT_NE(single.resume_how.find("world size 2 -> 1"), std::string::npos) << single.resume_how;
 }
 
-// What the issue asks: kill a run, re-run the same command, and it continues exactly.
+// Kill a run, re-run the same command, and it continues exactly.
 TEST_F(CausalTest, KilledRunRerunWithTheSameCommandContinuesExactly) {
   const std::vector<std::string> base = {"train",
                                          "causal",
