@@ -9,8 +9,8 @@ candidate that follows it).
 
 With --floor REF2 (a second reference run, the same configuration and seed): the largest difference between the two
 references too, which is the run-to-run spread of the reference itself (a CUDA backward is not bitwise deterministic,
-and the trajectories part within a few dozen steps); the candidate's largest difference is then printed against it.
-The verdict stays the tolerance's.
+and the trajectories part within a few dozen steps); the candidate's largest difference is then printed against it,
+and a line says so when the spread itself exceeds the tolerance. The verdict stays the tolerance's.
 
 Usage: python3 benchmarks/loss_gate.py REF.csv|REF.jsonl CAND.csv|CAND.jsonl [--window 100] [--tol 0.02] [--points 10]
        [--fall 0.5] [--floor REF2.csv|REF2.jsonl]
@@ -86,6 +86,9 @@ def main():
             _, _, frel, fworst = largest_difference(ref, ref2, both, a.window)
             print(f"floor: the two references differ by up to {frel[fworst] * 100:.2f} % (step {both[fworst + a.window]});"
                   f" the candidate {'within' if rel[worst] <= frel[fworst] else 'beyond'} that spread")
+            if frel[fworst] > a.tol:
+                print(f"floor: the reference does not stay within the tolerance {a.tol * 100:.1f} % of itself, so no "
+                      "candidate can be expected to (a configuration whose runs part less, or a tolerance at its spread)")
         else:
             print(f"floor: only {len(both)} steps common with {a.floor}: no floor")
     share = r[-1] / r[a.window - 1]

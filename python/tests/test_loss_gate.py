@@ -71,6 +71,9 @@ def test_causal_logs_and_the_floor_line(tmp_path):
     assert r.returncode == 1, r.stdout   # 3 % off fails the 2 % tolerance even inside the references' 4 % spread
     assert "floor: the two references differ by up to 4.00 %" in r.stdout and "within that spread" in r.stdout
     assert "median step time ref 0.300 s" in r.stdout
+    assert "the reference does not stay within the tolerance 2.0 % of itself" in r.stdout   # its 4 % spread
+    ref3 = write_jsonl(tmp_path / "ref3.jsonl", curve(400, 2.0, 0.1, scale=1.01))
+    assert "does not stay within" not in gate(ref, cand, "--floor", ref3).stdout   # a 1 % spread is within 2 %
 
 
 def test_too_short_a_run_has_no_verdict(tmp_path):
