@@ -28,55 +28,52 @@ reference_learns() {
 }
 fp8=${FP8:---fp8 fast}
 root="$WORK/gate_${what}_root"
+modes="bf16 fp8"
+[ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
+# run MODE EXTRA: one training run into $WORK/<prefix>MODE, its log and train log copied to $OUT
 if [ "$what" = sft ]; then
   "$VDT" data synth "$root" --overwrite --flat --channels 48 --latent_frames "${FRAMES:-4}" --latent_h 30 --latent_w 52 \
     --text_dim 4096 --text_len 512 --train_runs 1 --train_clips_per_run "${CLIPS:-4}" --val_runs 1 \
     --val_clips_per_run 1 --n_drop 0 > "$OUT/gate_synth.log" 2>&1 || { tail -5 "$OUT/gate_synth.log"; exit 1; }
-  modes="bf16 fp8"
-  [ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
-  for mode in ${MODES:-$modes}; do
-    extra=""
-    [ "$mode" = fp8 ] && extra=$fp8
-    fresh_dir "$WORK/gate_$mode"
-    # shellcheck disable=SC2086  # $extra is a word list
-    timeout "${RUN_S:-500}" "$VDT" train sft --random-init --data_root "$root" --output "$WORK/gate_$mode" \
+  prefix=gate_ ext=csv
+  run() {
+    fresh_dir "$WORK/gate_$1"
+    # shellcheck disable=SC2086  # $2 is a word list
+    timeout "${RUN_S:-500}" "$VDT" train sft --random-init --data_root "$root" --output "$WORK/gate_$1" \
       --res 832x480 --max_steps "${STEPS:-1000}" --grad_accum "${ACCUM:-1}" --precision mixed \
       --checkpointing selective --lr "${LR:-1e-4}" --warmup_steps 20 --val_every 0 --save_every 100000 --no-save_state \
-      --num_workers 2 --device cuda --seed 0 \
-      $extra > "$OUT/gate_$mode.log" 2>&1  # one after the other: two mixed-precision 5B runs do not fit one H200
-    say "gate sft $mode: rc $?, $(tail -1 "$OUT/gate_$mode.log")"
-    cp "$WORK/gate_$mode/train_log.csv" "$OUT/gate_${mode}_train_log.csv"
-    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_bf16_train_log.csv" || exit 2; }
-  done
-  [ -f "$OUT/gate_bf16_train_log.csv" ] && [ -f "$OUT/gate_fp8_train_log.csv" ] || exit 0  # MODES left one out
-  floor=()
-  [ -f "$OUT/gate_bf16b_train_log.csv" ] && floor=(--floor "$OUT/gate_bf16b_train_log.csv")
-  python3 benchmarks/loss_gate.py "$OUT/gate_bf16_train_log.csv" "$OUT/gate_fp8_train_log.csv" "${floor[@]}" 2>&1 \
-    | tee -a "$SUMMARY"
+      --num_workers 2 --device cuda --seed 0 $2 > "$OUT/gate_$1.log" 2>&1
+    say "gate sft $1: rc $?, $(tail -1 "$OUT/gate_$1.log")"
+    cp "$WORK/gate_$1/train_log.csv" "$OUT/gate_$1_train_log.csv"
+  }
 elif [ "$what" = h3 ]; then
   "$VDT" data synth "$root" --overwrite --flat --model h3 --latent_frames 12 --latent_h 16 --latent_w 16 --text_dim 5120 \
     --text_len 256 --train_runs 1 --train_clips_per_run "${CLIPS:-4}" --val_runs 1 --val_clips_per_run 1 --n_drop 0 \
     > "$OUT/gate_h3_synth.log" 2>&1 || { tail -5 "$OUT/gate_h3_synth.log"; exit 1; }
-  modes="bf16 fp8"
-  [ "${FLOOR:-0}" = 1 ] && modes="bf16 fp8 bf16b"
-  for mode in ${MODES:-$modes}; do  # one after the other: two 33B bases do not fit one H200
-    extra=""
-    [ "$mode" = fp8 ] && extra=$fp8
-    fresh_dir "$WORK/gate_h3_$mode"
-    # shellcheck disable=SC2086  # $extra is a word list
-    timeout "${RUN_S:-480}" "$VDT" train causal --random-init --data-root "$root" --out "$WORK/gate_h3_$mode" \
+  prefix=gate_h3_ ext=jsonl
+  run() {
+    fresh_dir "$WORK/gate_h3_$1"
+    # shellcheck disable=SC2086  # $2 is a word list
+    timeout "${RUN_S:-480}" "$VDT" train causal --random-init --data-root "$root" --out "$WORK/gate_h3_$1" \
       --model minimax-h3 --chunk-frames 2 --steps "${STEPS:-1000}" --save-every 100000 --val-clips 1 --lora-rank 32 \
-      --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed 0 $extra > "$OUT/gate_h3_$mode.log" 2>&1
-    say "gate h3 $mode: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$mode.log") step lines"
-    cp "$WORK/gate_h3_$mode/train_log.jsonl" "$OUT/gate_h3_${mode}_train_log.jsonl"
-    [ "$mode" = bf16 ] && { reference_learns "$OUT/gate_h3_bf16_train_log.jsonl" || exit 2; }
-  done
-  [ -f "$OUT/gate_h3_bf16_train_log.jsonl" ] && [ -f "$OUT/gate_h3_fp8_train_log.jsonl" ] || exit 0  # MODES left one out
-  floor=()
-  [ -f "$OUT/gate_h3_bf16b_train_log.jsonl" ] && floor=(--floor "$OUT/gate_h3_bf16b_train_log.jsonl")
-  python3 benchmarks/loss_gate.py "$OUT/gate_h3_bf16_train_log.jsonl" "$OUT/gate_h3_fp8_train_log.jsonl" --window 100 \
-    "${floor[@]}" 2>&1 | tee -a "$SUMMARY"
+      --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed 0 $2 > "$OUT/gate_h3_$1.log" 2>&1
+    say "gate h3 $1: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$1.log") step lines"
+    cp "$WORK/gate_h3_$1/train_log.jsonl" "$OUT/gate_h3_$1_train_log.jsonl"
+  }
 else
   echo "usage: benchmarks/loss_gate.sh sft|h3" >&2
   exit 2
 fi
+log() { echo "$OUT/$prefix$1_train_log.$ext"; }
+
+# One run after the other: two mixed-precision 5B runs, or two 33B bases, do not fit one H200.
+for mode in ${MODES:-$modes}; do
+  extra=""
+  [ "$mode" = fp8 ] && extra=$fp8
+  run "$mode" "$extra"
+  [ "$mode" = bf16 ] && { reference_learns "$(log bf16)" || exit 2; }
+done
+[ -f "$(log bf16)" ] && [ -f "$(log fp8)" ] || exit 0  # MODES left one out
+floor=()
+[ -f "$(log bf16b)" ] && floor=(--floor "$(log bf16b)")
+python3 benchmarks/loss_gate.py "$(log bf16)" "$(log fp8)" --window 100 "${floor[@]}" 2>&1 | tee -a "$SUMMARY"
