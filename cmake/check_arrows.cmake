@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.22)
 # Fails when a source under src/<area>/ (.h, .cpp, .cu, .cuh) includes a header of an area it may not depend on
 # (the arrows of docs/architecture.md):
 #   core <- model <- diffusion, core <- data, core <- optim, {model, optim} <- distributed,
-#   {model, diffusion, data, distributed} <- train.
+#   {model, diffusion, data} <- generate, {generate, distributed} <- train.
 # Run as a ctest test: cmake -DSRC=<repo>/src -P check_arrows.cmake
 set(allowed_core "core")
 set(allowed_model "core;model")
@@ -10,9 +10,10 @@ set(allowed_diffusion "core;model;diffusion")
 set(allowed_data "core;data")
 set(allowed_optim "core;optim")
 set(allowed_distributed "core;model;optim;distributed")
-set(allowed_train "core;model;diffusion;data;optim;distributed;train")
+set(allowed_generate "core;model;diffusion;data;generate")
+set(allowed_train "core;model;diffusion;data;optim;distributed;generate;train")
 set(violations "")
-foreach(area core model diffusion data optim distributed train)
+foreach(area core model diffusion data optim distributed generate train)
   file(GLOB_RECURSE files ${SRC}/${area}/*.h ${SRC}/${area}/*.cpp ${SRC}/${area}/*.cu ${SRC}/${area}/*.cuh)
   foreach(f ${files})
     file(STRINGS ${f} lines REGEX "^#include \"[a-z_]+/")

@@ -1,5 +1,5 @@
 // The streaming benchmark: the model and inputs are built here (no data root), the loop is the sampler's own
-// (diffusion/stream_sampler.h over model/kv_stream.h), timed per chunk with a device sync after each phase.
+// (generate/rollout.h over model/kv_stream.h), timed per chunk with a device sync after each phase.
 #include "tools/sample_bench.h"
 
 #include <torch/cuda.h>
@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "diffusion/forcing.h"
-#include "diffusion/stream_sampler.h"
 #include "diffusion/flow_match.h"
+#include "generate/rollout.h"
 #include "model/denoiser_registry.h"
 #include "model/kv_stream.h"
 #include "model/lora.h"
@@ -106,8 +106,10 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
     s.prefix_ids = torch::tensor({row}, torch::kLong);
     return model->open_stream(s);
   };
-  auto pos = open(0);
-  auto neg = guided ? open(1) : nullptr;
+  auto pos_stream = open(0);
+  auto neg_stream = guided ? open(1) : nullptr;
+  KvStream* pos = pos_stream.get();  // owned by the rollout from below
+  KvStream* neg = neg_stream.get();
   sample_bench_sync(device);
   r.prefix_s = sample_bench_since(t0);
   r.sink_chunks = pos->spec().sink_chunks, r.window = pos->spec().kept_window();
@@ -121,21 +123,10 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
     }
     return in;
   };
-  auto branch = [&](KvStream* s, int64_t row) -> StreamBranch {
+  auto branch = [&](std::unique_ptr<KvStream> s, int64_t row) -> RolloutBranch {
     if (!s) return {};
-    return {[&, s, row](const SampleState& x, const torch::Tensor& t) {
-              DenoiserAux aux;
-              SampleState v{s->forward(inputs(row, x, t), &aux).to(torch::kFloat32), {}};
-              for (const auto& [name, a] : x.side) v.side[name] = aux.streams.at(name).to(torch::kFloat32);
-              return v;
-            },
-            [&, s, row](const SampleState& clean) {
-              const auto tc = std::chrono::steady_clock::now();
-              s->commit(inputs(row, clean, torch::zeros({1, cf}, torch::kFloat32)));
-              sample_bench_sync(device);
-              r.commit_s.back() += sample_bench_since(tc);
-              t0 = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
-            }};
+    return {std::move(s),
+            [&, row](int64_t, const SampleState& x, const torch::Tensor& t) { return inputs(row, x, t); }};
   };
   StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP=n: chunk n's steps and commit (1-based)
   auto noise = [&](int64_t n) {
@@ -156,18 +147,26 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   EulerConfig ec;
   ec.steps = cfg.steps, ec.cfg_scale = cfg.cfg;
   ec.shift = cfg.shift > 0 ? cfg.shift : flow_schedule(r.family).sample_shift;
-  StreamConfig sc;
-  sc.chunks = cfg.chunks;
+  RolloutConfig rc;
+  rc.grid = rollout_grid(ec), rc.cfg_scale = guided ? ec.cfg_scale : 1.0;
+  Rollout rollout(branch(std::move(pos_stream), 0), branch(std::move(neg_stream), 1), rc);
   t0 = std::chrono::steady_clock::now();
-  stream_sample(branch(pos.get(), 0), branch(neg.get(), 1), noise, torch::Tensor(), sc, ec,
-                [&](int64_t n, const SampleState& chunk) {
-                  sample_bench_sync(device);
-                  r.chunk_s.push_back(sample_bench_since(t0));
-                  r.commit_s.push_back(0);
-                  r.chunk_frames_px.push_back(pos->first_pixel_frame((n + 1) * cf) - pos->first_pixel_frame(n * cf));
-                  if (cfg.on_chunk) cfg.on_chunk(n, chunk.video);
-                  t0 = std::chrono::steady_clock::now();
-                });
+  sample_stream(
+      rollout, cfg.chunks, noise, torch::Tensor(),
+      [&](int64_t n, const SampleState& chunk) {
+        sample_bench_sync(device);
+        r.chunk_s.push_back(sample_bench_since(t0));
+        r.commit_s.push_back(0);
+        r.chunk_frames_px.push_back(pos->first_pixel_frame((n + 1) * cf) - pos->first_pixel_frame(n * cf));
+        if (cfg.on_chunk) cfg.on_chunk(n, chunk.video);
+        t0 = std::chrono::steady_clock::now();
+      },
+      /*commit_last=*/false,
+      [&](int64_t) {
+        sample_bench_sync(device);
+        r.commit_s.back() = sample_bench_since(t0);
+        t0 = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
+      });
   trace.after_step(cfg.chunks);
   // Warm-up: until the window is full the cache grows by a chunk each time (and each size records its own graph);
   // from then on every chunk sees the same cache, as a long stream does. At least one chunk stays timed. A traced

@@ -73,12 +73,14 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable
                        const torch::Tensor& w_k) {
     return kernels::wan_qk_norm_rope(q_in, k_in, w_q, w_k, norm_q->eps(), rope.cos, rope.sin, heads_);
   };
-  if (kv) {  // a stream's chunk: keys and values into the cache, attention over it (no graph is kept: sampling)
+  if (kv) {  // a stream's chunk: attention over the cache (sampling) or over the pass's history (with autograd)
     auto [qh, kh] = norm_rope(qkv[0], qkv[1], norm_q->weight, norm_k->weight);  // [B, L, N, Dh]
+    const auto vh = qkv[2].unflatten(-1, {heads_, -1});                         // [B, L, D] -> [B, L, N, Dh]
+    if (kv.history) return lora_or_linear(o, merge_heads(kv.history->attend(kv.block, qh, kh, vh, kernel)));
     const auto raw = kv.cache->wants_raw_keys()  // the sink's keys before rotation, rotated again as the window moves
                          ? kernels::wan_rms_norm(qkv[1], norm_k->weight, norm_k->eps()).unflatten(-1, {heads_, -1})
                          : torch::Tensor();
-    const auto a = kv.cache->attend(kv.block, qh, kh, qkv[2].unflatten(-1, {heads_, -1}), kernel, raw);
+    const auto a = kv.cache->attend(kv.block, qh, kh, vh, kernel, raw);
     return lora_or_linear(o, merge_heads(a));  // [B, N, L, Dh] -> [B, L, D]
   }
   const auto ck = kernel == AttentionKernel::eager ? CausalKernel::eager : causal_kernel;

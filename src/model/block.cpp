@@ -43,7 +43,8 @@ torch::Tensor WanBlockImpl::forward(const BlockInputs& in) {
   x = gated_add(x, self_attn(h1, in.rope, in.pattern, in.kv), mod[2]);
   // 2) cross-attention on text, affine norm3, no gate
   auto [x_res3, h3] = kernels::layer_norm_branch(x, norm3->weight, norm3->bias, norm3->options.eps());
-  x = x_res3 + (in.kv && in.kv.cache->has_text()
+  // (a stream's pass with autograd runs the full cross-attention, so a LoRA on its k and v gets the text's gradients)
+  x = x_res3 + (in.kv && !in.kv.history && in.kv.cache->has_text()
                     ? cross_attn->forward_cached(h3, in.kv.cache->text_k(in.kv.block), in.kv.cache->text_v(in.kv.block),
                                                  in.ctx_ids)
                     : cross_attn(h3, in.ctx, in.ctx_ids));

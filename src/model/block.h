@@ -20,7 +20,7 @@ struct BlockInputs {
   TokenPattern pattern;   // self-attention: bidirectional, block-causal chunks of tokens, or teacher forcing
   torch::Tensor ctx_ids;  // optional [B, F] int64: the row of ctx for each cell (per-cell text as distinct rows)
   KvSlot kv;  // a stream's cache (model/kv_cache.h): x is the chunk being made; the text's keys and values come from
-              // the cache (ctx unused)
+              // the cache (ctx unused), or, in a pass with autograd (kv.history), from ctx
 };
 
 class WanBlockImpl : public torch::nn::Module {

@@ -140,6 +140,8 @@ class Denoiser : public torch::nn::Module {
   virtual std::string describe_sequence(const WindowShape& window) const { return {}; }
   // The metadata a LoRA file of this base carries to name it (LoraBaseInfo).
   virtual LoraBaseInfo lora_base_info() const = 0;
+  // Pixel frames before latent frame k (the VAE's clock: Wan 4k - 3 after frame 0, H3 clips of 17 frames per 5).
+  virtual int64_t first_pixel_frame(int64_t k) const = 0;
   // Streaming generation with a KV cache (model/kv_stream.h): a stream of chunks over this model; families without
   // one refuse (the default).
   virtual std::unique_ptr<KvStream> open_stream(const StreamSpec& spec);

@@ -17,6 +17,8 @@ void StreamSpec::validate() const {
   VDT_CHECK(chunk_frames >= 1 && height >= 1 && width >= 1 && batch >= 1, "stream: chunk of ", chunk_frames,
             " latent frames of ", height, " x ", width, ", batch ", batch, ": expected >= 1 each");
   VDT_CHECK(span_chunks >= 1, "stream: the trained span has ", span_chunks, " chunks, expected >= 1");
+  VDT_CHECK(!keep_history_graph || !drops(), "stream: a history with gradients keeps every chunk, but --window ",
+            window, " drops chunks of the ", chunks, ": leave the window out or detach the history");
   if (chunks <= span_chunks) return;  // every position is one the span had
   VDT_CHECK(window >= 1, "--chunks ", chunks, " is past the ", span_chunks,
             " chunks the model was trained on: give "

@@ -2,11 +2,14 @@
 // a KV cache (model/kv_cache.h) with the prefix encoded once (H3: text and Picture 1 at the conditioning level; Wan:
 // the text's cross-attention keys and values) and the finished chunks' keys and values at the clean level, the
 // trainer's context convention. forward() runs the chunk being made attending to the cache and itself; commit()
-// runs a finished chunk at timestep 0 and appends its keys and values once, then drops chunks beyond the window.
+// runs a finished chunk at its context level (timestep 0 unless given) and appends its keys and values once, then
+// drops chunks beyond the window. A pass runs with autograd when the caller's grad mode is on (a trainer's rollout,
+// generate/rollout.h): it then reads the cache's rows as a KvHistory (model/kv_cache.h) and writes none, so a
+// checkpointed block's recompute sees what its forward saw; the commit stays a pass of its own, outside any block.
 // Positions (the rolling offset): chunks keep their absolute rotary positions; a window that has moved past the
 // sink makes the sink's keys rotate again, so that the sink sits just before the oldest kept chunk, where it sat in
 // training. Every distance a query sees is then one of the trained span's. Not here: the Euler loop
-// (diffusion/stream_sampler.h), noise, files.
+// (generate/rollout.h), noise, files.
 #pragma once
 #include <torch/types.h>
 
@@ -38,6 +41,10 @@ struct StreamSpec {
   // H3: each block's AdaLN projection of a timestep computed once and kept for this many distinct model times (the
   // Euler grid's few timesteps and the clean level repeat every chunk); 0: computed in every pass (the reference).
   int64_t modulation_slots = 32;
+  // With autograd on, the prefix (at open_stream) and each commit keep their keys and values in the graph, so that
+  // later passes' gradients reach them (a history with gradients; no window may drop a chunk, and the commits must not
+  // run inside a checkpointed block). Off: the cache's rows are constants to every pass (a detached history).
+  bool keep_history_graph = false;
 
   // The window in chunks after the sink (every chunk when -1), and whether a chunk is ever dropped.
   int64_t kept_window() const { return window < 0 ? chunks : window; }
@@ -53,10 +60,12 @@ class KvStream {
   // The chunk being made, chunk chunks_done(): x [B, C, chunk_frames, H, W] noisy, t [B, chunk_frames] (0..1000),
   // context_ids [B, chunk_frames] (rows of spec.context; undefined: each stream's prefix row), extra: each side
   // stream's steps of this chunk ("audio" [B, 2, Da, Ac]) and their timesteps ("audio.t" [B, Ac]) -> the prediction
-  // of noise − x0 [B, C, chunk_frames, H, W]; aux->streams the side streams'. The cache is read, not changed.
+  // of noise − x0 [B, C, chunk_frames, H, W]; aux->streams the side streams'. The cache is read, not changed. With
+  // autograd on the prediction is in the graph (the stream and its cache must outlive the backward).
   virtual torch::Tensor forward(const DenoiserInputs& chunk, DenoiserAux* aux = nullptr) = 0;
-  // The finished chunk (clean: its t is ignored, timestep 0 is used) appended to the cache; then chunks beyond the
-  // window are dropped and the sink re-rotated.
+  // The finished chunk appended to the cache, run at its t (the context level; undefined: timestep 0, clean; side
+  // streams at their ".t", clean when absent); then chunks beyond the window are dropped and the sink re-rotated.
+  // Without autograd unless keep_history_graph.
   virtual void commit(const DenoiserInputs& clean) = 0;
   // Pixel frames before latent frame k of the stream (the VAE's clock; Wan 4k - 3, H3 clips of 17 frames per 5).
   virtual int64_t first_pixel_frame(int64_t k) const = 0;

@@ -77,6 +77,7 @@ class WanDiTImpl : public Denoiser {
   std::string preset() const override { return cfg_.preset; }
   std::string config_json() const override { return cfg_.to_json(); }
   LoraBaseInfo lora_base_info() const override { return {cfg_.preset, "cross-attention per frame"}; }
+  int64_t first_pixel_frame(int64_t k) const override { return k == 0 ? 0 : 4 * k - 3; }
   std::string architecture_difference(const std::string& config_json) const override;
   int64_t latent_channels() const override { return cfg_.in_dim; }
   int64_t text_dim() const override { return cfg_.text_dim; }

@@ -3,7 +3,9 @@
 // the cached chunks and themselves, and a committed chunk's keys and values (timestep 0) stay. The sink is the first
 // `sink_chunks` chunks (default 1: Wan's text lives in cross-attention, so its attention sink is the first chunk, as
 // LongLive's frame sink; with a clean first frame that chunk is also the conditioning). Blocks run through the
-// model's block runner, so a sharded base gathers its weights as in training.
+// model's block runner, so a sharded base gathers its weights as in training. A pass with autograd on attends to a
+// KvHistory and runs the full cross-attention on the embedded text (kept from the start, computed without autograd:
+// the text embedding is frozen), so a LoRA on the cross-attention's k and v gets its gradients.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -34,7 +36,8 @@ class WanStream : public KvStream {
     cache_ = std::make_unique<KvCache>(c.num_layers, s.batch, kept * tokens_, c.num_heads, c.head_dim(), opts);
     // The text, once: embedded rows [R, Lt, D], then each block's cross-attention keys and values.
     torch::NoGradGuard ng;
-    const auto ctx = m_.text_embedding->forward(s.context.to(m_.device(), m_.compute_dtype()));
+    ctx_ = m_.text_embedding->forward(s.context.to(m_.device(), m_.compute_dtype()));
+    const auto& ctx = ctx_;
     auto blocks = m_.block_modules();
     for (int64_t i = 0; i < c.num_layers; ++i) {
       auto& block = *blocks[static_cast<size_t>(i)]->as<WanBlockImpl>();
@@ -52,10 +55,13 @@ class WanStream : public KvStream {
   }
 
   void commit(const DenoiserInputs& clean) override {
+    torch::AutoGradMode mode(spec_.keep_history_graph && torch::GradMode::is_enabled());
     DenoiserInputs in = clean;
-    in.t = torch::zeros({spec_.batch, grid_[0]}, torch::kFloat32);  // the clean level: the trainer's context
-    const auto rows = distinct_timestep_rows(in.t);
-    in.t_rows = rows.rows, in.t_index = rows.index;
+    if (!in.t.defined() || !in.t_rows.defined()) {  // undefined: the clean level, the trainer's context
+      if (!in.t.defined()) in.t = torch::zeros({spec_.batch, grid_[0]}, torch::kFloat32);
+      const auto rows = distinct_timestep_rows(in.t.to(torch::kCPU));
+      in.t_rows = rows.rows, in.t_index = rows.index;
+    }
     run(in, /*commit=*/true);
     ++done_;
     const int64_t moved = keep_window();
@@ -63,7 +69,7 @@ class WanStream : public KvStream {
     moved_ = moved;
   }
 
-  int64_t first_pixel_frame(int64_t k) const override { return k == 0 ? 0 : 4 * k - 3; }
+  int64_t first_pixel_frame(int64_t k) const override { return m_.first_pixel_frame(k); }
 
  private:
   using Run = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
@@ -72,9 +78,10 @@ class WanStream : public KvStream {
     return runner ? runner({block, std::move(inputs), fn}) : fn(inputs);
   }
 
-  // One pass of chunk done_: x [B, C, cf, H, W] -> the prediction (undefined when committing).
+  // One pass of chunk done_: x [B, C, cf, H, W] -> the prediction (undefined when committing). With autograd on, the
+  // pass attends to a KvHistory (model/kv_cache.h) and runs eagerly.
   torch::Tensor run(const DenoiserInputs& in, bool commit) {
-    torch::NoGradGuard ng;
+    const bool grad = torch::GradMode::is_enabled();
     const auto& c = m_.config();
     const int64_t B = spec_.batch, F = grid_[0];
     TORCH_CHECK(in.x.dim() == 5 && in.x.size(0) == B && in.x.size(1) == c.in_dim &&
@@ -102,8 +109,16 @@ class WanStream : public KvStream {
       bin.ctx_ids = spec_.prefix_ids.to(device, torch::kLong).view({B, 1}).expand({B, F});
     }
     cache_->begin(tokens_, done_, commit, commit && done_ < spec_.sink_chunks && spec_.drops());
+    std::shared_ptr<const KvHistory> history;
+    try {
+      if (grad) history = cache_->history(/*copy=*/spec_.drops());
+    } catch (...) {
+      cache_->end_without_commit();
+      throw;
+    }
+    if (grad) bin.ctx = ctx_;  // [R, Lt, D]: the full cross-attention
     // The block loop over [x, e0, rope cos, rope sin, ctx_ids]: one CUDA graph per kept-rows count when on.
-    auto blocks_of = [this, bin](const std::vector<torch::Tensor>& v) {
+    auto blocks_of = [this, bin, history](const std::vector<torch::Tensor>& v) {
       BlockInputs b = bin;
       b.x = v[0], b.e0 = v[1], b.rope = {v[2], v[3]}, b.ctx_ids = v[4];
       auto blocks = m_.block_modules();
@@ -111,7 +126,7 @@ class WanStream : public KvStream {
         auto& block = *blocks[static_cast<size_t>(i)]->as<WanBlockImpl>();
         BlockInputs rest = b;
         rest.x = rest.e0 = torch::Tensor();
-        rest.kv = {cache_.get(), i};
+        rest.kv = {cache_.get(), i, history};
         b.x = run_block(block, {b.x, b.e0}, [&block, rest](const std::vector<torch::Tensor>& in) {
           BlockInputs r = rest;
           r.x = in[0], r.e0 = in[1];
@@ -122,7 +137,8 @@ class WanStream : public KvStream {
     };
     try {
       const std::vector<torch::Tensor> inputs{bin.x, bin.e0, bin.rope.cos, bin.rope.sin, bin.ctx_ids};
-      bin.x = cache_->wants_raw_keys() ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
+      const bool eager = grad || cache_->wants_raw_keys();
+      bin.x = eager ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
     } catch (...) {
       cache_->end_without_commit();
       throw;
@@ -152,6 +168,7 @@ class WanStream : public KvStream {
   std::array<int64_t, 3> grid_{};
   int64_t tokens_ = 0;
   RopeTable rope_;
+  torch::Tensor ctx_;  // [R, Lt, D] the embedded text rows (passes with autograd)
   int64_t rope_chunk_ = -1, moved_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// Streaming generation with a KV cache (model/kv_stream.h, diffusion/stream_sampler.h, train/eval/stream_sampling.h)
+// Streaming generation with a KV cache (model/kv_stream.h, generate/rollout.h, train/eval/stream_sampling.h)
 // on the CPU in float32: with the window holding the whole stream it equals the recompute sampler
 // (sample_causal_window) on tiny and h3-tiny, with and without a LoRA, guidance on and off; a chunk does not change
 // when later chunks are made; past the span the window keeps the cache's size and the rolling offset gives a chunk

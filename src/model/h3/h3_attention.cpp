@@ -133,7 +133,7 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
   // Rows per head are [q | k | v] (the original checkpoint's order, docs/h3_model.md §1.9).
   auto qkv = lora_or_linear(qkv_proj, x).view({S, heads_, 3, head_dim_});  // [S, 3*N*Dh] -> [S, N, 3, Dh]
   torch::Tensor q, k, v;                                                   // [S, N, Dh]
-  if (kv && rope) {  // a stream: k and v written straight into the cache's rows of this pass, then attention over it
+  if (kv && rope && !kv.history) {  // a stream: k and v written straight into the cache's rows, attention over it
     auto [k_rows, v_rows] = kv.cache->pass_rows(kv.block);  // [1, S, N, Dh] views of the cache
     q = kernels::h3_qk_norm_rope_into(qkv, q_norm->weight, k_norm->weight, qk_eps_, rope->cos, rope->sin, k_rows[0],
                                       v_rows[0]);
@@ -148,10 +148,12 @@ torch::Tensor H3AttentionImpl::forward(const torch::Tensor& x, const H3RopeTable
     auto parts = qkv.unbind(2);  // 3 x [S, N, Dh] (one stack in backward, not three zero-filled selects)
     q = q_norm(parts[0]), k = k_norm(parts[1]), v = parts[2];
   }
-  if (kv) {  // a stream: keys and values into the cache, attention over it (sampling, no graph kept)
+  if (kv) {  // a stream: attention over the cache (sampling) or over the pass's history (with autograd)
     // the sink's keys before rotation [1, S, N, Dh], rotated again as the window moves
-    const auto raw = kv.cache->wants_raw_keys() ? k_norm(qkv.select(2, 1)).unsqueeze(0) : torch::Tensor();
-    const auto a = kv.cache->attend(kv.block, q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), kernel, raw);
+    const auto raw =
+        !kv.history && kv.cache->wants_raw_keys() ? k_norm(qkv.select(2, 1)).unsqueeze(0) : torch::Tensor();
+    const auto a = kv.history ? kv.history->attend(kv.block, q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), kernel)
+                              : kv.cache->attend(kv.block, q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), kernel, raw);
     return lora_or_linear(out_proj, a[0].transpose(0, 1).reshape({S, heads_ * head_dim_}));  // [N, S, Dh] -> [S, D]
   }
   auto out = kept_attention({q, k, v}, [&](const std::vector<torch::Tensor>& t) {  // [S, N, Dh]

@@ -165,6 +165,8 @@ std::vector<int64_t> H3DiTImpl::side_stream_chunks(const std::string& stream, in
   return h3_audio_chunk_bounds(frames, chunk_frames);
 }
 
+int64_t H3DiTImpl::first_pixel_frame(int64_t k) const { return h3_first_pixel_frame(k); }
+
 std::vector<int64_t> H3DiTImpl::side_stream_step_shape(const std::string& stream) const {
   VDT_CHECK(stream == "audio", "the h3 base has no side stream '", stream, "' (it has: audio)");
   return {2, cfg_.audio_channels};  // two channels of Da each: h3_pack_audio's [2, Da, A]

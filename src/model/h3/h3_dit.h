@@ -147,7 +147,8 @@ class H3DiTImpl : public Denoiser {
                                           int64_t chunk_frames) const override;
   // Picture 1 on the target's grid and the audio rows.
   int64_t extra_rows(int64_t frames, int64_t latent_h, int64_t latent_w, int64_t chunk_frames) const override;
-  bool text_in_rows() const override { return true; }  // its text tokens are rows of the packed sequence
+  bool text_in_rows() const override { return true; }   // its text tokens are rows of the packed sequence
+  int64_t first_pixel_frame(int64_t k) const override;  // h3_first_pixel_frame
   // Text + Picture 1 + video + audio rows and their padding (docs/h3_model.md §4: the prefix, then the chunks).
   std::string describe_sequence(const WindowShape& window) const override;
   // A stream of chunks with a KV cache (model/kv_stream.h, h3_stream.cpp).

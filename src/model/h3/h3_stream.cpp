@@ -3,8 +3,10 @@
 // and the attention sink; chunk n's rows are [audio ch0 | audio ch1 | video] as h3_causal orders them, its audio the
 // steps whose rotary start falls inside it (h3_audio_chunk_bounds), every row at its rotary time in the stream (video
 // latent k at origin + 5·first_pixel_frame(k)/3, audio step j at origin + j, as h3_packer lays out a span). A
-// committed chunk's rows run at model time 1 (clean). Blocks run through the model's block runner, so a sharded
-// base gathers its weights as in training. One stream at a time (batch 1), as the packed forward.
+// committed chunk's rows run at model time 1 (clean) unless the commit names its level. Blocks run through the
+// model's block runner, so a sharded base gathers its weights as in training. One stream at a time (batch 1), as the
+// packed forward. A pass with autograd on attends to a KvHistory and computes its AdaLN projections itself (the
+// per-time cache holds constants).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -91,8 +93,9 @@ class H3Stream : public KvStream {
       slot_used_.assign(static_cast<size_t>(s.modulation_slots), -1);
     }
 
-    // The prefix, once: refined text rows and Picture 1's conditioning rows, all at model time 0.999.
-    torch::NoGradGuard ng;
+    // The prefix, once: refined text rows and Picture 1's conditioning rows, all at model time 0.999 (in the graph
+    // only for a history with gradients).
+    torch::AutoGradMode mode(s.keep_history_graph && torch::GradMode::is_enabled());
     const auto device = m_.device();
     const auto dtype = m_.compute_dtype();
     auto h = m_.token_refiner->forward(m_.condition_proj(prompt.to(device, dtype)), std::vector<int64_t>{0, Lt, Lt});
@@ -116,6 +119,7 @@ class H3Stream : public KvStream {
   torch::Tensor forward(const DenoiserInputs& in, DenoiserAux* aux) override { return run(in, aux, false); }
 
   void commit(const DenoiserInputs& clean) override {
+    torch::AutoGradMode mode(spec_.keep_history_graph && torch::GradMode::is_enabled());
     run(clean, nullptr, true);
     ++done_;
     const int64_t moved = keep_window();
@@ -123,7 +127,7 @@ class H3Stream : public KvStream {
     moved_ = moved;
   }
 
-  int64_t first_pixel_frame(int64_t k) const override { return h3_first_pixel_frame(k); }
+  int64_t first_pixel_frame(int64_t k) const override { return m_.first_pixel_frame(k); }
 
   std::pair<int64_t, int64_t> side_steps(const std::string& stream, int64_t n) const override {
     VDT_CHECK(stream == "audio" && audio_, "this h3 stream has no side stream '", stream, "'");
@@ -157,21 +161,29 @@ class H3Stream : public KvStream {
   torch::Tensor run_blocks(const torch::Tensor& h, const std::vector<float>& times, const std::vector<int64_t>& tags,
                            const torch::Tensor& positions, int64_t chunk, bool commit, bool keep_raw) {
     const auto device = m_.device();
+    const bool grad = torch::GradMode::is_enabled();
     auto [unique, inverse, counts] = at::_unique2(torch::tensor(times, torch::kFloat32), true, true);
     H3BlockInputs bin;
     bin.t_emb = m_.time_embedder(unique.to(device));  // [M, time_dim]
     inverse_ = inverse.reshape({-1}).to(device, torch::kLong);
     t_emb_ = bin.t_emb;
     // Each row's AdaLN row: its timestep's row of t_emb (computed in the blocks), or of the cached projections.
-    const auto slots = modulation_slots(unique, bin.t_emb);  // [M] host int64, or undefined
+    const auto slots = grad ? torch::Tensor() : modulation_slots(unique, bin.t_emb);  // [M] host int64, or undefined
     const bool cached = slots.defined();
     const auto ts = cached ? slots.index_select(0, inverse.reshape({-1})).to(device) : inverse_;  // [S]
     bin.ada_rows = ts * 3 + torch::tensor(tags, torch::kLong).to(device);
     bin.rope = h3_rope_table(positions.to(device), m_.config().rope_len);
     bin.x = h;
     cache_->begin(h.size(0), chunk, commit, keep_raw);
+    std::shared_ptr<const KvHistory> history;
+    try {
+      if (grad) history = cache_->history(/*copy=*/spec_.drops());
+    } catch (...) {
+      cache_->end_without_commit();
+      throw;
+    }
     // The block loop over [x, t_emb, ada_rows, rope cos, rope sin]: one CUDA graph per kept-rows count when on.
-    auto blocks_of = [this, bin, cached](const std::vector<torch::Tensor>& v) {
+    auto blocks_of = [this, bin, cached, history](const std::vector<torch::Tensor>& v) {
       H3BlockInputs b = bin;
       b.x = v[0], b.t_emb = v[1], b.ada_rows = v[2], b.rope = {v[3], v[4]};
       int64_t i = 0;
@@ -180,7 +192,7 @@ class H3Stream : public KvStream {
         H3BlockInputs rest = b;
         rest.x = rest.t_emb = torch::Tensor();
         if (cached) rest.ada = ada_[i];  // [6, slots * 3, D]
-        rest.kv = {cache_.get(), i++};
+        rest.kv = {cache_.get(), i++, history};
         auto fn = [&block, rest](const std::vector<torch::Tensor>& in) {
           H3BlockInputs r = rest;
           r.x = in[0], r.t_emb = in[1];
@@ -194,7 +206,7 @@ class H3Stream : public KvStream {
     try {
       const std::vector<torch::Tensor> inputs{bin.x, bin.t_emb, bin.ada_rows, bin.rope.cos, bin.rope.sin};
       // A pass past the modulation cache's slots runs eagerly: the recorded passes read the cache.
-      const bool eager = keep_raw || chunk < 0 || (!cached && spec_.modulation_slots > 0);
+      const bool eager = grad || keep_raw || chunk < 0 || (!cached && spec_.modulation_slots > 0);
       bin.x = eager ? blocks_of(inputs) : graphs_.run(cache_->kept_rows(), inputs, blocks_of);
     } catch (...) {
       cache_->end_without_commit();
@@ -249,7 +261,6 @@ class H3Stream : public KvStream {
 
   // Chunk done_: video and, with audio, its audio steps -> the prediction of noise − x0 (undefined when committing).
   torch::Tensor run(const DenoiserInputs& in, DenoiserAux* aux, bool commit) {
-    torch::NoGradGuard ng;
     const auto& c = m_.config();
     const int64_t cf = spec_.chunk_frames, H = spec_.height, W = spec_.width, n = done_;
     VDT_CHECK(n < spec_.chunks, "h3 stream: all ", spec_.chunks, " chunks are made (--chunks)");
@@ -264,7 +275,7 @@ class H3Stream : public KvStream {
       const auto [j0, j1] = side_steps("audio", n);
       A = j1 - j0;
       TORCH_CHECK(audio && audio->dim() == 4 && audio->size(0) == 1 && audio->size(1) == 2 && audio->size(3) == A &&
-                      (commit || (audio_t && audio_t->numel() == A)),
+                      (audio_t ? audio_t->numel() == A : commit),
                   "h3 stream: chunk ", n, " needs its ", A, " audio steps: audio [1, 2, Da, ", A, "] and audio.t [1, ",
                   A, "], got ", audio ? audio->sizes() : at::IntArrayRef{});
     }
@@ -272,11 +283,12 @@ class H3Stream : public KvStream {
     auto video = island(m_.video_patch_proj, h3_patchify_video(in.x.to(torch::kFloat32)));  // [cf*fr, D]
     auto h = audio_ ? torch::cat({island(m_.audio_patch_proj, h3_pack_audio((*audio)[0].to(torch::kFloat32))), video})
                     : video;
-    // Model times per row (clean: 1) and tags (audio 2, video 0).
-    const auto tv = commit ? std::vector<double>(static_cast<size_t>(cf), 1.0)
-                           : h3_model_times(in.t.dim() == 1 ? in.t.expand({cf}) : in.t[0]);
+    // Model times per row (a commit without its t: clean, 1) and tags (audio 2, video 0).
+    const auto tv = commit && !in.t.defined() ? std::vector<double>(static_cast<size_t>(cf), 1.0)
+                                              : h3_model_times(in.t.dim() == 1 ? in.t.expand({cf}) : in.t[0]);
     VDT_CHECK(static_cast<int64_t>(tv.size()) == cf, "h3 stream: expected t [1, ", cf, "], got ", in.t.sizes());
-    const auto ta = commit || !audio_ ? std::vector<double>(static_cast<size_t>(A), 1.0) : h3_model_times(*audio_t);
+    const auto ta =
+        !audio_ || (commit && !audio_t) ? std::vector<double>(static_cast<size_t>(A), 1.0) : h3_model_times(*audio_t);
     std::vector<float> times;
     std::vector<int64_t> tags;
     for (int k = 0; k < (audio_ ? 2 : 0); ++k)

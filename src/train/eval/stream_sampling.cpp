@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "diffusion/forcing.h"
-#include "diffusion/stream_sampler.h"
+#include "generate/rollout.h"
 #include "model/kv_stream.h"
 #include "model/lora.h"
 #include "model/pass_graph.h"
@@ -154,35 +154,25 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
     }
     return in;
   };
-  auto velocity = [&](Branch& b) -> StateVelocityFn {
+  auto branch = [&](Branch& b) -> RolloutBranch {
     if (!b.stream) return {};
-    return [&](const SampleState& x, const torch::Tensor& t) {
-      DenoiserAux aux;
-      SampleState v{b.stream->forward(inputs(b, b.stream->chunks_done(), x, t), &aux).to(torch::kFloat32), {}};
-      for (const auto& [name, s] : x.side) v.side[name] = aux.streams.at(name).to(torch::kFloat32);
-      return v;
-    };
+    const Branch* bp = &b;
+    return {std::move(b.stream),
+            [&, bp](int64_t n, const SampleState& x, const torch::Tensor& t) { return inputs(*bp, n, x, t); }};
   };
   StreamResult r;
   r.clip_id = w.clip_id, r.start = w.start;
   r.sink_chunks = pos.stream->spec().sink_chunks, r.window = pos.stream->spec().kept_window();
+  RolloutConfig rc;
+  rc.grid = rollout_grid(cfg), rc.cfg_scale = neg.stream ? cfg.cfg_scale : 1.0;
+  Rollout rollout(branch(pos), branch(neg), rc);
   auto t_chunk = std::chrono::steady_clock::now();
-  auto commit = [&](Branch& b) -> std::function<void(const SampleState&)> {
-    if (!b.stream) return {};
-    return [&](const SampleState& clean) {
-      const auto t0 = std::chrono::steady_clock::now();
-      b.stream->commit(inputs(b, b.stream->chunks_done(), clean, torch::zeros({1, cf}, torch::kFloat32)));
-      sync(device);
-      r.commit_seconds.back() += since(t0);
-      t_chunk = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
-    };
-  };
   auto noise = [&](int64_t n) {
     SampleState s;
     s.video = n * cf < span ? span_noise.narrow(2, n * cf, cf)
                             : randn({1, x0.size(1), cf, x0.size(3), x0.size(4)}, kPastSpan + static_cast<uint64_t>(n));
     for (const auto& [name, sn] : side_noise) {
-      const auto [j0, j1] = pos.stream->side_steps(name, n);
+      const auto [j0, j1] = rollout.stream().side_steps(name, n);
       auto shape = sn.sizes().vec();
       shape.back() = j1 - j0;
       s.side[name] =
@@ -192,24 +182,29 @@ StreamResult stream_causal_window(Denoiser& model, const CausalDataset& ds, size
   };
   std::vector<torch::Tensor> videos;
   std::map<std::string, std::vector<torch::Tensor>> sides;
-  StreamConfig sc;
-  sc.chunks = chunks;
-  stream_sample({velocity(pos), commit(pos)}, {velocity(neg), commit(neg)}, noise,
-                clean_first_frame ? x0.slice(2, 0, 1) : torch::Tensor(), sc, cfg,
-                [&](int64_t n, const SampleState& chunk) {
-                  StreamChunk c;
-                  c.index = n;
-                  c.video = chunk.video[0].to(torch::kCPU, torch::kFloat32);  // the copy waits for the chunk
-                  for (const auto& [name, s] : chunk.side) c.side[name] = s[0].to(torch::kCPU, torch::kFloat32);
-                  c.seconds = since(t_chunk);
-                  r.chunk_seconds.push_back(c.seconds);
-                  r.commit_seconds.push_back(0);
-                  videos.push_back(c.video);
-                  for (const auto& [name, s] : c.side) sides[name].push_back(s);
-                  if (on_chunk) on_chunk(c);
-                  t_chunk = std::chrono::steady_clock::now();
-                });
-  r.cache_bytes = pos.stream->cache_bytes() + (neg.stream ? neg.stream->cache_bytes() : 0);
+  auto t_commit = t_chunk;
+  sample_stream(
+      rollout, chunks, noise, clean_first_frame ? x0.slice(2, 0, 1) : torch::Tensor(),
+      [&](int64_t n, const SampleState& chunk) {
+        StreamChunk c;
+        c.index = n;
+        c.video = chunk.video[0].to(torch::kCPU, torch::kFloat32);  // the copy waits for the chunk
+        for (const auto& [name, s] : chunk.side) c.side[name] = s[0].to(torch::kCPU, torch::kFloat32);
+        c.seconds = since(t_chunk);
+        r.chunk_seconds.push_back(c.seconds);
+        r.commit_seconds.push_back(0);
+        videos.push_back(c.video);
+        for (const auto& [name, s] : c.side) sides[name].push_back(s);
+        if (on_chunk) on_chunk(c);
+        t_commit = std::chrono::steady_clock::now();
+      },
+      /*commit_last=*/false,
+      [&](int64_t) {
+        sync(device);
+        r.commit_seconds.back() = since(t_commit);
+        t_chunk = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
+      });
+  r.cache_bytes = rollout.cache_bytes();
   r.ground_truth = x0[0].cpu();
   r.sample = torch::cat(videos, 1);
   for (auto& [name, parts] : sides) {

@@ -1,6 +1,6 @@
 // Streaming a causal model from a validation window (`vdt sample --causal --stream`, `vdt bench sample`, the causal
 // trainer's `--val-sample-every`): the window's text, conditioning (H3: Picture 1) and first frame, generated chunk
-// by chunk with a KV cache (model/kv_stream.h) by the streaming Euler loop (diffusion/stream_sampler.h), for as many
+// by chunk with a KV cache (model/kv_stream.h) by the rollout (generate/rollout.h), for as many
 // chunks as asked. Within the window's span the noise is sample_causal_window's, so with the window at least the
 // whole stream the result equals the recompute sampler's; chunks past the span draw their own noise and repeat the
 // window's last text row.
