@@ -12,8 +12,15 @@ references too, which is the run-to-run spread of the reference itself (a CUDA b
 and the trajectories part within a few dozen steps); the candidate's largest difference is then printed against it,
 and a line says so when the spread itself exceeds the tolerance. The verdict stays the tolerance's.
 
+The seeds gate (--seeds; the FP8 base's, and --fp8's before the plan may pick it): REF and CAND are each a
+comma-separated list of logs, the same configuration with several seeds (three each). PASS when every candidate's
+final running mean lies inside the references' final range widened by half its width on each side, and no candidate's
+running mean strays further from the references' mean (at any step past the first window) than the references stray
+from each other (their largest max - min over those steps). The references must learn (their mean falls to --fall).
+
 Usage: python3 benchmarks/loss_gate.py REF.csv|REF.jsonl CAND.csv|CAND.jsonl [--window 100] [--tol 0.02] [--points 10]
        [--fall 0.5] [--floor REF2.csv|REF2.jsonl]
+       python3 benchmarks/loss_gate.py --seeds REF1,REF2,REF3 CAND1,CAND2,CAND3 [--window 100] [--fall 0.5]
 """
 import argparse
 import csv
@@ -55,6 +62,42 @@ def largest_difference(ref, cand, steps, window):
     return r, c, rel, max(range(len(rel)), key=rel.__getitem__)
 
 
+def seeds_gate(refs, cands, window, fall):
+    """The seeds gate's lines and exit code (0 PASS, 1 FAIL or no verdict, 2 NO GATE)."""
+    logs = [read(p) for p in refs + cands]
+    steps = sorted(set.intersection(*(set(log) for log in logs)))
+    if len(steps) <= window:
+        print(f"gate: only {len(steps)} steps common to all {len(logs)} logs (need more than the window {window}): "
+              "no verdict")
+        return 1
+    means = [running_mean([float(log[s]["loss"]) for s in steps], window) for log in logs]
+    r, c = means[:len(refs)], means[len(refs):]
+    past = range(window - 1, len(steps))
+    ref_mean = [statistics.mean(m[i] for m in r) for i in range(len(steps))]
+    spread = max(max(m[i] for m in r) - min(m[i] for m in r) for i in past)
+    lo, hi = min(m[-1] for m in r), max(m[-1] for m in r)
+    lo_w, hi_w = lo - (hi - lo) / 2, hi + (hi - lo) / 2
+    print(f"gate: {len(refs)} reference and {len(cands)} candidate seeds, {len(steps)} common steps; running mean "
+          f"over {window} steps")
+    print(f"  references end at {lo:.5f} .. {hi:.5f} (widened by half: {lo_w:.5f} .. {hi_w:.5f}); they stray from "
+          f"each other by up to {spread:.5f}")
+    ok = True
+    for path, m in zip(cands, c):
+        stray = max(abs(m[i] - ref_mean[i]) for i in past)
+        inside = lo_w <= m[-1] <= hi_w
+        ok = ok and inside and stray <= spread
+        print(f"  candidate {path}: ends at {m[-1]:.5f} ({'inside' if inside else 'OUTSIDE'} the range), strays up to "
+              f"{stray:.5f} from the references' mean ({'within' if stray <= spread else 'BEYOND'} their spread)")
+    share = ref_mean[-1] / ref_mean[window - 1]
+    print(f"learns: the references' mean {ref_mean[window - 1]:.5f} (step {steps[window - 1]}) -> {ref_mean[-1]:.5f} "
+          f"(step {steps[-1]}), {share * 100:.1f} % of its start (a gate needs <= {fall * 100:.0f} %)")
+    if share > fall:
+        print("gate: NO GATE (the references did not learn enough; use a more learnable root or more steps)")
+        return 2
+    print(f"gate: {'PASS' if ok else 'FAIL'} (seeds)")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ref")
@@ -64,7 +107,10 @@ def main():
     ap.add_argument("--points", type=int, default=10, help="running-mean values printed along the run")
     ap.add_argument("--fall", type=float, default=0.5, help="the reference must end at most this share of its start")
     ap.add_argument("--floor", help="a second reference run: the reference's own run-to-run spread")
+    ap.add_argument("--seeds", action="store_true", help="REF and CAND are comma-separated logs of several seeds")
     a = ap.parse_args()
+    if a.seeds:
+        return seeds_gate(a.ref.split(","), a.cand.split(","), a.window, a.fall)
     ref, cand = read(a.ref), read(a.cand)
     steps = sorted(set(ref) & set(cand))
     if len(steps) <= a.window:

@@ -49,9 +49,10 @@ void add_bench(CLI::App& app, int& exit_code) {
                     static_cast<int>(s) < cfg->warmup ? "  (warm-up)" : "");
       std::printf(
           "result median_s=%.4f min_s=%.4f max_s=%.4f peak_gib=%.2f tflop_per_step=%.1f mfu=%.3f params=%lld "
-          "tokens=%lld rows=%lld world=%d predicted_peak_gib=%.2f\n",
+          "tokens=%lld rows=%lld world=%d predicted_peak_gib=%.2f host_pinned_gib=%.2f\n",
           r.median_s, r.min_s, r.max_s, r.peak_gib, r.tflop_per_step, r.mfu, static_cast<long long>(r.params),
-          static_cast<long long>(r.tokens), static_cast<long long>(r.rows), env.world, r.predicted_peak_gib);
+          static_cast<long long>(r.tokens), static_cast<long long>(r.rows), env.world, r.predicted_peak_gib,
+          r.host_pinned_gib);
     }
     exit_code = 0;
   });

@@ -1,9 +1,13 @@
-// `vdt ckpt inspect|check|diff|merge-lora` (docs/design.md §7): look into checkpoints and fold a LoRA into base
-// weights.
+// `vdt ckpt inspect|check|diff|merge-lora|quantize-base` (docs/design.md §7): look into checkpoints, fold a LoRA into
+// base weights, write a base's FP8-stored block linears (docs/planner.md, "Streaming and the FP8 base").
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/device_flag.h"
 #include "core/error.h"
+#include "distributed/fp8_base.h"
+#include "model/denoiser_registry.h"
+#include "model/weights_io.h"
 #include "model/h3/h3_lora.h"
 #include "model/lora.h"
 #include "tools/ckpt.h"
@@ -90,6 +94,30 @@ void add_ckpt(CLI::App& app, int& exit_code) {
     std::printf("merged %zu LoRA modules (rank %lld, alpha %g, scale %g) into %s\n", lora.modules.size(),
                 static_cast<long long>(lora.rank), lora.alpha, lora.alpha / static_cast<double>(lora.rank),
                 m->out.c_str());
+    exit_code = 0;
+  });
+
+  struct QuantizeArgs {
+    std::string weights, out, device = "cpu";
+  };
+  auto q = std::make_shared<QuantizeArgs>();
+  auto* quantize =
+      ckpt->add_subcommand("quantize-base",
+                           "Write base weights' frozen block linears as FP8 (E4M3, a scale per output channel) for "
+                           "--base-fp8-file (docs/planner.md)");
+  quantize->add_option(spellings("--weights"), q->weights, "base weights (a file or a directory of shards)")
+      ->required();
+  quantize->add_option(spellings("--out"), q->out, "the FP8 base to write (safetensors)")->required();
+  quantize->add_option(spellings("--device"), q->device, "where to quantize: cpu, or cuda (faster)");
+  quantize->callback([q, &exit_code] {
+    const auto set = SafetensorsSet::open(weight_files(q->weights, "--weights"));
+    const auto dev = resolve_device(q->device, 0, 1, "--device");
+    auto model = denoiser_for_weights(set, torch::TensorOptions().device(dev).dtype(torch::kBFloat16));
+    load_weights(*model, set);
+    for (auto& p : model->parameters()) p.requires_grad_(false);  // the whole base is frozen
+    const int64_t n = save_fp8_base(*model, q->out);
+    std::printf("wrote %lld block linears of %s as FP8 to %s\n", static_cast<long long>(n), model->preset().c_str(),
+                q->out.c_str());
     exit_code = 0;
   });
 }

@@ -19,6 +19,7 @@
 #include "distributed/activation_checkpoint.h"
 #include "model/denoiser_registry.h"
 #include "model/lora.h"
+#include "tools/copy_bench.h"
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -204,6 +205,10 @@ const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
       {"--warmup", "untimed runs per mode and size", &C::warmup},
       {"--plans-dir", "where the table goes: <dir>/<card>/<preset>.json", &C::plans_dir},
       {"--out", "the table file instead (rows merged into it when it exists)", &C::out},
+      {"--copy-only",
+       "measure only the copy costs of weight streaming (host-to-device rate, overlap, FP8 dequantization; a GPU) "
+       "into the table that is there",
+       &C::copy_only},
   };
   return f;
 }
@@ -225,6 +230,9 @@ void PlanBenchConfig::validate() const {
   VDT_CHECK(repeats > 0 && warmup >= 0, "--repeats must be > 0 and --warmup >= 0");
   VDT_CHECK(training != "lora" || lora_rank > 0, "--lora-rank must be positive, got ", lora_rank);
   const auto dev = resolve_device(device);
+  VDT_CHECK(!copy_only || dev.is_cuda(),
+            "--copy-only: the copy costs are measured on a GPU (--device cuda); the CPU "
+            "keeps the defaults");
   VDT_CHECK(!dev.is_cuda() || !card.empty() || !out.empty(),
             "bench plan: the card's name is empty; the table's "
             "place is plans/<card>/<preset>.json (give --out to write elsewhere)");
@@ -260,6 +268,22 @@ PlanBenchResult run_plan_bench(const PlanBenchConfig& cfg_in, const std::functio
   measured.preset = cfg.model, measured.card = card, measured.device_name = dev.is_cuda() ? cfg.card : "cpu";
   measured.dtype = cfg.precision, measured.memory_measured = dev.is_cuda(), measured.measured = cfg.measured;
   PlanBenchResult result;
+  if (dev.is_cuda()) {
+    measured.copy = measure_copy_costs(dev);
+    result.lines.push_back("plan_bench " + describe_copy_costs(measured.copy));
+    if (log) log(result.lines.back());
+  }
+  if (cfg.copy_only) {
+    VDT_CHECK(fs::exists(path), path,
+              ": --copy-only adds the copy costs to a table that is there; measure its rows "
+              "first (`vdt bench plan` without --copy-only)");
+    auto table = load_cost_table(path);
+    table.copy = measured.copy;
+    save_cost_table(table, path);
+    table.source = path;
+    result.table = table, result.path = path;
+    return result;
+  }
   const bool cross = !model->text_in_rows();  // Wan: the text is the cross-attention's keys and values
   for (int64_t frames : cfg.frame_list()) {
     // One caption for the window; on a GPU a second input with a caption a frame measures what each more caption

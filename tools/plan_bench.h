@@ -3,7 +3,8 @@
 // random inputs at a few sizes under each checkpointing mode a trainer can pick: per block, the device bytes kept from
 // forward to backward (the allocator's growth across the block's forward), the transient of backward (the peak above
 // what the forward left), and the time (both blocks minus the first alone). Writes the rows into the table file,
-// keeping its rows of other kinds. On the CPU the bytes are not measured (written as 0, memory_measured false).
+// keeping its rows of other kinds. On a GPU also the copy costs of weight streaming (tools/copy_bench.h), the table's
+// "copy". On the CPU the bytes are not measured (written as 0, memory_measured false), nor the copy costs.
 // Not here: the plan (train/plan/memory_plan.h).
 #pragma once
 #include <cstdint>
@@ -30,6 +31,7 @@ struct PlanBenchConfig {
   std::string card;  // not a flag: the device's name as it reports it ("NVIDIA H200"); cpu: may stay empty
   std::string plans_dir = "plans";
   std::string out;                          // the table file; empty: <plans_dir>/<card_slug(card)>/<model>.json
+  bool copy_only = false;                   // measure the copy costs only (a GPU), into the table that is there
   std::string measured;                     // not a flag: the commit and date recorded in the table
   std::vector<int64_t> frame_list() const;  // --frames parsed, or the defaults of --attention; throws naming the flag
   void validate() const;                    // throws naming the flag

@@ -126,7 +126,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     fs::remove_all(c.out);
     const auto s = train_causal(c, comm, device_index);
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
-    r.predicted_peak_gib = s.predicted_peak_gb;
+    r.predicted_peak_gib = s.predicted_peak_gb, r.host_pinned_gib = s.pinned_host_gb;
     r.tflop_per_step = s.tflop_per_step;  // the trainer's: a frozen base, block-causal pairs
   }
   VDT_CHECK(static_cast<int>(r.step_s.size()) == total, "bench: the run took ", r.step_s.size(), " steps, expected ",

@@ -43,6 +43,7 @@ struct StepBenchResult {
   int64_t rows = 0;                // every row the base runs on, text included (H3: + Picture 1 + audio)
   double last_loss = 0;
   double predicted_peak_gib = 0;       // the memory plan's (0: no plan; docs/planner.md)
+  double host_pinned_gib = 0;          // the most pinned host memory held (causal: weight streaming, the offload)
   std::vector<double> step_s, losses;  // every step, warm-up included
 };
 

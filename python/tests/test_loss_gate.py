@@ -1,6 +1,8 @@
 """benchmarks/loss_gate.py, the FP8 accuracy gate's verdicts on made-up train logs: PASS within the tolerance, FAIL
 beyond it, NO GATE when the reference does not halve its loss (whatever the candidate does), no verdict on too short
-a run; both log formats (train sft's train_log.csv, train causal's train_log.jsonl) and the --floor line."""
+a run; both log formats (train sft's train_log.csv, train causal's train_log.jsonl) and the --floor line; the seeds
+gate (--seeds: three references, three candidates) passes inside the references' widened range and spread, fails
+outside either, and gives no gate when the references do not halve."""
 from __future__ import annotations
 
 import json
@@ -80,3 +82,20 @@ def test_too_short_a_run_has_no_verdict(tmp_path):
     ref = write_csv(tmp_path / "ref.csv", curve(80, 1.5, 0.2))
     r = gate(ref, ref)
     assert r.returncode == 1 and "no verdict" in r.stdout
+
+
+def test_the_seeds_gate(tmp_path):
+    refs = [write_jsonl(tmp_path / f"ref{i}.jsonl", curve(300, 2.0, 0.2, scale=k)) for i, k in
+            enumerate([0.98, 1.0, 1.02])]
+    near = [write_jsonl(tmp_path / f"near{i}.jsonl", curve(300, 2.0, 0.2, scale=k)) for i, k in
+            enumerate([0.99, 1.01, 1.025])]   # 1.025: past the range, inside its widening by half (1.03)
+    r = gate("--seeds", ",".join(refs), ",".join(near))
+    assert r.returncode == 0 and "gate: PASS (seeds)" in r.stdout, r.stdout
+    far = near[:2] + [write_jsonl(tmp_path / "far.jsonl", curve(300, 2.0, 0.2, scale=1.05))]
+    r = gate("--seeds", ",".join(refs), ",".join(far))
+    assert r.returncode == 1 and "OUTSIDE the range" in r.stdout and "BEYOND their spread" in r.stdout, r.stdout
+    flat = [write_jsonl(tmp_path / f"flat{i}.jsonl", curve(300, 1.2, 1.0, scale=k)) for i, k in
+            enumerate([0.98, 1.0, 1.02])]
+    assert gate("--seeds", ",".join(flat), ",".join(flat)).returncode == 2
+    short = [write_jsonl(tmp_path / "short.jsonl", curve(80, 2.0, 0.2))]
+    assert "no verdict" in gate("--seeds", ",".join(short), ",".join(short)).stdout

@@ -2,17 +2,21 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
 
 namespace vdt {
 
-BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& comm, bool prefetch)
+BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& comm, bool prefetch,
+                         const std::vector<int64_t>& host_blocks)
     : comm_(comm), prefetch_(prefetch) {
   const int64_t world = comm.world(), rank = comm.rank();
   torch::NoGradGuard ng;
   for (auto* m : modules) {
+    const int64_t index = static_cast<int64_t>(order_.size());
+    const bool on_host = std::find(host_blocks.begin(), host_blocks.end(), index) != host_blocks.end();
     std::map<torch::ScalarType, Flat> by_dtype;
     for (auto& p : m->parameters())
       if (!p.requires_grad()) {
@@ -29,6 +33,12 @@ BlockShards::BlockShards(std::vector<torch::nn::Module*> modules, Communicator& 
       int64_t at = 0;
       for (auto& p : f.params) full.narrow(0, at, p.numel()).copy_(p.reshape(-1)), at += p.numel();
       f.shard = full.narrow(0, rank * n, n).clone();  // [padded / world]
+      f.device = full.device();
+      if (on_host) {  // pinned for asynchronous copies on a GPU; on the CPU a copy apart all the same
+        f.shard = f.shard.to(torch::kCPU).clone();
+        if (f.device.is_cuda()) f.shard = f.shard.pin_memory();
+        host_bytes_ += f.shard.numel() * f.shard.element_size();
+      }
       shard_bytes_ += f.shard.numel() * f.shard.element_size();
       full_bytes_ += f.numel * f.shard.element_size();
       e.flats.push_back(std::move(f));
@@ -50,8 +60,10 @@ BlockShards::Pending BlockShards::start_gather(int64_t index) {
   Pending p;
   p.index = index;
   for (auto& f : order_[static_cast<size_t>(index)]->flats) {
-    p.full.push_back(torch::empty({f.padded}, f.shard.options()));  // [padded]
-    p.works.push_back(comm_.all_gather(p.full.back(), f.shard));
+    // a streamed shard comes to the device first, in the current stream's order (the all-gather waits on it)
+    const auto shard = f.shard.device() == f.device ? f.shard : f.shard.to(f.device, /*non_blocking=*/true);
+    p.full.push_back(torch::empty({f.padded}, shard.options()));  // [padded]
+    p.works.push_back(comm_.all_gather(p.full.back(), shard));
   }
   return p;
 }
@@ -103,7 +115,7 @@ void BlockShards::release(const torch::nn::Module& m) {
   auto& e = entry(m);
   if (!e.gathered) return;
   for (auto& f : e.flats)
-    for (auto& p : f.params) p.set_data(torch::empty({0}, f.shard.options()));
+    for (auto& p : f.params) p.set_data(torch::empty({0}, f.shard.options().device(f.device).pinned_memory(false)));
   e.gathered = false;
 }
 

@@ -45,10 +45,13 @@ TEST(BlockShards, GatherRestoresTheWeightsAndReleaseFreesThem) {
 }
 
 // With prefetch, a forward sweep then a backward sweep (the checkpoint order) binds the right weights every time, on
-// every rank, and a sweep without prefetch agrees.
+// every rank, and a sweep without prefetch agrees; so does one whose blocks 1 and 3 keep their shards in host memory
+// (weight streaming of a sharded base).
 TEST(BlockShards, PrefetchFollowsTheForwardAndBackwardSweeps) {
-  for (bool prefetch : {true, false})
+  for (int variant = 0; variant < 3; ++variant)
     run_local_ranks(2, [&](Communicator& comm) {
+      const bool prefetch = variant != 1;
+      const std::vector<int64_t> host = variant == 2 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{};
       ModelConfig mc = preset_config("tiny");
       mc.num_layers = 4;
       WanDiT m(mc);
@@ -59,7 +62,9 @@ TEST(BlockShards, PrefetchFollowsTheForwardAndBackwardSweeps) {
         blocks.push_back(b.get());
         ref.push_back(b->as<WanBlockImpl>()->ffn[0]->as<torch::nn::Linear>()->weight.detach().clone());
       }
-      BlockShards shards(blocks, comm, prefetch);
+      BlockShards shards(blocks, comm, prefetch, host);
+      EXPECT_EQ(shards.host_bytes() > 0, !host.empty());
+      EXPECT_LT(shards.host_bytes(), shards.shard_bytes());
       std::vector<int> sweep{0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3};
       for (int i : sweep) {
         shards.gather(*blocks[static_cast<size_t>(i)]);

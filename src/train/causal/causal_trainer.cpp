@@ -498,6 +498,7 @@ CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
   std::fflush(stdout);
   sum.s_per_step = sum.steps > r.start_step ? seconds / static_cast<double>(sum.steps - r.start_step) : 0;
   sum.peak_mem_gb = r.ctx->peak_memory_gb();
+  sum.pinned_host_gb = pinned_host_gb(r.ctx->device);
   sum.mfu = r.ctx->mfu(sum.tflop_per_step, sum.s_per_step);
   std::vector<torch::Tensor> factors;
   for (const auto& [n, p] : r.lora) factors.push_back(p), sum.lora.emplace_back(n, p.detach().to(torch::kCPU).clone());

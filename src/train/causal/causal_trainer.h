@@ -31,6 +31,7 @@ struct CausalSummary : LoopResult {
   int shard_ranks = 1;           // the ranks one copy of the frozen base is sharded over (each node's, or the world's)
   int64_t shard_bytes = 0;       // of the frozen blocks, held by this rank (0: not sharded)
   double predicted_peak_gb = 0;  // the memory plan's predicted peak per GPU (0: no plan)
+  double pinned_host_gb = 0;     // the most pinned host memory held (pinned_host_gb: streaming, offload)
   // Model FLOPs of a step on this rank in TFLOP (Denoiser::train_flops of the window, frozen base: block-causal pairs
   // counted) and the MFU at the mean s/step (RunContext::mfu; 0 on the CPU).
   double tflop_per_step = 0, mfu = 0;

@@ -12,6 +12,7 @@
 #include "core/stop_signal.h"
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #define VDT_HAS_CUDA_ALLOC 1
 #endif
@@ -76,6 +77,14 @@ void RunContext::fail_non_finite(int64_t step, double loss, const std::string& i
 }
 
 double RunContext::peak_memory_gb() const { return vdt::peak_memory_gb(device); }
+
+double pinned_host_gb(const torch::Device& device) {
+#ifdef VDT_HAS_CUDA_ALLOC
+  if (device.is_cuda())
+    return static_cast<double>(at::getHostAllocator(at::kCUDA)->get_stats().allocated_bytes.peak) / (1ull << 30);
+#endif
+  return 0;
+}
 
 void reset_peak_memory(const torch::Device& device) {
 #ifdef VDT_HAS_CUDA_ALLOC

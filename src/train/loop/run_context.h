@@ -61,5 +61,8 @@ class RunContext {
 double peak_memory_gb(const torch::Device& device);
 // Starts the CUDA peak over (nothing on the CPU, whose peak RSS cannot be reset).
 void reset_peak_memory(const torch::Device& device);
+// The most pinned host memory the CUDA host allocator has held (its allocations rounded up to powers of two: weight
+// streaming's copies and the activation offload), in GiB; 0 on the CPU.
+double pinned_host_gb(const torch::Device& device);
 
 }  // namespace vdt

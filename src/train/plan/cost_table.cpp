@@ -226,6 +226,18 @@ CostTable load_cost_table(const std::string& path) {
     }
     t.rows.push_back(row);
   }
+  if (j.contains("copy")) {  // tables measured before streaming have none: the defaults
+    const auto& c = j["copy"];
+    const auto where = path + ": copy";
+    VDT_CHECK(c.is_object(), where, ": expected an object");
+    t.copy.h2d_bytes_per_second = number(c, "h2d_bytes_per_second", where);
+    t.copy.overlap = number(c, "overlap", where);
+    t.copy.dequant_bytes_per_second = number(c, "dequant_bytes_per_second", where);
+    VDT_CHECK(t.copy.h2d_bytes_per_second > 0 && t.copy.dequant_bytes_per_second > 0, where,
+              ": expected rates > 0 (bytes per second)");
+    VDT_CHECK(t.copy.overlap <= 1, where, ": key 'overlap': expected a share in [0, 1], got ", t.copy.overlap);
+    t.copy.measured = true;
+  }
   return t;
 }
 
@@ -257,6 +269,10 @@ void save_cost_table(const CostTable& table, const std::string& path) {
                          {"chunks", r.chunks},
                          {"text_rows", r.text_rows},
                          {"text_row_bytes", std::round(r.text_row_bytes)}});
+  if (table.copy.measured)
+    j["copy"] = {{"h2d_bytes_per_second", std::round(table.copy.h2d_bytes_per_second)},
+                 {"overlap", table.copy.overlap},
+                 {"dequant_bytes_per_second", std::round(table.copy.dequant_bytes_per_second)}};
   const auto parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   write_file_atomic(path, j.dump(1) + "\n");
@@ -272,6 +288,7 @@ CostTable merge_cost_tables(const CostTable& base, const CostTable& add) {
     if (!replaced) out.rows.push_back(r);
   }
   out.rows.insert(out.rows.end(), add.rows.begin(), add.rows.end());
+  if (!add.copy.measured) out.copy = base.copy;
   return out;
 }
 

@@ -50,6 +50,18 @@ struct BlockCost {
   double kept_for_text(int64_t rows) const;
 };
 
+// Weight streaming and the FP8 base (docs/planner.md, "Streaming and the FP8 base"): the rate of a copy from pinned
+// host memory to the device, the share of it that runs beside compute without slowing it, and the rate at which an FP8
+// weight is dequantized (bytes of the compute-dtype result). Measured by `bench plan` on a GPU; a table without them
+// (or the CPU) takes the defaults, below what current cards measure.
+struct CopyCosts {
+  static constexpr double kDefaultH2d = 10e9, kDefaultOverlap = 0.5, kDefaultDequant = 200e9;
+  double h2d_bytes_per_second = kDefaultH2d;
+  double overlap = kDefaultOverlap;  // 0: a copy adds its whole time to the step; 1: it hides entirely under compute
+  double dequant_bytes_per_second = kDefaultDequant;
+  bool measured = false;
+};
+
 struct CostTable {
   static constexpr const char* kFormat = "vdt-plan-costs/1";
   std::string preset, card;  // card: card_slug() of the device name ("nvidia-h200", "cpu")
@@ -59,6 +71,7 @@ struct CostTable {
   std::string measured;         // commit and date of the measurement
   std::string source;           // the file read, or "analytic estimate ..." (not written)
   std::vector<CostRow> rows;
+  CopyCosts copy;  // key "copy" (optional)
 
   bool has(const CostKey& key) const;  // rows for key (attn_keep between two measured keeps counts)
   // Rows of a run's kind: `training` with block-causal kernels (causal) or full attention; else a trainer plans from
