@@ -140,7 +140,7 @@ def test_prepare_h3_then_train_causal(vdt, tiny_h3, h3_clips, tmp_path):
     out = tmp_path / "root"
     prepare(vdt, h3_clips, out, tiny_h3)
     run = tmp_path / "run"
-    r = vdt("train", "causal", "--model", "h3-tiny", "--random-init", "--data-root", out, "--out", run,
+    r = vdt("train", "causal", "--model", "h3-tiny", "--init-lora", "none", "--random-init", "--data-root", out, "--out", run,
             "--device", "cpu", "--precision", "fp32", "--chunk-frames", 1, "--steps", 3, "--val-clips", 1,
             "--lora-rank", 4, "--save-every", 3, "--val-every", 3, "--picture1", "2048")
     log = [json.loads(l) for l in (run / "train_log.jsonl").read_text().splitlines()]

@@ -94,7 +94,11 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors",
        &C::out, true},
       {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
-      {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
+      {"--init-lora",
+       "LoRA to start from (ours, PEFT's or diffusers' names), or none: a new LoRA (B = 0). Left out: a new LoRA "
+       "on a Wan base; on a MiniMax-H3 base an error asking for one of the two (the Python trainer continues the "
+       "released CWM LoRA there)",
+       &C::init_lora},
       {"--resume",
        "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
        "Python trainer's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run "
