@@ -36,7 +36,12 @@ void CausalConfig::validate() const {
   memory.check_memory();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   compute.validate(kPrecisions);
-  VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
+  // Left out (0): the base's natural chunk. Given, a chunk holds at least one latent frame; a 0 on the command line is
+  // refused here, not later as "no clip is as long as the span".
+  VDT_CHECK(chunk_frames >= 1 || (chunk_frames == 0 && memory.given.count("--chunk-frames") == 0), "--chunk-frames ",
+            chunk_frames,
+            ": expected >= 1 (latent frames per chunk; a span is 6 chunks)\n---> HINT: leave --chunk-frames "
+            "out for the base's natural chunk (Wan 3, MiniMax-H3 5)");
   // Rank 0 or alpha 0 would make the LoRA's update zero: the run would train nothing.
   VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank,
             ": expected >= 1 (a rank-0 LoRA has no "
@@ -140,7 +145,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       lift(&C::compute, compute, "--device"),
       lift(&C::compute, compute, "--precision"),
       {"--chunk-frames",
-       "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)",
+       "latent frames per chunk, >= 1 (a span is 6 chunks); left out (0): the base's, Wan 3, MiniMax-H3 5 (one VAE "
+       "clip)",
        &C::chunk_frames},
       {"--lora-rank",
        "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
