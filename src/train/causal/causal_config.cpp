@@ -161,7 +161,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       lift(&C::compute, compute, "--fused-kernels"),
       lift(&C::compute, compute, "--fp8"),
-      {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never",
+      {"--val-every",
+       "mean loss over the val windows before the first step, every N steps and at the last (val_log.jsonl); "
+       "0 = never",
        &C::val_every},
       {"--preview-steps",
        "Euler steps of the preview drawn at each validation on a root with a preview VAE "
