@@ -68,8 +68,8 @@ elif [ "$what" = h3 ]; then
     fresh_dir "$WORK/gate_h3_$1"
     # shellcheck disable=SC2086  # $2 is a word list
     timeout "${RUN_S:-480}" "$VDT" train causal --random-init --data-root "$root" --out "$WORK/gate_h3_$1" \
-      --model minimax-h3 --chunk-frames 2 --steps "${STEPS:-1000}" --save-every 100000 --val-clips 1 --lora-rank 32 \
-      --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed "$(seed_of "$1")" $2 > "$OUT/gate_h3_$1.log" 2>&1
+      --model minimax-h3 --init-lora none --chunk-frames 2 --steps "${STEPS:-1000}" --save-every 100000 --val-clips 1 \
+      --lora-rank 32 --lora-alpha 32 --lr "${LR:-1e-3}" --warmup 20 --seed "$(seed_of "$1")" $2 > "$OUT/gate_h3_$1.log" 2>&1
     say "gate h3 $1: rc $?, $(grep -cE '^step' "$OUT/gate_h3_$1.log") step lines"
     cp "$WORK/gate_h3_$1/train_log.jsonl" "$OUT/gate_h3_$1_train_log.jsonl"
   }

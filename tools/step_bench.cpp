@@ -121,6 +121,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
     c.model = cfg.model, c.random_init = true, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.init_lora = CausalConfig::kNoInitLora;  // a new LoRA on purpose (an H3 base asks for the choice)
     c.compute = cfg.compute, c.memory = cfg.memory, c.causal_memory = cfg.causal_memory, c.attention = cfg.attention;
     c.chunk_frames = cfg.frames / 6, c.steps = total, c.save_every = total, c.val_clips = 1, c.warmup = 0;
     fs::remove_all(c.out);

@@ -1,7 +1,8 @@
 """``vdt data prepare --model h3`` with tiny random MiniMax-H3 encoders (AutoencoderKLMiniMaxH3, its audio VAE,
 Qwen3-VL): the root passes ``vdt data check``, every tensor is what the real classes compute (video latents normalised
-per channel, Picture 1 native and at the long edge, Qwen3-VL rows after the chosen layer with the vision block tagged 0,
-the silence of a zero waveform), resume skips what exists, and ``vdt train causal --model h3-tiny`` trains on it."""
+per channel, Picture 1 native and, uncropped with Lanczos, at DiffSynth's short-edge size, Qwen3-VL rows after the
+chosen layer with the vision block tagged 0, the silence of a zero waveform), resume skips what exists, and
+``vdt train causal --model h3-tiny`` trains on it."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def h3_clips(tmp_path):
     (v / "runA" / "c0.txt").write_text("a red car turns left\n")
     (v / "runA" / "c1.txt").write_text("a dog runs along the beach\n")
     (v / "runB" / "c2.txt").write_text("a red car turns left\n")
-    Image.fromarray(moving_square(1, 80, 120, 9)[0]).save(str(v / "runB" / "c2.picture1.png"))
+    Image.fromarray(moving_square(1, 70, 120, 9)[0]).save(str(v / "runB" / "c2.picture1.png"))
     return v
 
 
@@ -53,7 +54,7 @@ def prepare(vdt, videos, out, models, *extra, check=True):
 
 def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips, tmp_path):
     from vdt_py.h3_models import H3AudioVae, H3VideoVae, Qwen3VLText
-    from vdt_py.prepare_h3 import native_grid, short_edge, table_key
+    from vdt_py.prepare_h3 import native_grid, table_key
     from vdt_py.video_io import fit, read_frames
 
     out = tmp_path / "root"
@@ -81,15 +82,20 @@ def test_prepare_h3_root_checks_and_matches_the_encoders(vdt, tiny_h3, h3_clips,
     # Picture 1: the first frame (no sidecar) at native size, and at the short edge
     torch.testing.assert_close(t["picture1"].float(), vae.encode(frames[:1]).to(torch.bfloat16).float())
     assert t["picture1_2048"].shape == (24, 1, 8, 8)                          # 128 px short edge / 16
-    # c2 brings its own Picture 1: 120x80 -> native 96x64 (multiples of 32) -> latent 4x6
+    # c2 brings its own Picture 1: 120x70 -> native 96x64 (multiples of 32) -> latent 4x6
     t2 = load_file(str(out / "latents" / "runB_c2.safetensors"))
     from PIL import Image
 
     pic = torch.from_numpy(np.asarray(Image.open(h3_clips / "runB" / "c2.picture1.png").convert("RGB")).copy())
     assert t2["picture1"].shape == (24, 1, 4, 6)
     torch.testing.assert_close(t2["picture1"].float(), vae.encode(native_grid(pic, "x")[None]).to(torch.bfloat16).float())
-    assert t2["picture1_2048"].shape[2:] == tuple(s // 16 for s in short_edge(native_grid(pic, "x"), 128).shape[:2])
-    assert t2["picture1_2048"].shape == (24, 1, 8, 12)  # the short edge (64 px) to 128: 128 x 192 px (the long edge would give 96 x 128)
+    # at the short edge: the whole 120x70 image (no crop) to 128 px high, 120 * 128/70 = 219.4 -> 224 wide, Lanczos,
+    # as DiffSynth's reference image (cropping first would give 192 wide)
+    assert t2["picture1_2048"].shape == (24, 1, 8, 14)
+    lanczos = torch.from_numpy(np.asarray(Image.fromarray(pic.numpy()).resize((224, 128), Image.LANCZOS)).copy())
+    torch.testing.assert_close(t2["picture1_2048"].float(), vae.encode(lanczos[None]).to(torch.bfloat16).float())
+    with safe_open(str(out / "latents" / "runB_c2.safetensors"), "pt") as f:
+        assert f.metadata()["picture1_source_size"] == "120x70"
 
     # text rows: Qwen3-VL after layer 2 on "<Picture 1>: " + vision block + caption; vision block tagged 0
     with safe_open(str(out / "text_table.safetensors"), "pt") as f:
@@ -140,10 +146,20 @@ def test_prepare_h3_then_train_causal(vdt, tiny_h3, h3_clips, tmp_path):
     out = tmp_path / "root"
     prepare(vdt, h3_clips, out, tiny_h3)
     run = tmp_path / "run"
-    r = vdt("train", "causal", "--model", "h3-tiny", "--random-init", "--data-root", out, "--out", run,
+    r = vdt("train", "causal", "--model", "h3-tiny", "--init-lora", "none", "--random-init", "--data-root", out, "--out", run,
             "--device", "cpu", "--precision", "fp32", "--chunk-frames", 1, "--steps", 3, "--val-clips", 1,
             "--lora-rank", 4, "--save-every", 3, "--val-every", 3, "--picture1", "2048")
     log = [json.loads(l) for l in (run / "train_log.jsonl").read_text().splitlines()]
     assert [x["step"] for x in log] == [1, 2, 3] and all(np.isfinite(x["loss_v"]) for x in log)
     assert (run / "lora_step00003.safetensors").is_file()
     assert "Picture 1 (2048)" in r.stdout
+
+
+def test_picture1_short_edge_is_diffsynths_shape():
+    """DiffSynth's H3 reference image: the short edge to 2048, each side the nearest multiple of 32, on the whole image."""
+    from vdt_py.prepare_h3 import short_edge, short_edge_size
+
+    assert short_edge_size(1080, 1920, 2048) == (2048, 3648)       # 1920x1080 (W x H)
+    assert short_edge_size(1920, 1080, 2048) == (3648, 2048)       # 1080x1920
+    img = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (70, 120, 3), dtype=np.uint8))
+    assert tuple(short_edge(img, 128).shape) == (128, 224, 3)

@@ -16,6 +16,16 @@ from md_commands import REPO, blocks
 README = os.path.join(REPO, "README.md")
 
 
+def test_readme_docs_index_lists_every_doc():
+    """The README's "Docs" section names every file in docs/, and only files that exist."""
+    text = open(README, encoding="utf-8").read()
+    section = text.split("\n## Docs\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `docs/([^`]+)`", section, re.M)
+    present = sorted(f for f in os.listdir(os.path.join(REPO, "docs")) if not f.startswith("."))
+    assert sorted(set(listed)) == present, f"missing from the README: {sorted(set(present) - set(listed))}; " \
+                                           f"listed but absent: {sorted(set(listed) - set(present))}"
+
+
 def make_videos(folder: str) -> None:
     """Three 22-frame 64x64 clips with one-line captions in two run folders: at least 9 frames (the SFT walk-through)
     and 17n + 5 frames (the MiniMax-H3 one)."""

@@ -37,6 +37,17 @@ StopOnSignal::StopOnSignal() {
   ::sigaction(SIGINT, &sa, &g_old_int);
 }
 
+void StopOnSignal::hold_for_process() {
+  if (g_depth++ > 0) return;
+  g_signal.store(0);
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+  ::sigaction(SIGINT, &sa, &g_old_int);
+}
+
 StopOnSignal::~StopOnSignal() {
   if (--g_depth > 0) return;
   ::sigaction(SIGTERM, &g_old_term, nullptr);

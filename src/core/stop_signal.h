@@ -16,6 +16,12 @@ class StopOnSignal {
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;
 
+  // Installs the handlers for the rest of the process, as the outermost holder (never removed), keeping a request
+  // that arrives from now on for every StopOnSignal made later. `vdt train` calls it before any library's static
+  // initialisers run (cli/early_stop.cpp), so a signal while LibTorch loads stops the run cleanly too. Only touches
+  // atomics and sigaction: safe before the C++ runtime is initialised.
+  static void hold_for_process();
+
   static bool requested();
   static int signal_number();  // 0 when none arrived
   static const char* signal_name();

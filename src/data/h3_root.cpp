@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -18,13 +19,17 @@ std::string picture1_key(const std::string& choice) {
 
 std::string silence_path(const std::string& root) { return root + "/audio_silence.safetensors"; }
 
-std::pair<int64_t, int64_t> picture1_short_edge_size(int64_t h, int64_t w, int64_t short_edge) {
-  const double scale = static_cast<double>(short_edge) / static_cast<double>(kH3VaeSpatial * std::min(h, w));
-  auto side = [&](int64_t n) {  // pixels, then latent rows
-    const auto px = std::max<int64_t>(32, static_cast<int64_t>(std::nearbyint(kH3VaeSpatial * n * scale / 32)) * 32);
-    return px / kH3VaeSpatial;
+std::pair<int64_t, int64_t> short_edge_pixels(int64_t h, int64_t w, int64_t short_edge) {
+  const double scale = static_cast<double>(short_edge) / static_cast<double>(std::min(h, w));
+  auto side = [&](int64_t n) {  // nearbyint: ties to even, as Python's round
+    return std::max<int64_t>(32, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale / 32)) * 32);
   };
   return {side(h), side(w)};
+}
+
+std::pair<int64_t, int64_t> picture1_short_edge_size(int64_t h, int64_t w, int64_t short_edge) {
+  const auto px = short_edge_pixels(kH3VaeSpatial * h, kH3VaeSpatial * w, short_edge);
+  return {px.first / kH3VaeSpatial, px.second / kH3VaeSpatial};
 }
 
 std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const DatasetInfo& info,
@@ -47,11 +52,25 @@ std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const
               "picture1_short_edge (a root of an older `vdt data prepare`, which resized the long edge to 2048)"
               "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out, or train with --picture1 native");
     const auto n = check_picture1_header(path, info, "picture1");
-    const auto want = picture1_short_edge_size(n.first, n.second, info.picture1_short_edge);
+    // From the source image's size when the file records it (the whole image is resized), else from the native latent.
+    const auto& meta = f->metadata();
+    std::pair<int64_t, int64_t> want;
+    std::string from;
+    if (const auto it = meta.find("picture1_source_size"); it != meta.end()) {
+      int64_t w = 0, h = 0;
+      char x = 0;
+      std::istringstream in(it->second);
+      VDT_CHECK((in >> w >> x >> h) && x == 'x' && w > 0 && h > 0 && in.peek() == EOF, path,
+                ": metadata picture1_source_size '", it->second, "' is not WxH");
+      const auto px = short_edge_pixels(h, w, info.picture1_short_edge);
+      want = {px.first / kH3VaeSpatial, px.second / kH3VaeSpatial};
+      from = "its source image (" + it->second + " pixels)";
+    } else {
+      want = picture1_short_edge_size(n.first, n.second, info.picture1_short_edge);
+      from = "its native Picture 1 (" + std::to_string(n.first) + "x" + std::to_string(n.second) + " latent rows)";
+    }
     VDT_CHECK(e.shape[2] == want.first && e.shape[3] == want.second, path, ": 'picture1_2048' is ", e.shape[2], "x",
-              e.shape[3], " latent rows, but its native Picture 1 (", n.first, "x", n.second,
-              ") at dataset.json's "
-              "picture1_short_edge ",
+              e.shape[3], " latent rows, but ", from, " at dataset.json's picture1_short_edge ",
               info.picture1_short_edge, " gives ", want.first, "x", want.second,
               "\n---> HINT: re-run `vdt data prepare --model h3` into a new --out");
   }

@@ -20,13 +20,18 @@ std::string silence_path(const std::string& root);
 
 // The H3 video VAE's spatial factor: a latent of H x W rows is 16 H x 16 W pixels.
 inline constexpr int64_t kH3VaeSpatial = 16;
+// {H, W} in pixels of an h x w pixel image resized so its short edge is `short_edge`: scale = short_edge / min(h, w),
+// each side the nearest multiple of 32 (at least 32; ties to even) of side * scale, as DiffSynth's H3 pipeline sizes a
+// reference image (docs/h3_model.md §2, "Ref2VA"): 1080 x 1920 -> 2048 x 3648.
+std::pair<int64_t, int64_t> short_edge_pixels(int64_t h, int64_t w, int64_t short_edge);
 // The latent {Hp, Wp} of a Picture 1 of native latent size h x w resized so its short edge is `short_edge` pixels,
 // each side the nearest multiple of 32 pixels (at least 32; ties to even, as Python's round in DiffSynth's
 // _nearest_multiple).
 std::pair<int64_t, int64_t> picture1_short_edge_size(int64_t h, int64_t w, int64_t short_edge);
 
 // Header-only check of a clip's Picture 1: key present, C == latent_channels, one frame, even H, W; for
-// "picture1_2048" also the size dataset.json's picture1_short_edge gives from the native one. Returns {Hp, Wp}.
+// "picture1_2048" also the size dataset.json's picture1_short_edge gives from the source image's size (the file's
+// picture1_source_size metadata, WxH) or, without it, from the native latent. Returns {Hp, Wp}.
 std::pair<int64_t, int64_t> check_picture1_header(const std::string& path, const DatasetInfo& info,
                                                   const std::string& key);
 // The Picture 1 latent [C, 1, Hp, Wp] bf16, checked (finite).

@@ -44,7 +44,9 @@ FlowGrid inference_grid(int64_t steps, double shift, double denoising_strength) 
 }
 
 torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma) {
-  return (1 - sigma) * x0 + sigma * noise;
+  // The scalar second in each product: ATen's CPU kernels then take a 0-dim float32 sigma at float32 on
+  // reduced-precision latents, as its CUDA kernels do in either position (the Python trainer's GPU arithmetic).
+  return x0 * (1 - sigma) + noise * sigma;
 }
 
 torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise) { return noise - x0; }
@@ -71,8 +73,9 @@ SftExample make_sft_example(const torch::Tensor& x0, const torch::Tensor& noise,
   ex.sigma = grid.sigmas[id].item<double>();
   ex.weight = weights[id].item<double>();
   ex.model_timestep = round_timestep(ex.timestep, compute_dtype);
-  const auto dtype = x0.scalar_type();
-  auto sigma = torch::tensor(ex.sigma, x0.options().dtype(torch::kFloat32)).to(dtype);
+  // sigma stays a float32 scalar, as scheduler.add_noise's sigmas[id]: on bf16 latents each product is computed in
+  // float32 and rounded once (rounding sigma to bf16 first would move the (1 - sigma) coefficient by up to 2e-3).
+  const auto sigma = torch::tensor(static_cast<float>(ex.sigma), torch::kFloat32);  // 0-dim, on the host
   ex.x_t = add_noise(x0, noise, sigma);
   ex.x_t.select(2, 0).copy_(x0.select(2, 0));  // frame 0 is the clean conditioning latent, whatever first_frame_cond
   ex.target = velocity_target(x0, noise);

@@ -36,7 +36,8 @@ torch::Tensor training_weights(const FlowGrid& grid);
 // Inference grid of `steps` points starting at sigma = denoising_strength, shifted.
 FlowGrid inference_grid(int64_t steps, double shift = 5.0, double denoising_strength = 1.0);
 
-// x_t = (1 - sigma) x0 + sigma noise; sigma broadcastable to x0.
+// x_t = (1 - sigma) x0 + sigma noise; sigma broadcastable to x0 (a 0-dim float32 sigma keeps its precision on bf16
+// latents: each product is computed in float32 and rounded once, as the Python trainer on a GPU).
 torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma);
 // The flow-matching velocity target noise - x0.
 torch::Tensor velocity_target(const torch::Tensor& x0, const torch::Tensor& noise);

@@ -1,9 +1,11 @@
 // `vdt data check` and `vdt data inspect` end to end through the binary.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/safetensors.h"
 #include "data/data_root.h"
 #include "data/h3_root.h"
 #include "data_test_util.h"
@@ -13,6 +15,7 @@
 namespace vdt {
 namespace {
 
+namespace fs = std::filesystem;
 using test::run_vdt;
 using test::TinyRoot;
 
@@ -89,6 +92,46 @@ TEST(DataCli, CheckHoldsPicture2048ToTheRootsShortEdge) {
   problems = check_root(sc.out);
   ASSERT_FALSE(problems.empty());
   EXPECT_NE(problems[0].find("records no picture1_short_edge"), std::string::npos) << problems[0];
+}
+
+// DiffSynth's H3 reference-image size (docs/h3_model.md §2): the whole image scaled to 2048 on its short edge, each
+// side the nearest multiple of 32. A 1920x1080 Picture 1 is 3648x2048, not the 3712x2048 a crop to 1920x1056 first
+// would give. A latent file recording its source size (picture1_source_size, WxH) is held to the size that gives.
+TEST(DataCli, Picture2048FollowsDiffSynthsShapeOfTheUncroppedImage) {
+  using HW = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(short_edge_pixels(1080, 1920, 2048), (HW{2048, 3648}));  // 1920x1080 (W x H)
+  EXPECT_EQ(short_edge_pixels(1920, 1080, 2048), (HW{3648, 2048}));  // 1080x1920
+  EXPECT_EQ(short_edge_pixels(1056, 1920, 2048), (HW{2048, 3712}));  // what cropping to multiples of 32 first gave
+  EXPECT_EQ(short_edge_pixels(480, 832, 2048), (HW{2048, 3552}));
+  test::TempDir d;
+  SynthConfig sc;
+  sc.out = d.file("h3"), sc.model = "h3", sc.latent_channels = 24, sc.text_dim = 48, sc.latent_frames = 12;
+  sc.latent_h = 4, sc.latent_w = 6, sc.train_runs = 2, sc.train_clips_per_run = 1, sc.val_runs = 1, sc.n_drop = 0;
+  synth_root(sc);
+  // Every clip's Picture 1 from a 120x70 source: native 96x64 (latent 4x6) after the crop; at a 128 short edge the
+  // whole image is 128x219.4 -> 224 wide (latent 8x14), the cropped one would be 8x12.
+  auto rewrite = [&](int64_t wp, const Metadata& meta) {
+    for (const auto& e : fs::directory_iterator(sc.out + "/latents")) {
+      const std::string lat = e.path().string();
+      auto f = SafetensorsFile::open(lat);
+      NamedTensors t = {{"latents", f->get("latents").clone()},
+                        {"picture1", f->get("picture1").clone()},
+                        {"picture1_2048", torch::zeros({24, 1, 8, wp}, torch::kBFloat16)}};
+      f.reset();
+      save_safetensors(lat, t, meta);
+    }
+  };
+  rewrite(14, {{"picture1_source_size", "120x70"}});
+  EXPECT_TRUE(check_root(sc.out).empty());
+  rewrite(12, {{"picture1_source_size", "120x70"}});
+  auto problems = check_root(sc.out);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].find("its source image (120x70 pixels)"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("gives 8x14"), std::string::npos) << problems[0];
+  rewrite(14, {{"picture1_source_size", "120 by 70"}});
+  problems = check_root(sc.out);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].find("picture1_source_size '120 by 70' is not WxH"), std::string::npos) << problems[0];
 }
 
 // A root whose clips are all validation clips passes every per-file check, but the trainers would have nothing to

@@ -94,6 +94,40 @@ TEST(FlowMatch, SftExampleTakesSigmaAndWeightFromTheExactGridPointAndRoundsOnlyT
   EXPECT_NEAR(f32.timestep, 997.98, 0.01);
 }
 
+// On bf16 latents the noise mixing takes sigma at float32 (the Python trainer's scheduler.add_noise with the float32
+// sigmas[id] on a GPU): each product x0 * (1 - sigma), noise * sigma is computed in float32 and rounded to bf16 once,
+// then the two are added. Rounding sigma to bf16 first moves the (1 - sigma) coefficient by up to 2e-3.
+TEST(FlowMatch, SftNoisingOnBf16LatentsKeepsSigmaInFloat32) {
+  const auto grid = training_grid();
+  const auto w = training_weights(grid);
+  // The grid index whose sigma bf16 rounds the most.
+  const auto err = (grid.sigmas.to(torch::kBFloat16).to(torch::kFloat32) - grid.sigmas).abs();
+  const int64_t id = err.argmax().item<int64_t>();
+  ASSERT_GT(err[id].item<double>(), 1.5e-3);
+  torch::manual_seed(3);
+  const auto x0 = (4 * torch::randn({1, 4, 5, 8, 8})).to(torch::kBFloat16);
+  const auto noise = torch::randn({1, 4, 5, 8, 8}).to(torch::kBFloat16);
+  const auto ex = make_sft_example(x0, noise, id, grid, w, torch::kBFloat16, true);
+  ASSERT_EQ(ex.x_t.scalar_type(), torch::kBFloat16);
+
+  // The reference, step by step in float32: the float32 sigma and 1 - sigma, two products, two roundings, one add.
+  const auto s32 = grid.sigmas[id];
+  const auto c32 = 1 - s32;
+  auto mix = [&](const torch::Tensor& sigma, const torch::Tensor& keep) {
+    const auto a = (x0.to(torch::kFloat32) * keep).to(torch::kBFloat16);
+    const auto b = (noise.to(torch::kFloat32) * sigma).to(torch::kBFloat16);
+    return (a.to(torch::kFloat32) + b.to(torch::kFloat32)).to(torch::kBFloat16).slice(2, 1);
+  };
+  const auto want = mix(s32, c32);
+  EXPECT_TRUE(torch::equal(ex.x_t.slice(2, 1), want))
+      << max_abs(ex.x_t.slice(2, 1).to(torch::kFloat32), want.to(torch::kFloat32));
+  EXPECT_TRUE(torch::equal(ex.x_t.select(2, 0), x0.select(2, 0)));
+  // The same mixing with sigma rounded to bf16 first lands elsewhere on a good share of the elements.
+  const auto s16 = s32.to(torch::kBFloat16);
+  const auto rounded = mix(s16.to(torch::kFloat32), (1 - s16).to(torch::kFloat32));
+  EXPECT_GT(rounded.ne(want).to(torch::kFloat32).mean().item<double>(), 0.1);
+}
+
 // The Python trainer's --no-first_frame_cond only gives frame 0 the drawn timestep: x_t[:, :, 0] = x0 and the loss over
 // frames 1.. hold either way.
 TEST(FlowMatch, NoFirstFrameCondOnlyChangesFrameZerosModelTimestep) {

@@ -5,6 +5,7 @@
 // line parses as argparse.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -118,6 +119,27 @@ TEST_F(SeedFidelity, ExportsDoneAndConfigCarryTheSeedsKeys) {
   EXPECT_EQ(cfg["args"]["cond_type"], "ids");
   EXPECT_EQ(cfg["model"]["start_step"], 0);
   EXPECT_TRUE(cfg["model"]["random_init"].get<bool>());
+  // The keys the Python trainer's config.json has where scripts read them, with its types.
+  for (const char* k : {"init_ckpt", "resumed_from", "resumed_step"}) EXPECT_TRUE(cfg["args"].contains(k)) << k;
+  EXPECT_EQ(cfg["args"]["init_ckpt"], "");
+  EXPECT_EQ(cfg["args"]["resumed_step"], 0);
+  EXPECT_EQ(cfg["args"]["val_timesteps"], nlohmann::json::parse("[200.0, 500.0, 800.0]"));
+  EXPECT_TRUE(cfg["args"]["val_timesteps"][0].is_number_float());
+  EXPECT_EQ(cfg["dataset"]["start_epoch"], 0);
+  EXPECT_EQ(cfg["dataset"]["skip_micro"], 0);
+  EXPECT_EQ(cfg["model"]["sem_cond_in_channels"], 20);  // vocab "parts": K = 20
+  EXPECT_TRUE(cfg["model"].contains("resume_info") && cfg["model"]["resume_info"].is_null());
+  const auto& keys = cfg["model"]["export_keys"];
+  ASSERT_TRUE(keys.is_array());
+  EXPECT_EQ(keys.size(), SafetensorsFile::open(sum.last_export)->keys().size());  // what an export holds
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "gc_sem_cond.patch.weight"), keys.end());
+  const auto& env = cfg["env"];
+  for (const char* k : {"argv", "python", "platform", "started", "cuda_visible_devices", "mixed_precision"})
+    EXPECT_TRUE(env.contains(k)) << k;
+  EXPECT_TRUE(env["argv"].is_array() && !env["argv"].empty());
+  EXPECT_EQ(env["python"], "");
+  EXPECT_EQ(env["mixed_precision"], "no");                   // fp32 here; --precision mixed is accelerate's "bf16"
+  EXPECT_EQ(env["started"].get<std::string>().size(), 19u);  // %Y-%m-%d %H:%M:%S
 
   // A relative --output: from the current directory, recorded absolute.
   const auto cwd = fs::current_path();

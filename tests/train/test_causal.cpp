@@ -332,6 +332,17 @@ TEST_F(CausalTest, BadFlagsAndDataNameTheCulprit) {
   c = config("bad", 4);
   c.chunk_frames = 3;  // spans of 18 frames: every stream of 14 is too short
   test::expect_error([&] { train_causal(c); }, {"shorter than the span of 18"});
+  // --chunk-frames 0 given is the flag's fault, not the data's; left out (0 in a config built in code) is the base's.
+  c = config("bad", 4);
+  c.chunk_frames = 0, c.memory.given = {"--chunk-frames"};
+  test::expect_error([&] { c.validate(); }, {"--chunk-frames 0: expected >= 1", "leave --chunk-frames out"});
+  c.memory.given.clear();
+  c.validate();
+  const auto r = test::run_vdt("train causal --model tiny --random-init --data-root " + dir_->file("data") + " --out " +
+                               dir_->file("bad_cli") + " --device cpu --chunk-frames 0 --steps 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--chunk-frames 0: expected >= 1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("usable clips"), std::string::npos) << r.output;
 }
 
 // Two in-process ranks: the LoRA is bitwise the same on both after every step (gradients all-reduced), and sharding

@@ -1,22 +1,28 @@
 // `vdt train causal` on a MiniMax-H3 base (h3-tiny, CPU) and a synthetic H3 root (Picture 1, the silent audio stream,
 // token tags): spans of 6 one-clip chunks, diffusion forcing and teacher forcing train, --picture1 2048 and the
 // Python trainer's LoRA metadata, `vdt sample --causal` with the audio stream, exact resume, two in-process ranks keep
-// one LoRA, two emulated nodes shard within each node, and a root of the wrong family or without the 2048 Picture 1 is
-// refused up front.
+// one LoRA, two emulated nodes shard within each node, a logged loss is DiffSynth's weight on the H3 grid times the
+// MSE, a left-out --init-lora is asked for, and a root of the wrong family or without the 2048 Picture 1 is refused up
+// front.
 #include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/rng.h"
+#include "core/rng_purposes.h"
 #include "core/safetensors.h"
+#include "data/causal_dataset.h"
 #include "model/denoiser_registry.h"
 #include "model/h3/h3_config.h"
 #include "model/h3/h3_dit.h"
 #include "model/h3/h3_weights.h"
 #include "test_util.h"
 #include "tools/synth.h"
+#include "train/causal/causal_resume.h"
 #include "train/causal_test_util.h"
+#include "train/loop/model_inputs.h"
 
 namespace vdt {
 namespace {
@@ -35,7 +41,7 @@ class CausalH3Test : public test::SuiteDirTest<CausalH3Test> {
  protected:
   static CausalConfig config(const std::string& name, int64_t steps) {
     auto c = test::causal_test_run(dir_->file("h3"), dir_->file(name), "h3-tiny", /*chunk_frames=*/0, steps);
-    c.val_clips = 2;
+    c.val_clips = 2, c.init_lora = CausalConfig::kNoInitLora;  // an H3 base asks for the LoRA to start from
     return c;
   }
 };
@@ -151,6 +157,86 @@ TEST_F(CausalH3Test, SampleCausalSamplesVideoAndAudio) {
   EXPECT_TRUE(torch::equal(runs[0], runs[1]));
 }
 
+// DiffSynth's H3 loss at trainer level: a real step on a base whose output heads are zero (the prediction is 0, so
+// each chunk's MSE is that of its target ε − x0, which the test draws from the same streams) logs
+// loss_v = mean over chunks c of w(t_c)·(MSE(video of c) + MSE(audio of c)), w the bell weight of the grid point
+// nearest t_c = 1000σ_c on DiffSynth's MiniMax-H3 training grid (shift 2.22, written out here), σ_c the chunk's level.
+TEST_F(CausalH3Test, LoggedLossIsDiffSynthsWeightOnItsGridTimesTheMse) {
+  const std::string weights = dir_->file("h3_zero_head.safetensors");
+  auto model = make_denoiser("h3-tiny", torch::TensorOptions().dtype(torch::kFloat32));
+  model->init_random_base(5);
+  auto tensors = export_h3_weights(*std::dynamic_pointer_cast<H3DiTImpl>(model));
+  for (auto& [k, t] : tensors)
+    if (k.rfind("final_layer.video_out.", 0) == 0 || k.rfind("final_layer.audio_out.", 0) == 0)
+      t = torch::zeros_like(t);
+  save_safetensors(weights, tensors);
+  auto c = config("zero_head", 1);
+  c.model = "", c.random_init = false, c.weights = weights, c.max_samples = 1;  // one train window: step 1 takes it
+  train_causal(c);
+  const double logged = read_jsonl(c.out + "/train_log.jsonl").at(0)["loss_v"].get<double>();
+
+  // The window of step 1 (global sample 0) and its draws, as the trainer keys them.
+  CausalDataConfig dc;
+  dc.root = c.data_root, dc.span_frames = 30, dc.val_clips = c.val_clips, dc.max_samples = 1, dc.seed = c.random.seed;
+  CausalDataset ds(dc);
+  fit_side_streams(*model, ds, 30, 5);
+  ASSERT_EQ(ds.train().size(), 1u);
+  const auto s = ds.load(ds.train()[0], ds.train_start(0, 0));
+  auto draw = [&](const torch::Tensor& like, uint32_t purpose) {
+    auto gen = make_generator(torch::Device(torch::kCPU), RngStream(c.random.seed, purpose).u64(0, 0));
+    return torch::randn(like.sizes(), gen, torch::kFloat32);
+  };
+  const auto x0 = s.latents.unsqueeze(0).to(torch::kFloat32);              // [1, C, 30, H, W]
+  const auto a0 = s.streams.at("audio").unsqueeze(0).to(torch::kFloat32);  // [1, 2, Da, A]
+  const auto tv = draw(x0, rng_purpose::kCausalNoise) - x0;
+  const auto ta = draw(a0, rng_purpose::kCausalSideNoise) - a0;
+  const auto bounds = model->side_stream_chunks("audio", 30, 5);
+
+  // DiffSynth's MiniMax-H3 training grid and weights: sigma = 2.22 b / (1 + 1.22 b), b = linspace(1, 0, 1001)[:-1];
+  // y = exp(-2 ((1000 sigma - 500) / 1000)^2), minus its minimum, scaled to mean 1.
+  auto weight_at = [](double t, double shift) {
+    const auto b = torch::linspace(1.0, 0.0, 1001, torch::kFloat64).slice(0, 0, 1000);
+    const auto T = 1000 * shift * b / (1 + (shift - 1) * b);
+    const auto y = torch::exp(-2 * torch::pow((T - 500) / 1000, 2));
+    const auto w = (y - y.min()) * 1000 / (y - y.min()).sum();
+    return w[(T - t).abs().argmin().item<int64_t>()].item<double>();
+  };
+  double want = 0, wan_grid = 0;
+  const RngStream levels(c.random.seed, rng_purpose::kCausalLevels);
+  for (int64_t ch = 0; ch < 6; ++ch) {
+    const double u = levels.uniform(0, 0, static_cast<uint32_t>(ch));
+    const double t = 1000 * 3.0 * u / (1 + 2.0 * u);  // --level-shift 3
+    const double mse = tv.narrow(2, ch * 5, 5).pow(2).mean().item<double>() +
+                       ta.narrow(-1, bounds[ch], bounds[ch + 1] - bounds[ch]).pow(2).mean().item<double>();
+    want += weight_at(t, 2.22) * mse / 6;
+    wan_grid += weight_at(t, 5.0) * mse / 6;
+  }
+  EXPECT_NEAR(logged, want, 2e-4 * want);
+  EXPECT_GT(std::abs(wan_grid - want), 10 * 2e-4 * want);  // Wan's grid would be told apart
+}
+
+// The Python trainer continues the released CWM LoRA when --init-lora is left out; on an H3 base vdt asks for the
+// choice before the weights load. `none` trains a new LoRA and says so (start-up line, args.json); a re-run that
+// continues its --out needs no choice. A Wan base keeps the fresh default (every Wan test leaves --init-lora out).
+TEST_F(CausalH3Test, LeftOutInitLoraAsksForTheChoice) {
+  auto c = config("choice", 1);
+  c.init_lora = "";
+  test::expect_error([&] { train_causal(c); },
+                     {"--init-lora is needed on a MiniMax-H3 base", "--init-lora PATH", "--init-lora none"});
+  EXPECT_FALSE(fs::exists(c.out + "/args.json"));  // stopped before the run wrote anything
+  c.init_lora = CausalConfig::kNoInitLora;
+  const auto sum = train_causal(c);
+  EXPECT_EQ(sum.lora_start, kFreshLoraChosen);
+  const auto args = nlohmann::json::parse(std::ifstream(c.out + "/args.json"));
+  EXPECT_EQ(args["init_lora"], "none");
+  EXPECT_EQ(args["lora_start"], kFreshLoraChosen);
+  // The re-run of the same job, --init-lora left out: it continues the LoRA in --out.
+  c.init_lora = "", c.steps = 2;
+  const auto again = train_causal(c);
+  EXPECT_EQ(again.start_step, 1);
+  EXPECT_EQ(again.lora_start, "continued: the LoRA of the run being resumed");
+}
+
 TEST_F(CausalH3Test, WrongRootsAreRefusedUpFront) {
   test::TempDir d;
   SynthConfig wan;
@@ -175,7 +261,8 @@ TEST_F(CausalH3Test, WrongRootsAreRefusedUpFront) {
   test::expect_error([&] { train_causal(c); }, {copy + "/latents/", "picture1_2048", "--picture1 native"});
 }
 
-// The Python trainer's command line: `--data-root H3ROOT --weights H3 --out RUN` without --model trains the H3 base
+// The command line that stands for the Python trainer's `--out RUN` (whose data and base are its project's paths):
+// `--data-root H3ROOT --weights H3 --out RUN` without --model trains the H3 base
 // the root names (model_family) at the preset of the weights' shapes; a --model or weights that contradict the root or
 // each other stop the run naming both; a random base with no --model asks for one.
 TEST_F(CausalH3Test, TheBaseComesFromTheRootAndTheWeights) {

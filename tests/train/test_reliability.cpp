@@ -263,6 +263,34 @@ TEST_F(Reliability, ASignalDuringStartUpStopsBeforeTheFirstStep) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// `vdt train` holds SIGTERM / SIGINT before any library's static initialisers run (cli/early_stop.cpp): the binary
+// carries the .preinit_array entry, and a SIGTERM sent as soon as the process catches it (long before LibTorch has
+// loaded and `main` runs) ends the run cleanly, exit 0, with nothing written.
+TEST_F(Reliability, ASignalWhileLibrariesLoadStopsCleanly) {
+  const auto sections = test::run_command("readelf -S --wide " + std::string(VDT_BINARY) + " 2>&1");
+  if (sections.code == 127) GTEST_SKIP() << "no readelf";
+  EXPECT_NE(sections.output.find(".preinit_array"), std::string::npos) << sections.output;
+  const auto out = dir_->file("signal_at_load");
+  pid_t pid = 0;
+  test::spawn_vdt({"train", "sft", "--random-init", "--data_root", dir_->file("data"), "--res", res_, "--output", out,
+                   "--model", "tiny", "--device", "cpu", "--precision", "fp32", "--max_steps", "3"},
+                  {}, &pid);
+  // SigCgt in /proc/<pid>/status: the signals the process catches (SIGTERM is bit 15 - 1).
+  auto catches_term = [&] {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
+    return 0ull;
+  };
+  for (int i = 0; i < 200000 && !catches_term(); ++i) ::usleep(50);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(rows(out + "/train_log.csv"), 0u);
+}
+
 // Over a file-size limit a save fails with EFBIG, reported like a full disk, instead of SIGXFSZ killing vdt silently.
 TEST_F(Reliability, AFileSizeLimitIsReportedLikeAFullDisk) {
   const auto out = dir_->file("fsize");

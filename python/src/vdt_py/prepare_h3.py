@@ -7,9 +7,11 @@ The same input as the Wan path (``--videos DIR`` with sub-folders as runs, or ``
 
 * ``latents`` [24, F, H/16, W/16]: the H3 video VAE's normalised latents of the first ``--frames`` (17n+5) frames;
 * ``picture1`` [24, 1, Hp/16, Wp/16]: Picture 1 at its native size (centre-cropped down to multiples of 32);
-* ``picture1_2048`` [24, 1, ...]: Picture 1 resized to ``--picture1-short-edge`` (2048) on its short edge, both sides
-  rounded to the nearest multiple of 32 as DiffSynth's H3 reference image (``ref_image_short_edge``); dataset.json
-  records the edge as ``picture1_short_edge`` (``--picture1-short-edge 0`` leaves it out);
+* ``picture1_2048`` [24, 1, ...]: the whole (uncropped) Picture 1 resized with Lanczos to ``--picture1-short-edge``
+  (2048) on its short edge, both sides rounded to the nearest multiple of 32, as DiffSynth's H3 pipeline sizes and
+  resamples a reference image (``ref_image_short_edge``); dataset.json records the edge as ``picture1_short_edge``
+  (``--picture1-short-edge 0`` leaves it out) and the file's metadata the source size as ``picture1_source_size``
+  (``WxH``: what ``vdt data check`` holds the latent's size to);
 
 then the text table (``"<Picture 1>: "`` + Picture 1's vision tokens + the caption through Qwen3-VL, the hidden state
 after ``--text-layer``, tags 0 on the vision block, 1 elsewhere; one row per clip, since the vision tokens are the
@@ -75,17 +77,20 @@ def native_grid(img: torch.Tensor, where: str) -> torch.Tensor:
 
 def short_edge_size(h: int, w: int, edge: int) -> tuple[int, int]:
     """(H, W) of an H x W image scaled so its short edge is `edge`, each side the nearest multiple of 32 (at least 32),
-    as DiffSynth's H3 pipeline sizes its reference image (_nearest_multiple; Python's round)."""
+    as DiffSynth's H3 pipeline sizes its reference image: scale = ref_image_short_edge / min(H, W), each side
+    _nearest_multiple(side * scale, 32) with Python's round (docs/h3_model.md, "Ref2VA"). 1920x1080 -> 3648x2048."""
     s = edge * 1.0 / min(h, w)
     return max(32, int(round(h * s / 32)) * 32), max(32, int(round(w * s / 32)) * 32)
 
 
 def short_edge(img: torch.Tensor, edge: int) -> torch.Tensor:
-    """Resize [H, W, 3] so the short edge is `edge` (both sides rounded to multiples of 32: short_edge_size), bicubic."""
+    """Resize the whole [H, W, 3] uint8 image (no crop first) to short_edge_size with PIL's Lanczos filter, as DiffSynth
+    resizes a reference image."""
+    from PIL import Image
+
     nh, nw = short_edge_size(img.shape[0], img.shape[1], edge)
-    x = img.permute(2, 0, 1)[None].float()
-    y = torch.nn.functional.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False)
-    return y[0].clamp(0, 255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+    out = Image.fromarray(img.numpy()).resize((nw, nh), Image.LANCZOS)
+    return torch.from_numpy(np.asarray(out).copy())
 
 
 def read_table(path: str, text_len: int, dim: int):
@@ -151,15 +156,18 @@ def run(args: argparse.Namespace) -> int:
     for c in tqdm(todo, desc="H3 VAE", unit="clip", disable=not args.progress, file=sys.stdout):
         fr = first_frames(c)
         z = vae.encode(fr)                                                  # [24, F, lh, lw]
-        pic = native_grid(load_picture1(c, fr[0]), picture1_source(c) or c["source"])
+        raw = load_picture1(c, fr[0])                                       # [H, W, 3] as given
+        pic = native_grid(raw, picture1_source(c) or c["source"])
         tensors = {"latents": z, "picture1": vae.encode(pic[None])}        # picture1 [24, 1, Hp, Wp]
         if edge:
-            tensors["picture1_2048"] = vae.encode(short_edge(pic, edge)[None])
+            tensors["picture1_2048"] = vae.encode(short_edge(raw, edge)[None])
         for k, t in tensors.items():
             if not torch.isfinite(t).all():
                 raise VdtError(f"{c['source']}: the VAE produced non-finite values for '{k}'")
         meta = {"source": os.path.abspath(c["source"]), "vae": vae.path, "frames": str(frames),
                 "picture1": os.path.abspath(picture1_source(c)) if picture1_source(c) else "first frame"}
+        if edge:
+            meta["picture1_source_size"] = f"{raw.shape[1]}x{raw.shape[0]}"   # W x H, before any crop or resize
         atomic_save({k: t.to(torch.bfloat16).contiguous() for k, t in tensors.items()}, lat_path(c), meta)
     del vae
 

@@ -36,7 +36,12 @@ void CausalConfig::validate() const {
   memory.check_memory();
   VDT_CHECK(level_shift > 0, "--level-shift ", level_shift, ": expected > 0");
   compute.validate(kPrecisions);
-  VDT_CHECK(chunk_frames >= 0, "--chunk-frames ", chunk_frames, ": expected >= 1 (or 0: the base's natural chunk)");
+  // Left out (0): the base's natural chunk. Given, a chunk holds at least one latent frame; a 0 on the command line is
+  // refused here, not later as "no clip is as long as the span".
+  VDT_CHECK(chunk_frames >= 1 || (chunk_frames == 0 && memory.given.count("--chunk-frames") == 0), "--chunk-frames ",
+            chunk_frames,
+            ": expected >= 1 (latent frames per chunk; a span is 6 chunks)\n---> HINT: leave --chunk-frames "
+            "out for the base's natural chunk (Wan 3, MiniMax-H3 5)");
   // Rank 0 or alpha 0 would make the LoRA's update zero: the run would train nothing.
   VDT_CHECK(lora_rank == -1 || lora_rank >= 1, "--lora-rank ", lora_rank,
             ": expected >= 1 (a rank-0 LoRA has no "
@@ -98,7 +103,11 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--out", "run directory; re-running with the same --out continues from its newest lora_stepNNNNN.safetensors",
        &C::out, true},
       {"--objective", "df (diffusion forcing) or tf (teacher forcing)", &C::objective},
-      {"--init-lora", "LoRA to start from (ours or PEFT names); empty = new LoRA, B = 0", &C::init_lora},
+      {"--init-lora",
+       "LoRA to start from (ours, PEFT's or diffusers' names), or none: a new LoRA (B = 0). Left out: a new LoRA "
+       "on a Wan base; on a MiniMax-H3 base an error asking for one of the two (the Python trainer continues the "
+       "released CWM LoRA there)",
+       &C::init_lora},
       {"--resume",
        "auto: continue from the newest lora_stepNNNNN in --out (exactly when its state slot is there: the "
        "Python trainer's re-run rule); X.safetensors: start from that LoRA (as --init-lora); a run "
@@ -140,7 +149,8 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       lift(&C::compute, compute, "--device"),
       lift(&C::compute, compute, "--precision"),
       {"--chunk-frames",
-       "latent frames per chunk (a span is 6 chunks); 0 = the base's: Wan 3, MiniMax-H3 5 (one VAE clip)",
+       "latent frames per chunk, >= 1 (a span is 6 chunks); left out (0): the base's, Wan 3, MiniMax-H3 5 (one VAE "
+       "clip)",
        &C::chunk_frames},
       {"--lora-rank",
        "LoRA rank (>= 1); left out (-1): the starting LoRA file's (--init-lora, a re-run's newest "
@@ -155,7 +165,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       {"--shard-base", "shard the frozen blocks over the ranks: auto (with several), on, off", &C::shard_base},
       lift(&C::compute, compute, "--fused-kernels"),
       lift(&C::compute, compute, "--fp8"),
-      {"--val-every", "mean loss over the val windows every N steps and before the first (val_log.jsonl); 0 = never",
+      {"--val-every",
+       "mean loss over the val windows before the first step, every N steps and at the last (val_log.jsonl); "
+       "0 = never",
        &C::val_every},
       {"--preview-steps",
        "Euler steps of the preview drawn at each validation on a root with a preview VAE "

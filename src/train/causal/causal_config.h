@@ -17,7 +17,9 @@ inline constexpr int64_t kSpanChunks = 6;  // the Python trainer's SPAN_CHUNKS
 
 struct CausalConfig {
   // the Python trainer's flags
-  std::string out, objective = "df", init_lora;  // init_lora empty: a fresh LoRA (B = 0)
+  // init_lora: a LoRA file, "none" (a fresh LoRA, B = 0, chosen), or empty (left out: fresh on a Wan base; on a
+  // MiniMax-H3 base, whose Python trainer continues the released CWM LoRA, an error asking for the choice)
+  std::string out, objective = "df", init_lora;
   std::string resume =
       "auto";  // the SFT trainer's flag: auto (the Python trainer's re-run rule), a LoRA file, or a state
   bool ignore_corrupt_state =
@@ -52,6 +54,9 @@ struct CausalConfig {
                                  // steps), its grid in TensorBoard on a root with a preview VAE; 0 = never
 
   int64_t span_frames() const { return kSpanChunks * chunk_frames; }
+  // The --init-lora file to start from: empty when left out or "none".
+  std::string init_lora_file() const { return init_lora == kNoInitLora ? std::string() : init_lora; }
+  static constexpr const char* kNoInitLora = "none";
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   enum class Objective { df, tf };
   enum class ShardBase { automatic, on, off };

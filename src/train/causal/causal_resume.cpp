@@ -46,8 +46,8 @@ void resolve_lora_shape(CausalConfig& cfg) {
   std::string source;
   LoraShape file;
   const auto newest = newest_lora_step(cfg.out);
-  if (newest.first > 0 || is_lora_file(cfg.resume) || (cfg.resume == "auto" && !cfg.init_lora.empty())) {
-    source = newest.first > 0 ? newest.second : is_lora_file(cfg.resume) ? cfg.resume : cfg.init_lora;
+  if (newest.first > 0 || is_lora_file(cfg.resume) || (cfg.resume == "auto" && !cfg.init_lora_file().empty())) {
+    source = newest.first > 0 ? newest.second : is_lora_file(cfg.resume) ? cfg.resume : cfg.init_lora_file();
     file = lora_shape_for(cfg.model, source);  // e.g. an H3 LoRA in diffusers' split naming: rank 3r
   } else if (cfg.resume != "auto") {           // another run's state: its flags (config.json) beside its factors
     std::vector<std::string> notes;
@@ -75,6 +75,19 @@ void resolve_lora_shape(CausalConfig& cfg) {
             "\n---> HINT: leave "
             "--lora-alpha out (the LoRA the run starts from decides), or give its alpha");
   cfg.lora_rank = file.rank, cfg.lora_alpha = file.alpha;
+}
+
+bool continues_a_run(const CausalConfig& cfg) {
+  return cfg.resume != "auto" || newest_lora_step(cfg.out).first > 0 || !sealed_slots(cfg.out).empty();
+}
+
+void check_lora_choice(const CausalConfig& cfg, const std::string& family) {
+  if (family != "h3" || !cfg.init_lora.empty() || continues_a_run(cfg)) return;
+  VDT_FAIL("--init-lora is needed on a MiniMax-H3 base (--model ", cfg.model,
+           "): left out, the Python trainer continues the released CWM LoRA, which vdt does not ship, and a new LoRA "
+           "would train in its place at the same learning rate"
+           "\n---> HINT: --init-lora PATH (e.g. the released CWM LoRA) to train on from that LoRA, or --init-lora "
+           "none to start a new LoRA (B = 0) on purpose");
 }
 
 CausalResume resume_causal(const CausalResumeRun& in) {
@@ -118,14 +131,14 @@ CausalResume resume_causal(const CausalResumeRun& in) {
     return res;
   }
   if (step == 0) {
-    const std::string init = is_lora_file(resume) ? resume : in.cfg.init_lora;
+    const std::string init = is_lora_file(resume) ? resume : in.cfg.init_lora_file();
     if (!init.empty()) {
       load_lora(in.model, lora_for_model(in.model, read_lora(init), init), init);
       res.how = "fresh run from the LoRA " + init;
       res.lora_start = init;
     } else {
       res.how = "fresh run, new LoRA (B = 0)";
-      res.lora_start = kFreshLora;
+      res.lora_start = in.cfg.init_lora == CausalConfig::kNoInitLora ? kFreshLoraChosen : kFreshLora;
     }
     return res;
   }

@@ -16,6 +16,15 @@ namespace vdt {
 // Said on its own start-up line and in args.json: the Python trainer continues the released CWM LoRA when
 // --init-lora is not given; vdt ships no release, so without --init-lora it starts a new one.
 constexpr const char* kFreshLora = "fresh: a new LoRA (B = 0), no --init-lora";
+constexpr const char* kFreshLoraChosen = "fresh: a new LoRA (B = 0), --init-lora none";
+
+// Whether this run continues one (--resume given, or --out holds a lora_step file or a sealed state slot): then the
+// LoRA comes from there, not from --init-lora.
+bool continues_a_run(const CausalConfig& cfg);
+// A MiniMax-H3 base (`family` "h3") starting a run without --init-lora is an error asking for the choice: a LoRA
+// file, or `none` for a new one (the Python trainer continues the released CWM LoRA there; a silent fresh LoRA would
+// train for hours unnoticed). Wan bases keep the fresh default. Checked before the weights load.
+void check_lora_choice(const CausalConfig& cfg, const std::string& family);
 
 // The LoRA this run starts from decides its rank and alpha (the rule resume_causal follows: the newest lora_step in
 // --out, else --resume X.safetensors, else another run's state, else --init-lora); a --lora-rank / --lora-alpha that

@@ -114,6 +114,7 @@ void resolve_base(CausalRun& r) {
               detected);
   }
   r.cfg.check_picture1_base();
+  check_lora_choice(r.cfg, denoiser_family(r.cfg.model));  // before any weights load
 }
 
 void build_data(CausalRun& r) {
@@ -405,7 +406,10 @@ std::string startup_table(const CausalRun& r) {
       py_float(r.cfg.lr).c_str(), py_float(r.cfg.lr_min).c_str(), static_cast<long long>(r.cfg.warmup),
       static_cast<long long>(r.cfg.save_every), r.resume_how.c_str());
   if (const auto line = r.model->describe_sequence(window_shape(r)); !line.empty()) t += "  " + line + "\n";
-  if (r.lora_start == kFreshLora)
+  if (r.lora_start == kFreshLoraChosen)
+    t += "  LoRA FRESH (--init-lora none): a new LoRA (B = 0), not the released CWM LoRA the Python trainer "
+         "continues by default\n";
+  else if (r.lora_start == kFreshLora)
     t += "  LoRA FRESH: a new LoRA (B = 0), not the released CWM LoRA the Python trainer continues by default; "
          "pass that file with --init-lora FILE to train on from it\n";
   else

@@ -1,12 +1,16 @@
 // The SFT run's log contents (sft_log.h): the start-up table and facts, the rows, tags and console lines.
 #include "train/sft/sft_log.h"
 
+#include <sys/utsname.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "data/sft_dataset.h"
@@ -63,6 +67,30 @@ std::string startup_table(const SftConfig& cfg, const MemoryKnobs& knobs, const 
   return t + "+-------------------------------------------------------------------\n";
 }
 
+// The process's command line as the Python trainer's sys.argv: one string per argument.
+std::vector<std::string> process_argv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  for (std::string a; std::getline(f, a, '\0');) out.push_back(a);
+  return out;
+}
+
+// Python's platform.platform() in spirit: the kernel's name, release and machine.
+std::string platform_name() {
+  struct utsname u {};
+  if (uname(&u) != 0) return "";
+  return std::string(u.sysname) + "-" + u.release + "-" + u.machine;
+}
+
+std::string local_time_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S", &tm);
+  return b;
+}
+
 }  // namespace
 
 nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, const SftDataset* val,
@@ -73,7 +101,8 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
   gethostname(host, sizeof host - 1);
   nlohmann::ordered_json j;
   j["args"] = nlohmann::ordered_json::parse(cfg.to_json());
-  j["res"] = cfg.res;  // the Python trainer's top-level key
+  j["args"]["val_timesteps"] = cfg.val_timestep_list();  // a list of floats, as the Python trainer's parse_args
+  j["res"] = cfg.res;                                    // the Python trainer's top-level key
   j["dataset"] = {{"root", cfg.data_root},
                   {"res", train.info().res},
                   {"train_total", train.n_total()},
@@ -96,18 +125,31 @@ nlohmann::ordered_json run_facts(const SftConfig& cfg, const SftDataset& train, 
                 {"n_params", dit_params + cond_params},
                 {"n_sem_cond_params", cond_params},
                 {"vocab", cfg.vocab},
+                {"sem_cond_in_channels", sem.vocab_size},  // the adapter's one-hot input: one channel per id
                 {"sem_scale", sem.scale},
                 {"n_tensors", model.parameters().size()},
                 {"param_groups",
                  {{{"name", "dit"}, {"lr", cfg.lr}, {"n_params", dit_params}},
                   {{"name", "gc_sem_cond"}, {"lr", cfg.cond_lr}, {"n_params", cond_params}}}}};
+  auto keys = nlohmann::ordered_json::array();  // what every step-N.safetensors holds (export_checkpoint)
+  for (const auto& kv : model.named_parameters()) keys.push_back(kv.key());
+  j["model"]["export_keys"] = keys;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   j["env"] = {{"device", device.str()},
               {"gpu", device.is_cuda() ? "cuda" : "none"},
               {"precision", cfg.compute.precision},
               {"torch", TORCH_VERSION},
               {"hostname", host},
               {"world_size", world},
-              {"global_batch", world * cfg.batch_size * cfg.grad_accum}};
+              {"global_batch", world * cfg.batch_size * cfg.grad_accum},
+              // the Python trainer's keys: accelerate's word for the precision (bf16 autocast over float32 masters,
+              // or "no"), its interpreter (none here), the machine, the command line and the start
+              {"mixed_precision", cfg.precision_mode() == Precision::mixed ? "bf16" : "no"},
+              {"python", ""},
+              {"platform", platform_name()},
+              {"argv", process_argv()},
+              {"started", local_time_now()},
+              {"cuda_visible_devices", visible ? nlohmann::ordered_json(visible) : nlohmann::ordered_json()}};
   return j;
 }
 

@@ -64,6 +64,7 @@ struct SftRun {
   torch::Tensor grid_weights;
   RunLog log;
   std::string init_ckpt;
+  nlohmann::ordered_json resume_info;   // config.json's model.resume_info: the warm start's load (null without one)
   std::vector<std::string> base_files;  // --model_dir's weight files (empty: --random-init)
   MemoryFlags flags;                    // the memory knobs as the command line gave them (parsed once)
   MemoryKnobs knobs;                    // what the run applies: the flags', then the memory plan's (plan_sft_memory)
@@ -164,6 +165,12 @@ void build_model(SftRun& r) {
     std::printf("[resume] warm start from %s: %zu tensors, gc_sem_cond %s\n", r.cfg.resume.c_str(), rep.loaded.size(),
                 rep.kept.empty() ? "loaded" : "kept zero-initialised");
     r.init_ckpt = r.cfg.resume;
+    // The Python trainer's load_weights_into_dit report: tensors, whether the adapter came with them, what stayed.
+    r.resume_info = {{"n_tensors", rep.loaded.size()},
+                     {"has_sem_cond", files.contains("gc_sem_cond.patch.weight")},
+                     {"missing", rep.kept},
+                     {"res", meta.count("res") ? meta.at("res") : ""},
+                     {"ckpt_metadata", meta}};
   }
   // The update path takes the master values (before the cast to the compute dtype); mixed precision keeps fp32
   // masters beside bf16 compute weights, ZeRO-2 shards them over the ranks.
@@ -428,6 +435,13 @@ void open_log(SftRun& r) {
   facts["model"]["weight_files"] = weights;
   facts["model"]["random_init"] = r.cfg.random_init;
   facts["model"]["start_step"] = r.start_step;  // the Python trainer's key
+  facts["model"]["resume_info"] = r.resume_info;
+  // The Python trainer's lineage keys in args (its parse_args adds them) and its data position in dataset.
+  facts["args"]["init_ckpt"] = r.init_ckpt;
+  facts["args"]["resumed_from"] = r.resumed_from;
+  facts["args"]["resumed_step"] = r.resumed_from.empty() ? 0 : r.start_step;
+  facts["dataset"]["start_epoch"] = r.epoch;
+  facts["dataset"]["skip_micro"] = r.skip_micro;
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
   if (r.plan) facts["memory_plan"] = plan_json(*r.plan);
