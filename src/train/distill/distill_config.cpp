@@ -62,7 +62,7 @@ void DistillConfig::validate() const {
   VDT_CHECK(!out.empty(), "--out is required (the run directory; a re-run with the same --out continues)");
   VDT_CHECK(!data_root.empty(),
             "--data-root is required (a data root: its text, and Picture 1 on MiniMax-H3, "
-            "condition the rollouts; no video latents are read)");
+            "condition the rollouts; its latents are not trained on: the rollout makes the video)");
   VDT_CHECK(!weights.empty() || random_init,
             "--weights is required: the frozen base (student, critic and teacher "
             "are this one base)\n---> HINT: pass --weights PATH, or --random-init for a random base on purpose "
@@ -117,7 +117,7 @@ const std::vector<ConfigField<DistillConfig>>& DistillConfig::fields() {
        &C::ignore_corrupt_state},
       {"--data-root",
        "data root (docs/data_format.md): its text (and Picture 1 on MiniMax-H3) condition the "
-       "rollouts; no video latents are read",
+       "rollouts (its latents are not trained on: the rollout makes the video)",
        &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
       {"--model",
