@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.22)
 # Fails when a source under src/<area>/ (.h, .cpp, .cu, .cuh) includes a header of an area it may not depend on
 # (the arrows of docs/architecture.md):
 #   core <- model <- diffusion, core <- data, core <- optim, {model, optim} <- distributed,
-#   {model, diffusion, data, distributed} <- train.
+#   {model, diffusion, data, distributed} <- train; inside train, plan <- loop (below).
 # Run as a ctest test: cmake -DSRC=<repo>/src -P check_arrows.cmake
 set(allowed_core "core")
 set(allowed_model "core;model")
@@ -20,6 +20,23 @@ foreach(area core model diffusion data optim distributed train)
       string(REGEX REPLACE "^#include \"([a-z_]+)/.*" "\\1" dep "${line}")
       if(NOT dep IN_LIST allowed_${area})
         list(APPEND violations "${f}: ${line} (src/${area} may include only: ${allowed_${area}})")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+# Inside src/train, the sub-areas' arrows: plan <- loop (the memory planner is a pure function the loop's knob sections
+# feed; it never sees them), and both under the trainers (sft, causal), which nothing in plan or loop includes. A
+# sub-area not listed here may include any part of train.
+set(allowed_train_plan "plan")
+set(allowed_train_loop "loop;plan")
+foreach(sub plan loop)
+  file(GLOB_RECURSE files ${SRC}/train/${sub}/*.h ${SRC}/train/${sub}/*.cpp)
+  foreach(f ${files})
+    file(STRINGS ${f} lines REGEX "^#include \"train/[a-z_]+/")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^#include \"train/([a-z_]+)/.*" "\\1" dep "${line}")
+      if(NOT dep IN_LIST allowed_train_${sub})
+        list(APPEND violations "${f}: ${line} (src/train/${sub} may include only train/: ${allowed_train_${sub}})")
       endif()
     endforeach()
   endforeach()

@@ -257,5 +257,65 @@ TEST(ConfigFields, EnumLikeFlagsAreEnums) {
   test::expect_error([&] { c.precision_mode(); }, {"--precision", "mixed"});
 }
 
+// The memory knobs are parsed once into typed values (train/plan/memory_knobs.h) with the ones the command line fixed:
+// what the memory plan starts from and the trainers apply. A config built in code fixes what differs from a default.
+TEST(ConfigFields, MemoryKnobsAreTypedOnce) {
+  CausalConfig c;
+  auto f = c.memory_flags();
+  EXPECT_EQ(f.knobs.precision, Precision::bf16);
+  EXPECT_EQ(f.knobs.checkpointing, Checkpointing::block);
+  EXPECT_EQ(f.knobs.attn, CausalKernel::prefix);
+  EXPECT_FALSE(f.knobs.act_offload);
+  EXPECT_FALSE(f.given.checkpointing || f.given.selective_blocks || f.given.act_offload || f.given.attn_keep ||
+               f.given.attn);
+  EXPECT_FALSE(f.allow_none);
+  EXPECT_TRUE(f.allow_offload);
+  EXPECT_FALSE(f.memory_given);
+  c.attention.attn = "flex", c.causal_memory.act_offload = "on", c.memory.checkpointing = "selective";
+  c.memory.selective_blocks = 2, c.causal_memory.attn_keep = 0.5, c.compute.fp8 = "emulate", c.memory.memory = "40";
+  f = c.memory_flags();
+  EXPECT_EQ(f.knobs.attn, CausalKernel::mask);
+  EXPECT_TRUE(f.knobs.act_offload);
+  EXPECT_EQ(f.knobs.fp8, Fp8Mode::emulate);
+  ASSERT_TRUE(f.given.checkpointing && f.given.selective_blocks && f.given.act_offload && f.given.attn_keep &&
+              f.given.attn);
+  EXPECT_EQ(*f.given.checkpointing, Checkpointing::selective);
+  EXPECT_EQ(*f.given.selective_blocks, 2);
+  EXPECT_DOUBLE_EQ(*f.given.attn_keep, 0.5);
+  EXPECT_TRUE(f.memory_given);
+  EXPECT_EQ(f.knobs.flags(true),
+            "--checkpointing selective --selective-blocks 2 --act-offload on --attn-keep 0.5 --attn mask");
+  const auto co = f.knobs.checkpoint_options();
+  EXPECT_TRUE(co.selective && co.offload_inputs);
+  EXPECT_EQ(co.selective_blocks, 2);
+  EXPECT_DOUBLE_EQ(co.attention_keep, 0.5);
+  // A flag given at its default value is fixed too (only the binding knows: MemorySection::given).
+  CausalConfig g;
+  g.memory.given = {"--attn", "--checkpointing"};
+  f = g.memory_flags();
+  ASSERT_TRUE(f.given.attn && f.given.checkpointing);
+  EXPECT_EQ(*f.given.attn, CausalKernel::prefix);
+  EXPECT_FALSE(f.given.act_offload);
+  // SFT: --no-gradient_checkpointing is checkpointing none, fixed; mixed precision is its default.
+  SftConfig s;
+  f = s.memory_flags();
+  EXPECT_EQ(f.knobs.precision, Precision::mixed);
+  EXPECT_TRUE(f.allow_none);
+  EXPECT_FALSE(f.allow_offload);
+  EXPECT_FALSE(f.given.checkpointing);
+  s.gradient_checkpointing = false;
+  f = s.memory_flags();
+  EXPECT_EQ(f.knobs.checkpointing, Checkpointing::none);
+  ASSERT_TRUE(f.given.checkpointing);
+  EXPECT_EQ(*f.given.checkpointing, Checkpointing::none);
+  // The record of what ran: the knobs written back into the flags once, for config.json.
+  MemoryKnobs k;
+  k.precision = Precision::fp32, k.checkpointing = Checkpointing::selective, k.selective_blocks = 4;
+  record_knobs(k, s.compute, s.memory);
+  EXPECT_EQ(s.compute.precision, "fp32");
+  EXPECT_EQ(s.memory.checkpointing, "selective");
+  EXPECT_EQ(s.memory.selective_blocks, 4);
+}
+
 }  // namespace
 }  // namespace vdt

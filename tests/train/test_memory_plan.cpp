@@ -63,7 +63,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(MemoryPlan, FortyGibPicksBlock) {
   const auto p = make_plan(request(40), made_up_table());
-  EXPECT_EQ(p.checkpointing, Checkpointing::block);
+  EXPECT_EQ(p.knobs.checkpointing, Checkpointing::block);
   EXPECT_LE(p.peak_bytes + p.margin_bytes, gib(40));
   EXPECT_NEAR(p.peak_bytes, gib(35 + 1.5 + 2), 1 << 20);  // fixed + 30 kept inputs + one recompute
   EXPECT_NEAR(p.step_seconds, 30 * 0.025 + 0.01, 1e-9);
@@ -72,6 +72,13 @@ TEST(MemoryPlan, FortyGibPicksBlock) {
   EXPECT_NE(lines[1].find("--checkpointing"), std::string::npos);
   EXPECT_NE(lines[1].find("block"), std::string::npos);
   EXPECT_NE(lines.back().find("predicted step"), std::string::npos);
+  // The knobs the plan does not choose go through as the request gives them.
+  auto r = request(40);
+  r.knobs.precision = Precision::fp32, r.knobs.fp8 = Fp8Mode::emulate;
+  const auto q = make_plan(r, made_up_table());
+  EXPECT_EQ(q.knobs.precision, Precision::fp32);
+  EXPECT_EQ(q.knobs.fp8, Fp8Mode::emulate);
+  EXPECT_EQ(q.flags(), "--checkpointing block");
 }
 
 // The peak a plan reports is the prediction alone; the margin is kept free beside it: a budget of exactly the
@@ -123,15 +130,15 @@ TEST(MemoryPlan, MoreMemoryKeepsMoreBlocks) {
   const auto t = made_up_table();
   const auto at60 = make_plan(request(60), t);
   const auto at80 = make_plan(request(80), t);
-  ASSERT_EQ(at60.checkpointing, Checkpointing::selective);
-  ASSERT_EQ(at80.checkpointing, Checkpointing::selective);
-  EXPECT_GT(at60.selective_blocks, 0);
-  EXPECT_GT(at80.selective_blocks, at60.selective_blocks);
+  ASSERT_EQ(at60.knobs.checkpointing, Checkpointing::selective);
+  ASSERT_EQ(at80.knobs.checkpointing, Checkpointing::selective);
+  EXPECT_GT(at60.knobs.selective_blocks, 0);
+  EXPECT_GT(at80.knobs.selective_blocks, at60.knobs.selective_blocks);
   EXPECT_LT(at80.step_seconds, at60.step_seconds);
   const auto at110 = make_plan(request(110), t);
-  EXPECT_EQ(at110.checkpointing, Checkpointing::selective);
-  EXPECT_EQ(at110.selective_blocks, -1);  // all keep
-  EXPECT_EQ(make_plan(request(200), t).checkpointing, Checkpointing::none);
+  EXPECT_EQ(at110.knobs.checkpointing, Checkpointing::selective);
+  EXPECT_EQ(at110.knobs.selective_blocks, -1);  // all keep
+  EXPECT_EQ(make_plan(request(200), t).knobs.checkpointing, Checkpointing::none);
 }
 
 TEST(MemoryPlan, PredictedTimeNeverGrowsWithMemory) {
@@ -150,14 +157,14 @@ TEST(MemoryPlan, GivenFlagsWin) {
   auto r = request(80);
   r.given.checkpointing = Checkpointing::block;
   auto p = make_plan(r, t);
-  EXPECT_EQ(p.checkpointing, Checkpointing::block);
+  EXPECT_EQ(p.knobs.checkpointing, Checkpointing::block);
   EXPECT_NE(p.why[0].second.find("given"), std::string::npos);
 
   r = request(80);
   r.given.selective_blocks = 5;
   p = make_plan(r, t);
-  EXPECT_EQ(p.checkpointing, Checkpointing::selective);
-  EXPECT_EQ(p.selective_blocks, 5);
+  EXPECT_EQ(p.knobs.checkpointing, Checkpointing::selective);
+  EXPECT_EQ(p.knobs.selective_blocks, 5);
 
   r = request(80);
   r.given.checkpointing = Checkpointing::none;  // 3 GiB a block: does not fit, the plan says what would
@@ -197,10 +204,10 @@ TEST(MemoryPlan, ImpossibleBudgetSaysWhatWouldHelp) {
   EXPECT_NE(msg.find("--act-offload on"), std::string::npos) << msg;
   r.given.act_offload.reset();
   const auto p = make_plan(r, c);  // free to offload: block with the inputs on the host fits
-  EXPECT_TRUE(p.act_offload);
-  EXPECT_EQ(p.checkpointing, Checkpointing::block);
-  ASSERT_TRUE(p.attn.has_value());
-  EXPECT_EQ(*p.attn, CausalKernel::prefix);
+  EXPECT_TRUE(p.knobs.act_offload);
+  EXPECT_EQ(p.knobs.checkpointing, Checkpointing::block);
+  ASSERT_TRUE(p.causal);
+  EXPECT_EQ(p.knobs.attn, CausalKernel::prefix);
   EXPECT_GT(p.host_bytes, gib(2.9));
 }
 
@@ -216,11 +223,11 @@ TEST(MemoryPlan, AnOffloadThatMovesNothingIsNotPicked) {
   auto r = request(120);
   r.causal = true, r.allow_none = false, r.allow_offload = true;
   const auto p = make_plan(r, c);
-  EXPECT_EQ(p.checkpointing, Checkpointing::selective);
-  EXPECT_EQ(p.selective_blocks, -1);  // all
-  EXPECT_FALSE(p.act_offload);
+  EXPECT_EQ(p.knobs.checkpointing, Checkpointing::selective);
+  EXPECT_EQ(p.knobs.selective_blocks, -1);  // all
+  EXPECT_FALSE(p.knobs.act_offload);
   r.given.act_offload = true;
-  EXPECT_TRUE(make_plan(r, c).act_offload);
+  EXPECT_TRUE(make_plan(r, c).knobs.act_offload);
 }
 
 TEST(MemoryPlan, AttentionKeepAndKernelAreChosen) {
@@ -234,14 +241,14 @@ TEST(MemoryPlan, AttentionKeepAndKernelAreChosen) {
   auto r = request(60);
   r.causal = true, r.allow_none = false;
   const auto p = make_plan(r, c);
-  ASSERT_TRUE(p.attn.has_value());
-  EXPECT_EQ(*p.attn, CausalKernel::prefix);
-  EXPECT_GT(p.attn_keep, 0);  // keeping the attention outputs beats recomputing them while it fits
+  ASSERT_TRUE(p.causal);
+  EXPECT_EQ(p.knobs.attn, CausalKernel::prefix);
+  EXPECT_GT(p.knobs.attn_keep, 0);  // keeping the attention outputs beats recomputing them while it fits
   EXPECT_NE(p.flags().find("--attn prefix"), std::string::npos);
   r.given.attn = CausalKernel::mask;
   const auto m = make_plan(r, c);
-  EXPECT_EQ(*m.attn, CausalKernel::mask);
-  EXPECT_EQ(m.attn_keep, 0);
+  EXPECT_EQ(m.knobs.attn, CausalKernel::mask);
+  EXPECT_EQ(m.knobs.attn_keep, 0);
   EXPECT_GT(m.step_seconds, p.step_seconds);
 }
 

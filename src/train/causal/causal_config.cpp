@@ -86,6 +86,10 @@ CausalConfig::ShardBase CausalConfig::shard_mode() const {
 
 Precision CausalConfig::precision_mode() const { return compute.precision_mode(kPrecisions); }
 
+MemoryFlags CausalConfig::memory_flags() const {
+  return vdt::memory_flags(compute, kPrecisions, memory, kCheckpointing, &causal_memory, &attention);
+}
+
 const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
   using C = CausalConfig;
   static const auto compute = ComputeSection::fields(kPrecisions);

@@ -59,7 +59,10 @@ struct CausalConfig {
   Checkpointing checkpointing_mode() const;  // block or selective
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
-  void validate() const;             // throws naming the flag, the value and what is expected
+  // The memory knobs parsed once, with those the command line fixed: what the trainer hands the memory plan and,
+  // planned or not, applies (train/plan/startup_plan.h).
+  MemoryFlags memory_flags() const;
+  void validate() const;  // throws naming the flag, the value and what is expected
   // --picture1 2048 on a base without a Picture 1 input is an error; nothing to check while --model is empty.
   void check_picture1_base() const;
   std::string to_json() const;  // every field as a string, as the Python trainer's args.json

@@ -69,6 +69,8 @@ struct CausalRun {
   int64_t perm_epoch = -1;
   RunLog log;                             // rank 0: train_log.jsonl, val_log.jsonl, tensorboard/
   std::shared_ptr<SynthVae> preview_vae;  // the root's vae.safetensors (synthetic roots), for --preview-steps
+  MemoryFlags flags;                      // the memory knobs as the command line gave them (parsed once)
+  MemoryKnobs knobs;                      // what the run applies: the flags', then the plan's (plan_causal_memory)
   std::optional<Plan> plan;               // the memory plan (none: no budget, --memory auto on the CPU)
 };
 
@@ -129,7 +131,8 @@ void build_data(CausalRun& r) {
   r.total_steps = r.cfg.steps > 0 ? r.cfg.steps : static_cast<int64_t>(std::ceil(r.cfg.epochs * n / r.ctx->world));
 }
 
-// The memory plan (train/plan/startup_plan.h) sets the memory flags the command line left out, before they apply.
+// The memory plan (train/plan/startup_plan.h) fills the memory knobs the command line left out, before they apply;
+// the run's args.json records them (what ran).
 void plan_causal_memory(CausalRun& r) {
   const auto& in = r.ds->info();
   const int64_t frames = r.cfg.span_frames(), copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
@@ -141,11 +144,9 @@ void plan_causal_memory(CausalRun& r) {
   shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off)  // as build_model shards the blocks
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
-  PlanTargets t;
-  t.memory = &r.cfg.memory, t.causal_memory = &r.cfg.causal_memory, t.attention = &r.cfg.attention;
-  t.mode = r.cfg.checkpointing_mode(), t.allow_none = false;
-  r.plan = plan_memory(*r.model, r.ctx->device, shape, t, r.ctx->rank);
-  if (r.plan) r.cfg.validate();  // the plan's choices pass the flags' own checks
+  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  r.knobs = planned.knobs, r.plan = std::move(planned.plan);
+  if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory, &r.cfg.causal_memory, &r.cfg.attention);
 }
 
 void build_model(CausalRun& r) {
@@ -162,12 +163,8 @@ void build_model(CausalRun& r) {
   for (auto& [name, p] : r.lora)
     p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
   plan_causal_memory(r);
-  r.model->set_causal_kernel(r.cfg.attention.kernel());
-  CheckpointOptions co;
-  co.offload_inputs = r.cfg.causal_memory.act_offload_on();
-  co.selective = r.cfg.checkpointing_mode() == Checkpointing::selective;
-  co.selective_blocks = r.cfg.memory.selective_blocks;
-  co.attention_keep = r.cfg.causal_memory.attn_keep;
+  r.model->set_causal_kernel(r.knobs.attn);
+  CheckpointOptions co = r.knobs.checkpoint_options();  // always checkpointed: block or selective
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
     // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over
     // the world.
@@ -179,7 +176,7 @@ void build_model(CausalRun& r) {
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
   }
   enable_block_checkpointing(*r.model, co);
-  if (const auto fp8 = r.cfg.compute.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+  if (const auto fp8 = r.knobs.fp8; fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     // the frozen base held as FP8 unless it is sharded (gathered per call)
     const auto blocks = fp8_block_indices(r.model->block_modules().size());
     const auto what = enable_fp8_linears(*r.model, fp8, blocks, /*hold_frozen=*/!r.shards);
@@ -397,10 +394,10 @@ std::string startup_table(const CausalRun& r) {
       "  LoRA rank %lld alpha %s: %.2fM trainable; frozen base %.1fM%s\n"
       "  steps %lld (%s), lr %s -> %s, warmup %lld, save every %lld; %s\n",
       r.cfg.objective.c_str(), static_cast<long long>(kSpanChunks), static_cast<long long>(r.cfg.chunk_frames),
-      py_float(r.cfg.level_shift).c_str(), r.cfg.attention.attn.c_str(), r.cfg.causal_memory.act_offload.c_str(),
+      py_float(r.cfg.level_shift).c_str(), causal_kernel_name(r.knobs.attn), r.knobs.act_offload ? "on" : "off",
       r.cfg.clean_first_frame ? "yes" : "no", r.cfg.model.c_str(),
       r.cfg.weights.empty() ? " (random base, non-zero head)" : " ", r.cfg.weights.c_str(), r.ctx->device.str().c_str(),
-      r.cfg.compute.precision.c_str(), r.ctx->world, r.ctx->comm.describe().c_str(), r.sync->describe().c_str(),
+      precision_name(r.knobs.precision), r.ctx->world, r.ctx->comm.describe().c_str(), r.sync->describe().c_str(),
       r.cfg.data_root.c_str(), r.ds->train().size(), r.ds->val().size(), static_cast<long long>(r.ds->n_flagged()),
       static_cast<long long>(r.ds->n_short()), static_cast<long long>(r.cfg.lora_rank),
       py_float(r.cfg.lora_alpha).c_str(), trainable / 1e6, r.base_params / 1e6, shards.c_str(),
@@ -540,9 +537,11 @@ CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int devi
   const kernels::FusedKernelsScope fused(cfg.compute.fused());
   CausalRun r;
   r.cfg = cfg;
+  r.flags = cfg.memory_flags();
+  r.knobs = r.flags.knobs;
   r.ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
-                                       cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  check_fp8_device(cfg.compute.fp8_mode(), r.ctx->device, "--fp8");
+                                       r.knobs.precision == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  check_fp8_device(r.knobs.fp8, r.ctx->device, "--fp8");
   if (r.ctx->rank == 0) r.lock = hold_run_dir(cfg.out, "--out");
   resolve_base(r);
   build_data(r);

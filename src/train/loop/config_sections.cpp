@@ -1,11 +1,12 @@
 // The shared sections' flags, help and checks (config_sections.h).
 #include "train/loop/config_sections.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/device_flag.h"
 #include "core/error.h"
-#include "train/plan/memory_plan.h"
+#include "train/plan/memory_plan.h"  // parse_memory_budget
 
 namespace vdt {
 namespace {
@@ -18,10 +19,6 @@ std::string one_of(const std::vector<std::pair<std::string, std::string>>& value
     out += values[i].first + (values[i].second.empty() ? "" : " (" + values[i].second + ")");
   }
   return out;
-}
-
-std::string precision_name(Precision p) {
-  return p == Precision::mixed ? "mixed" : p == Precision::bf16 ? "bf16" : "fp32";
 }
 
 std::string one_of(const std::vector<PrecisionChoice>& precisions) {
@@ -167,6 +164,54 @@ const std::vector<ConfigField<RandomSection>>& RandomSection::fields() {
       {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
   };
   return f;
+}
+
+MemoryFlags memory_flags(const ComputeSection& compute, const std::vector<PrecisionChoice>& precisions,
+                         const MemorySection& memory, const std::vector<Checkpointing>& modes,
+                         const CausalMemorySection* causal_memory, const AttentionSection* attention) {
+  MemoryFlags f;
+  MemoryKnobs& k = f.knobs;
+  k.precision = compute.precision_mode(precisions);
+  k.fp8 = compute.fp8_mode();
+  k.checkpointing = memory.checkpointing_mode(modes);
+  k.selective_blocks = memory.selective_blocks;
+  f.memory = memory.memory;
+  f.memory_given = memory.flag_given("--memory", memory.memory != "auto");
+  f.allow_none = std::find(modes.begin(), modes.end(), Checkpointing::none) != modes.end();
+  f.allow_offload = causal_memory != nullptr;
+  // The choices the user fixed: given on the command line, or (a config built in code) set to another value than
+  // the default.
+  const MemorySection mem0;
+  auto& g = f.given;
+  if (memory.flag_given("--checkpointing", memory.checkpointing != mem0.checkpointing))
+    g.checkpointing = k.checkpointing;
+  if (memory.flag_given(kSelectiveBlocksFlag, memory.selective_blocks != mem0.selective_blocks))
+    g.selective_blocks = k.selective_blocks;
+  if (causal_memory) {
+    const CausalMemorySection cm0;
+    k.act_offload = causal_memory->act_offload_on();
+    k.attn_keep = causal_memory->attn_keep;
+    if (memory.flag_given("--act-offload", causal_memory->act_offload != cm0.act_offload))
+      g.act_offload = k.act_offload;
+    if (memory.flag_given(kAttnKeepFlag, causal_memory->attn_keep != cm0.attn_keep)) g.attn_keep = k.attn_keep;
+  }
+  if (attention) {
+    k.attn = attention->kernel();
+    if (memory.flag_given("--attn", attention->attn != AttentionSection{}.attn)) g.attn = k.attn;
+  }
+  return f;
+}
+
+void record_knobs(const MemoryKnobs& knobs, ComputeSection& compute, MemorySection& memory,
+                  CausalMemorySection* causal_memory, AttentionSection* attention) {
+  compute.precision = precision_name(knobs.precision);
+  memory.checkpointing = checkpointing_name(knobs.checkpointing);
+  memory.selective_blocks = knobs.selective_blocks;
+  if (causal_memory) {
+    causal_memory->act_offload = knobs.act_offload ? "on" : "off";
+    causal_memory->attn_keep = knobs.attn_keep;
+  }
+  if (attention) attention->attn = causal_kernel_name(knobs.attn);
 }
 
 }  // namespace vdt

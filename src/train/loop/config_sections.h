@@ -12,15 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "model/block_causal.h"
-#include "distributed/activation_checkpoint.h"
 #include "train/loop/config_fields.h"
-#include "distributed/fp8_blocks.h"
+#include "train/plan/memory_knobs.h"
 
 namespace vdt {
 
-// --precision: mixed (bf16 compute, fp32 master weights and moments; SFT only), bf16, fp32.
-enum class Precision { mixed, bf16, fp32 };
 // One precision a command offers and what it means there (SFT's bf16 trains bf16 weights; the causal trainer's is a
 // frozen bf16 base under an fp32 LoRA): its --help and its errors list these.
 struct PrecisionChoice {
@@ -89,5 +85,17 @@ struct RandomSection {
   uint64_t seed = 0;
   static const std::vector<ConfigField<RandomSection>>& fields();
 };
+
+// The sections' knobs parsed once into typed values (train/plan/memory_knobs.h), with the ones the command line fixed:
+// what a trainer hands the memory plan (train/plan/startup_plan.h). `precisions` and `modes`: what the holder offers;
+// `causal_memory` and `attention`: null for a holder without them. Throws naming the flag of a bad value.
+MemoryFlags memory_flags(const ComputeSection& compute, const std::vector<PrecisionChoice>& precisions,
+                         const MemorySection& memory, const std::vector<Checkpointing>& modes,
+                         const CausalMemorySection* causal_memory = nullptr,
+                         const AttentionSection* attention = nullptr);
+// The run's knobs written back into its sections' flags, once, for the config the run records (config.json, args.json:
+// what ran); nothing parses them again. The sections a holder lacks are null.
+void record_knobs(const MemoryKnobs& knobs, ComputeSection& compute, MemorySection& memory,
+                  CausalMemorySection* causal_memory = nullptr, AttentionSection* attention = nullptr);
 
 }  // namespace vdt

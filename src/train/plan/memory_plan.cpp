@@ -349,11 +349,14 @@ Plan make_plan(const PlanRequest& req, const CostTable& costs) {
   if (!best) VDT_FAIL(nothing_fits(req, costs, s));
 
   Plan p;
-  p.checkpointing = best->mode == Checkpointing::selective && best->k == 0 ? Checkpointing::block : best->mode;
-  p.selective_blocks = p.checkpointing == Checkpointing::selective ? (best->k == n ? -1 : best->k) : -1;
-  p.act_offload = best->offload;
-  p.attn_keep = best->keep;
-  if (req.causal) p.attn = best->attn == "mask" ? CausalKernel::mask : CausalKernel::prefix;
+  MemoryKnobs& k = p.knobs;
+  k = req.knobs;
+  k.checkpointing = best->mode == Checkpointing::selective && best->k == 0 ? Checkpointing::block : best->mode;
+  k.selective_blocks = k.checkpointing == Checkpointing::selective ? (best->k == n ? -1 : best->k) : -1;
+  k.act_offload = best->offload;
+  k.attn_keep = best->keep;
+  if (req.causal) k.attn = best->attn == "mask" ? CausalKernel::mask : CausalKernel::prefix;
+  p.causal = req.causal;
   p.peak_bytes = best->peak, p.budget_bytes = req.budget_bytes, p.host_bytes = best->host;
   p.step_seconds = best->seconds;
   p.fixed_bytes = req.fixed.static_bytes, p.activation_bytes = best->activations;
@@ -425,13 +428,6 @@ std::vector<std::string> Plan::table_lines() const {
   return out;
 }
 
-std::string Plan::flags() const {
-  std::string s = "--checkpointing ";
-  s += checkpointing_name(checkpointing);
-  if (checkpointing == Checkpointing::selective) s += " --selective-blocks " + std::to_string(selective_blocks);
-  if (act_offload) s += " --act-offload on";
-  if (attn) s += " --attn-keep " + keep_text(attn_keep) + " --attn " + causal_kernel_name(*attn);
-  return s;
-}
+std::string Plan::flags() const { return knobs.flags(causal); }
 
 }  // namespace vdt

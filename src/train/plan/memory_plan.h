@@ -5,14 +5,12 @@
 // device, no files. Never picks FP8 (--fp8 stays the user's). Not here: the flags (the trainers bind them), the tables.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "distributed/activation_checkpoint.h"
-#include "model/block_causal.h"
 #include "train/plan/cost_table.h"
+#include "train/plan/memory_knobs.h"
 
 namespace vdt {
 
@@ -48,15 +46,6 @@ int64_t auto_budget_bytes(int64_t device_total_bytes);
 // `--memory auto|GiB` -> bytes; throws naming the flag. `device_total_bytes` <= 0 (no GPU) with auto: throws.
 int64_t parse_memory_budget(const std::string& value, int64_t device_total_bytes, const std::string& flag = "--memory");
 
-// The choices a user fixed by flag; empty: the plan decides.
-struct PlanChoices {
-  std::optional<Checkpointing> checkpointing;
-  std::optional<int64_t> selective_blocks;  // -1: all
-  std::optional<bool> act_offload;
-  std::optional<double> attn_keep;
-  std::optional<CausalKernel> attn;
-};
-
 struct PlanRequest {
   int64_t budget_bytes = 0;  // what one rank may use (parse_memory_budget)
   std::string budget_note;   // how the budget was set, for the table ("auto: 139.8 GiB less 4.2 GiB")
@@ -69,15 +58,13 @@ struct PlanRequest {
   bool allow_offload = false;     // the trainer has --act-offload
   int64_t world = 1;              // for the advice when nothing fits
   PlanChoices given;
+  MemoryKnobs knobs;  // the knobs the plan does not choose (precision, FP8) go through to Plan::knobs as they are
 };
 
 struct Plan {
-  Checkpointing checkpointing = Checkpointing::block;
-  int64_t selective_blocks = -1;  // with selective: blocks that keep (-1: all)
-  bool act_offload = false;
-  double attn_keep = 0;
-  std::optional<CausalKernel> attn;  // empty: bidirectional attention
-  int64_t peak_bytes = 0;            // predicted: fixed + activations + transient (the margin not included)
+  MemoryKnobs knobs;       // the choices, given or planned, with the request's other knobs
+  bool causal = false;     // block-causal spans: knobs.attn and knobs.attn_keep apply
+  int64_t peak_bytes = 0;  // predicted: fixed + activations + transient (the margin not included)
   int64_t budget_bytes = 0;
   int64_t host_bytes = 0;   // pinned host memory the offload takes
   double step_seconds = 0;  // predicted

@@ -1,5 +1,5 @@
 // The trainers' memory plan at start-up (startup_plan.h): the request from the built model and the run's shape, the
-// cost table for this card (or the analytic estimate), the choices written into the flags' sections.
+// cost table for this card (or the analytic estimate), the typed knobs the run applies.
 #include "train/plan/startup_plan.h"
 
 #include <torch/torch.h>
@@ -76,20 +76,17 @@ DeviceMemoryInfo device_memory_info(const torch::Device& device) {
 #endif
 }
 
-std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape,
-                                const PlanTargets& t, int rank) {
-  VDT_CHECK(t.memory != nullptr, "plan_memory: no memory section to plan for");
-  MemorySection& memory = *t.memory;
-  const bool budget_given = memory.flag_given("--memory", memory.memory != "auto");
+PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape, const MemoryFlags& flags,
+                          int rank) {
   const DeviceMemoryInfo dev = device_memory_info(device);
-  if (memory.memory == "auto" && dev.total_bytes <= 0) return std::nullopt;  // the CPU: no budget, the flags as given
+  if (flags.memory == "auto" && dev.total_bytes <= 0) return {flags.knobs, std::nullopt};  // the CPU: no budget
 
   PlanRequest req;
-  req.budget_bytes = parse_memory_budget(memory.memory, dev.total_bytes, "--memory");
+  req.budget_bytes = parse_memory_budget(flags.memory, dev.total_bytes, "--memory");
   const double reserve = static_cast<double>(dev.total_bytes - req.budget_bytes);
-  req.budget_note = memory.memory == "auto" ? "auto: " + gib_text(static_cast<double>(dev.total_bytes)) + " GiB on " +
-                                                  dev.name + " less " + gib_text(reserve) + " GiB"
-                                            : "--memory " + memory.memory;
+  req.budget_note = flags.memory == "auto" ? "auto: " + gib_text(static_cast<double>(dev.total_bytes)) + " GiB on " +
+                                                 dev.name + " less " + gib_text(reserve) + " GiB"
+                                           : "--memory " + flags.memory;
   FixedMemoryInputs in = parameter_counts(model);
   in.fp32_masters = shape.fp32_masters, in.moment_bytes = shape.moment_bytes, in.world = shape.world;
   in.zero2 = shape.zero2, in.shard_ranks = shape.shard_ranks, in.grad_accum = shape.grad_accum;
@@ -100,50 +97,27 @@ std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, co
   req.text_rows = dims.text_len > 0 ? shape.text_rows : 0;
   req.training = shape.training;
   req.causal = shape.chunks > 0;
-  req.allow_none = t.allow_none;
-  req.allow_offload = t.causal_memory != nullptr;
+  req.allow_none = flags.allow_none;
+  req.allow_offload = flags.allow_offload;
   req.world = shape.world;
-
-  // The choices the user fixed: given on the command line, or (a config built in code) set to another value than
-  // the default.
-  const MemorySection mem0;
-  auto& g = req.given;
-  if (t.mode_given || memory.flag_given("--checkpointing", memory.checkpointing != mem0.checkpointing))
-    g.checkpointing = t.mode;
-  if (memory.flag_given(kSelectiveBlocksFlag, memory.selective_blocks != mem0.selective_blocks))
-    g.selective_blocks = memory.selective_blocks;
-  if (t.causal_memory) {
-    const CausalMemorySection cm0;
-    if (memory.flag_given("--act-offload", t.causal_memory->act_offload != cm0.act_offload))
-      g.act_offload = t.causal_memory->act_offload_on();
-    if (memory.flag_given(kAttnKeepFlag, t.causal_memory->attn_keep != cm0.attn_keep))
-      g.attn_keep = t.causal_memory->attn_keep;
-  }
-  if (t.attention && memory.flag_given("--attn", t.attention->attn != AttentionSection{}.attn))
-    g.attn = t.attention->kernel();
+  req.given = flags.given;
+  req.knobs = flags.knobs;
 
   const std::string card = device.is_cuda() ? card_slug(dev.name) : "cpu";
   Plan plan;
   try {
     plan = make_plan(req, costs_for(model, card, shape, dims, req.rows));
   } catch (const Error& e) {
-    if (budget_given) throw;
+    if (flags.memory_given) throw;
     if (rank == 0)
       std::printf(
           "[memory plan] warning (--memory auto): %s\n---> the memory flags stay as given (or their "
           "defaults); pass --memory GiB to make this an error\n",
           e.what());
-    return std::nullopt;
+    return {flags.knobs, std::nullopt};
   }
-
-  memory.checkpointing = checkpointing_name(plan.checkpointing);
-  memory.selective_blocks = plan.selective_blocks;
-  if (t.causal_memory) {
-    t.causal_memory->act_offload = plan.act_offload ? "on" : "off";
-    t.causal_memory->attn_keep = plan.attn_keep;
-  }
-  if (t.attention && plan.attn) t.attention->attn = causal_kernel_name(*plan.attn);
-  return plan;
+  plan.knobs.check();  // the plan's choices pass the flags' own checks
+  return {plan.knobs, plan};
 }
 
 nlohmann::ordered_json plan_json(const Plan& plan) {

@@ -1,9 +1,10 @@
-// The trainers' memory plan at start-up (docs/planner.md, "Using the planner from a trainer"): from --memory, the
-// built model (before checkpointing is applied), the run's shape and the flags the user gave, this rank's plan, its
-// choices written into the sections that hold the flags. A trainer calls plan_memory once in its set-up, then shows
-// Plan::table_lines() in its start-up table and records plan_json() in its config.
-// Not here: the search (train/plan/memory_plan.h), the tables (train/plan/cost_table.h), the flags
-// (train/loop/config_sections.h).
+// The trainers' memory plan at start-up (docs/planner.md, "Using the planner from a trainer"): from the knobs the flags
+// gave (MemoryFlags, parsed once by the trainer's config), the built model (before checkpointing is applied) and the
+// run's shape, the typed knobs this rank runs with (train/plan/memory_knobs.h) and the plan that chose them. A trainer
+// calls plan_memory once in its set-up, applies PlannedMemory::knobs, shows Plan::table_lines() in its start-up table
+// and records plan_json() in its config.
+// Not here: the search (train/plan/memory_plan.h), the tables (train/plan/cost_table.h), the flags (the trainers'
+// configs, train/loop/config_sections.h).
 #pragma once
 #include <torch/types.h>
 
@@ -13,7 +14,7 @@
 #include <string>
 
 #include "model/denoiser.h"
-#include "train/loop/config_sections.h"
+#include "train/plan/memory_knobs.h"
 #include "train/plan/memory_plan.h"
 
 namespace vdt {
@@ -34,25 +35,18 @@ struct RunShape {
   int64_t grad_accum = 1;
 };
 
-// The sections whose flags the plan sets (the causal trainer's two stay null for a trainer without them), the
-// checkpointing modes the trainer offers and its resolved mode, and whether that mode was fixed by another flag (the
-// SFT trainer's --no-gradient_checkpointing).
-struct PlanTargets {
-  MemorySection* memory = nullptr;
-  CausalMemorySection* causal_memory = nullptr;
-  AttentionSection* attention = nullptr;
-  Checkpointing mode = Checkpointing::block;
-  bool allow_none = true;
-  bool mode_given = false;
+// What a run applies: the plan's knobs, or the flags' when nothing was planned.
+struct PlannedMemory {
+  MemoryKnobs knobs;
+  std::optional<Plan> plan;  // empty: no budget (--memory auto on the CPU), or nothing fit under --memory auto
 };
 
-// The plan for this rank, applied to `targets`; std::nullopt and nothing changed when there is no budget (--memory
-// auto on the CPU: the flags as given, or their defaults). A costs table comes from plans_dirs() for the device's
-// card (cost_table.h), else the analytic estimate. When nothing fits: with --memory given, the planner's error (it
-// names what would fit); with --memory auto left as the default, that message as a warning on rank 0's console and the
-// flags as given. `rank`: only rank 0 prints.
-std::optional<Plan> plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape,
-                                const PlanTargets& targets, int rank = 0);
+// The knobs for this rank. Without a budget (--memory auto on the CPU) the flags' knobs as given, or their defaults. A
+// costs table comes from plans_dirs() for the device's card (cost_table.h), else the analytic estimate. When nothing
+// fits: with --memory given, the planner's error (it names what would fit); with --memory auto left as the default,
+// that message as a warning on rank 0's console and the flags' knobs. `rank`: only rank 0 prints.
+PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape, const MemoryFlags& flags,
+                          int rank = 0);
 
 // config.json's "memory_plan": the budget, the choices as flags, the predicted peak and s/step, the costs' source,
 // and the table lines.

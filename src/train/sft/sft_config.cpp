@@ -49,6 +49,14 @@ Checkpointing SftConfig::checkpointing_mode() const {
   return gradient_checkpointing ? m : Checkpointing::none;
 }
 
+MemoryFlags SftConfig::memory_flags() const {
+  MemoryFlags f = vdt::memory_flags(compute, kPrecisions, memory, kCheckpointing);
+  f.knobs.checkpointing = checkpointing_mode();  // none with --no-gradient_checkpointing
+  if (f.given.checkpointing || memory.flag_given("--gradient_checkpointing", !gradient_checkpointing))
+    f.given.checkpointing = f.knobs.checkpointing;
+  return f;
+}
+
 void SftConfig::validate() const {
   VDT_CHECK(!data_root.empty(), "--data_root is required (a data root as in docs/data_format.md)");
   VDT_CHECK(!output.empty(), "--output is required (the run directory)");

@@ -51,7 +51,10 @@ struct SftConfig {
   // The enum-like flags as enums (validate() checks them; an unknown value is an error naming the flag).
   Precision precision_mode() const;          // mixed, bf16 or fp32
   Checkpointing checkpointing_mode() const;  // none when --no-gradient_checkpointing
-  std::string to_json() const;               // every field, for config.json and export metadata
+  // The memory knobs parsed once, with those the command line fixed: what the trainer hands the memory plan and,
+  // planned or not, applies (train/plan/startup_plan.h).
+  MemoryFlags memory_flags() const;
+  std::string to_json() const;  // every field, for config.json and export metadata
   static const std::vector<ConfigField<SftConfig>>& fields();
 };
 

@@ -18,7 +18,8 @@ namespace vdt {
 namespace {
 
 // The start-up table: one screen with what this run will do.
-std::string startup_table(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step) {
+std::string startup_table(const SftConfig& cfg, const MemoryKnobs& knobs, const nlohmann::ordered_json& facts,
+                          int64_t resumed_step) {
   const auto& d = facts["dataset"];
   const auto& m = facts["model"];
   std::string t = "+-------------------------- vdt train sft --------------------------\n";
@@ -36,13 +37,13 @@ std::string startup_table(const SftConfig& cfg, const nlohmann::ordered_json& fa
     t += string_format("| weights   %s  (%s bytes, crc32 %s)\n", w["file"].get<std::string>().c_str(),
                        w["bytes"].dump().c_str(), w["crc32"].get<std::string>().c_str());
   // What runs: none / block / selective (with how many blocks keep), FP8 and the fused kernels when not the default.
-  std::string ckpt = cfg.checkpointing_mode() == Checkpointing::none ? "none" : cfg.memory.checkpointing;
-  if (cfg.checkpointing_mode() == Checkpointing::selective && cfg.memory.selective_blocks >= 0)
-    ckpt += " (first " + std::to_string(cfg.memory.selective_blocks) + " blocks)";
+  std::string ckpt = checkpointing_name(knobs.checkpointing);
+  if (knobs.checkpointing == Checkpointing::selective && knobs.selective_blocks >= 0)
+    ckpt += " (first " + std::to_string(knobs.selective_blocks) + " blocks)";
   if (cfg.compute.fp8 != "off") ckpt += "  fp8 " + cfg.compute.fp8;
   if (cfg.compute.fused_kernels != "on") ckpt += "  fused-kernels " + cfg.compute.fused_kernels;
   t += string_format("| device    %s  precision %s  checkpointing %s  workers %d\n",
-                     facts["env"]["device"].get<std::string>().c_str(), cfg.compute.precision.c_str(), ckpt.c_str(),
+                     facts["env"]["device"].get<std::string>().c_str(), precision_name(knobs.precision), ckpt.c_str(),
                      cfg.num_workers);
   t += string_format("| optim     AdamW lr %g (gc_sem_cond %g) wd %g warmup %lld clip %g\n", cfg.lr, cfg.cond_lr,
                      cfg.weight_decay, static_cast<long long>(cfg.warmup_steps), cfg.grad_clip);
@@ -124,11 +125,12 @@ const std::vector<std::string>& sft_val_columns() {
   return c;
 }
 
-RunLogSpec sft_log_spec(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step) {
+RunLogSpec sft_log_spec(const SftConfig& cfg, const MemoryKnobs& knobs, const nlohmann::ordered_json& facts,
+                        int64_t resumed_step) {
   RunLogSpec s;
   s.dir = cfg.output, s.format = LogFormat::csv;
   s.train_columns = sft_train_columns(), s.val_columns = sft_val_columns();
-  s.table = startup_table(cfg, facts, resumed_step);
+  s.table = startup_table(cfg, knobs, facts, resumed_step);
   s.files = {{resumed_step > 0 ? "config_resume" + std::to_string(resumed_step) + ".json" : "config.json",
               facts.dump(2) + "\n"}};
   s.hparams = fields_to_json(cfg, SftConfig::fields(), JsonValues::typed);

@@ -32,7 +32,9 @@ const std::vector<std::string>& sft_val_columns();
 
 // The run's logs: the start-up table, config.json (config_resume<N>.json when resuming at step N > 0), the CSVs'
 // columns, every flag for the HParams dashboard.
-RunLogSpec sft_log_spec(const SftConfig& cfg, const nlohmann::ordered_json& facts, int64_t resumed_step);
+// `knobs`: the memory knobs the run applies (train/plan/startup_plan.h).
+RunLogSpec sft_log_spec(const SftConfig& cfg, const MemoryKnobs& knobs, const nlohmann::ordered_json& facts,
+                        int64_t resumed_step);
 
 // A logged step: `values` by column name (every column but step and clips), its row, train/ scalars (not epoch and
 // timestep; plus sem_over_x) and the console line with the ETA.

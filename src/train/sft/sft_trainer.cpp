@@ -65,6 +65,8 @@ struct SftRun {
   RunLog log;
   std::string init_ckpt;
   std::vector<std::string> base_files;  // --model_dir's weight files (empty: --random-init)
+  MemoryFlags flags;                    // the memory knobs as the command line gave them (parsed once)
+  MemoryKnobs knobs;                    // what the run applies: the flags', then the memory plan's (plan_sft_memory)
   std::optional<Plan> plan;             // the memory plan (none: no budget, --memory auto on the CPU)
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
@@ -119,26 +121,25 @@ bool is_warm_start(const std::string& resume) {
   return resume.size() > 12 && resume.substr(resume.size() - 12) == ".safetensors";
 }
 
-// The memory plan (train/plan/startup_plan.h) sets the memory flags the command line left out, before they apply.
+// The memory plan (train/plan/startup_plan.h) fills the memory knobs the command line left out, before they apply;
+// the run's config records them (config.json: what ran).
 void plan_sft_memory(SftRun& r) {
   const auto& in = r.train_ds->info();
-  const auto precision = r.cfg.precision_mode();
+  const auto precision = r.knobs.precision;
   RunShape shape;
   shape.video_rows = r.cfg.batch_size * in.latent_frames * (in.latent_h / 2) * (in.latent_w / 2);  // 1x2x2 patches
   shape.text_len = in.text_len, shape.text_rows = r.cfg.batch_size * r.train_ds->max_text_rows();
   shape.fp32_masters = precision == Precision::mixed, shape.moment_bytes = precision == Precision::bf16 ? 2 : 4;
   shape.world = r.ctx->world, shape.zero2 = r.ctx->world > 1, shape.grad_accum = r.cfg.grad_accum;
-  PlanTargets t;
-  t.memory = &r.cfg.memory, t.mode = r.cfg.checkpointing_mode();
-  t.mode_given = r.cfg.memory.flag_given("--gradient_checkpointing", !r.cfg.gradient_checkpointing);
-  r.plan = plan_memory(*r.model, r.ctx->device, shape, t, r.ctx->rank);
-  if (r.plan) r.cfg.validate();  // the plan's choices pass the flags' own checks
+  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  r.knobs = planned.knobs, r.plan = std::move(planned.plan);
+  if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory);
 }
 
 void build_model(SftRun& r) {
   r.base_files = r.cfg.model_dir.empty() ? std::vector<std::string>{} : weight_files(r.cfg.model_dir, "--model_dir");
   const auto& base_files = r.base_files;
-  const auto precision = r.cfg.precision_mode();
+  const auto precision = r.knobs.precision;
   const auto master_dtype = precision == Precision::bf16 ? torch::kBFloat16 : torch::kFloat32;
   r.model = make_denoiser(r.cfg.model, torch::TensorOptions().device(r.ctx->device).dtype(master_dtype));
   check_data_matches(*r.model, r.train_ds->info().latent_channels, r.train_ds->info().text_dim,
@@ -176,13 +177,8 @@ void build_model(SftRun& r) {
   if (o.fp32_masters) r.model->to(r.ctx->dtype);
   r.sync->attach(named_parameters(*r.model));
   plan_sft_memory(r);
-  if (const auto mode = r.cfg.checkpointing_mode(); mode != Checkpointing::none) {
-    CheckpointOptions co;
-    co.selective = mode == Checkpointing::selective;
-    co.selective_blocks = r.cfg.memory.selective_blocks;
-    enable_block_checkpointing(*r.model, co);
-  }
-  if (const auto fp8 = r.cfg.compute.fp8_mode(); fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
+  if (r.knobs.checkpointing != Checkpointing::none) enable_block_checkpointing(*r.model, r.knobs.checkpoint_options());
+  if (const auto fp8 = r.knobs.fp8; fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()),
                                          /*hold_frozen=*/false);  // every block weight trains
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
@@ -198,7 +194,7 @@ TrainerState current_state(const SftRun& r, int64_t step) {
   st.pos = {r.epoch, r.epoch_micro, static_cast<uint64_t>(r.micro_counter)};
   st.geometry = r.geometry;
   st.vocab = r.cfg.vocab, st.res = r.cfg.res, st.init_ckpt = r.init_ckpt, st.model = r.cfg.model;
-  st.precision = r.cfg.compute.precision, st.model_config = r.model->config_json();
+  st.precision = precision_name(r.knobs.precision), st.model_config = r.model->config_json();
   return st;
 }
 
@@ -222,11 +218,11 @@ void build_resume(SftRun& r) {
   const std::string differs = st.model_config.empty() ? "" : r.model->architecture_difference(st.model_config);
   VDT_CHECK(differs.empty(), where, ": the state's architecture is not this run's model: ", differs,
             "\n---> HINT: resume with the --model the state was trained with");
-  if (!st.precision.empty() && st.precision != r.cfg.compute.precision)
+  if (!st.precision.empty() && st.precision != precision_name(r.knobs.precision))
     std::printf(
         "[resume] note: the state was trained with --precision %s, this run uses %s (weights and moments "
         "are converted)\n",
-        st.precision.c_str(), r.cfg.compute.precision.c_str());
+        st.precision.c_str(), precision_name(r.knobs.precision));
   r.sync->load([&](const std::string& kind, const std::string& name) { return loaded->full(kind, name); },
                loaded->optimizer_steps(), where);
   const ResumePoint rp = resume_position(st, r.geometry);
@@ -435,7 +431,7 @@ void open_log(SftRun& r) {
   facts["env"]["communicator"] = r.ctx->comm.describe();
   facts["env"]["update_path"] = r.sync->describe();
   if (r.plan) facts["memory_plan"] = plan_json(*r.plan);
-  r.log.open(sft_log_spec(r.cfg, facts, r.start_step), r.start_step);
+  r.log.open(sft_log_spec(r.cfg, r.knobs, facts, r.start_step), r.start_step);
 }
 
 // The state is at or past --max_steps: a run killed after its last save and before done.json (or a re-queued job
@@ -535,9 +531,11 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   // A relative --output is taken from the current directory (the Python trainer joins it to its project root) and
   // recorded absolute, as the Python trainer's config.json records args.output.
   r.cfg.output = std::filesystem::absolute(cfg.output).lexically_normal().string();
+  r.flags = cfg.memory_flags();
+  r.knobs = r.flags.knobs;
   r.ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
-                                       cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  check_fp8_device(cfg.compute.fp8_mode(), r.ctx->device, "--fp8");
+                                       r.knobs.precision == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  check_fp8_device(r.knobs.fp8, r.ctx->device, "--fp8");
   std::filesystem::create_directories(r.cfg.output);
   if (r.ctx->rank == 0) r.lock = hold_run_dir(r.cfg.output, "--output");
   build_data(r);
