@@ -86,7 +86,8 @@ void add_parity(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
 void add_data(CLI::App& app, int& exit_code);
 void add_train(CLI::App& app, int& exit_code);
-void add_train_causal(CLI::App& train, int& exit_code);  // under `vdt train`
+void add_train_causal(CLI::App& train, int& exit_code);   // under `vdt train`
+void add_train_distill(CLI::App& train, int& exit_code);  // under `vdt train`
 void add_sample(CLI::App& app, int& exit_code);
 void add_demo(CLI::App& app, int& exit_code);
 void add_ckpt(CLI::App& app, int& exit_code);

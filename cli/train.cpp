@@ -2,7 +2,8 @@
 // --res, --precision,
 // --device. `vdt train causal`: the Python trainer rtcwm's flags (docs/design.md §5), plus --model, --weights,
 // --chunk-frames,
-// --lora-rank, --lora-alpha and the data, device and sharding flags.
+// --lora-rank, --lora-alpha and the data, device and sharding flags. `vdt train distill`: a few-step student from a
+// causal LoRA (Self-Forcing's DMD on one base, docs/distill.md).
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "core/device_flag.h"
 #include "distributed/communicator.h"
 #include "train/causal/causal_trainer.h"
+#include "train/distill/distill_trainer.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt::cli {
@@ -101,6 +103,7 @@ void add_train(CLI::App& app, int& exit_code) {
     exit_code = 0;  // a signal stop too: the state is saved, a scheduler may re-queue the job
   });
   add_train_causal(*train, exit_code);
+  add_train_distill(*train, exit_code);
 }
 
 void add_train_causal(CLI::App& train, int& exit_code) {
@@ -125,6 +128,32 @@ void add_train_causal(CLI::App& train, int& exit_code) {
       std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
                   static_cast<long long>(sum.total_steps));
     exit_code = 0;  // a signal stop too: LoRA and state are saved, a scheduler may re-queue the job
+  });
+}
+
+void add_train_distill(CLI::App& train, int& exit_code) {
+  auto c = std::make_shared<DistillConfig>();
+  auto* s = train.add_subcommand("distill",
+                                 "Few-step causal student (Self-Forcing's DMD with KV-cache rollouts): student and "
+                                 "critic as two LoRAs on one frozen base that is also the teacher (docs/distill.md)");
+  bind_fields(s, c, DistillConfig::fields());
+  s->callback([c, s, &exit_code] {
+    c->memory.given = given_flags(*s, DistillConfig::fields());  // the memory plan keeps these (docs/planner.md)
+    const auto env = LaunchEnv::from_env();                      // torchrun / Slurm; none: one process
+    const auto comm = communicator_for(env, c->compute.device);
+    const auto sum = train_distill(*c, *comm, env.local_rank);
+    if (env.rank == 0 && sum.steps > sum.start_step)
+      std::printf(
+          "%s steps %lld..%lld of %lld: critic loss %.4g -> %.4g, %.3f s/step%s, peak %.1f GiB%s; last "
+          "student %s\n",
+          sum.stopped ? "stopped by a signal after" : "trained", static_cast<long long>(sum.start_step + 1),
+          static_cast<long long>(sum.steps), static_cast<long long>(sum.total_steps), sum.critic_losses.front(),
+          sum.critic_losses.back(), sum.s_per_step, mfu_text(sum.mfu).c_str(), sum.peak_mem_gb,
+          predicted_peak_text(sum.predicted_peak_gb).c_str(), sum.last_lora.c_str());
+    else if (env.rank == 0 && !sum.stopped)
+      std::printf("nothing to train: %s is at step %lld of %lld\n", c->out.c_str(), static_cast<long long>(sum.steps),
+                  static_cast<long long>(sum.total_steps));
+    exit_code = 0;  // a signal stop too: both LoRAs and the state are saved, a scheduler may re-queue the job
   });
 }
 

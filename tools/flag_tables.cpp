@@ -8,6 +8,7 @@
 #include "tools/plan_bench.h"
 #include "tools/step_bench.h"
 #include "train/causal/causal_config.h"
+#include "train/distill/distill_config.h"
 #include "train/sft/sft_config.h"
 
 namespace vdt {
@@ -62,14 +63,18 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> flag_table_names() { return {"train-sft", "train-causal", "bench-step", "bench-plan"}; }
+std::vector<std::string> flag_table_names() {
+  return {"train-sft", "train-causal", "train-distill", "bench-step", "bench-plan"};
+}
 
 std::string command_flag_table(const std::string& name) {
   if (name == "train-sft") return table_of(SftConfig::fields());
   if (name == "train-causal") return table_of(CausalConfig::fields());
+  if (name == "train-distill") return table_of(DistillConfig::fields());
   if (name == "bench-step") return table_of(StepBenchConfig::fields());
   if (name == "bench-plan") return table_of(PlanBenchConfig::fields());
-  VDT_FAIL("no flag table '", name, "'; the tables are train-sft, train-causal, bench-step and bench-plan");
+  VDT_FAIL("no flag table '", name,
+           "'; the tables are train-sft, train-causal, train-distill, bench-step and bench-plan");
 }
 
 std::string render_flag_tables(const std::string& page) {

@@ -1,5 +1,6 @@
 // Step benchmark through the real trainers. The synthetic root has warm-up + timed steps worth of clips (one window
-// per clip for the causal trainer: a span of 6 chunks of frames/6 latent frames), latents of the base's channels and
+// per clip for the causal trainer: a span of 6 chunks of frames/6 latent frames; the distillation's rollout of
+// frames / the base's chunk), latents of the base's channels and
 // text rows of its width; the run writes its logs and its last export into the work directory.
 #include "tools/step_bench.h"
 
@@ -13,6 +14,7 @@
 #include "model/denoiser_registry.h"
 #include "tools/synth.h"
 #include "train/causal/causal_trainer.h"
+#include "train/distill/distill_trainer.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt {
@@ -28,7 +30,8 @@ const std::vector<Checkpointing> kCheckpointing = {Checkpointing::block, Checkpo
 }  // namespace
 
 void StepBenchConfig::validate() const {
-  VDT_CHECK(trainer == "sft" || trainer == "causal", "--trainer: expected sft or causal, got '", trainer, "'");
+  VDT_CHECK(trainer == "sft" || trainer == "causal" || trainer == "distill",
+            "--trainer: expected sft, causal or distill, got '", trainer, "'");
   compute.validate(kPrecisions);
   const auto mode = memory.checkpointing_mode(kCheckpointing);
   check_selective_blocks(memory.selective_blocks, mode);
@@ -37,9 +40,14 @@ void StepBenchConfig::validate() const {
   VDT_CHECK(causal_memory.attn_keep == 0 || trainer == "causal", kAttnKeepFlag,
             " applies to the causal trainer "
             "(--trainer causal)");
-  VDT_CHECK(trainer != "causal" || mode != Checkpointing::none,
-            "--checkpointing none: the causal trainer always "
-            "checkpoints; expected block or selective");
+  VDT_CHECK(trainer == "sft" || mode != Checkpointing::none,
+            "--checkpointing none: the causal and distill trainers always checkpoints; expected block or selective");
+  VDT_CHECK(trainer != "distill" || (critic_ratio >= 1 && steps % critic_ratio == 0), "--steps ", steps,
+            ": with --trainer distill the timed steps are a multiple of --critic-ratio ", critic_ratio,
+            " (the mean step holds one student update per ratio critic updates)");
+  VDT_CHECK(trainer != "distill" || frames % natural_chunk_frames(model) == 0, "--frames ", frames,
+            ": --trainer distill rolls out chunks of the base's ", natural_chunk_frames(model),
+            " latents; expected a multiple");
   resolve_device(compute.device);  // early: a missing GPU stops before the synthetic root is written
   VDT_CHECK(steps > 0 && warmup >= 0, "--steps must be > 0 and --warmup >= 0");
   VDT_CHECK(frames > 1 && height > 0 && width > 0 && text_len > 0,
@@ -54,15 +62,17 @@ const std::vector<ConfigField<StepBenchConfig>>& StepBenchConfig::fields() {
   using C = StepBenchConfig;
   static const std::vector<ConfigField<C>> f = [] {
     std::vector<ConfigField<C>> f = {
-        {"--trainer", "sft or causal", &C::trainer},
+        {"--trainer", "sft, causal or distill", &C::trainer},
         {"--model", "model preset", &C::model},
-        {"--frames", "latent frames (causal: the span, 6 chunks)", &C::frames},
+        {"--frames", "latent frames (causal: the span, 6 chunks; distill: the rollout, chunks of the base's)",
+         &C::frames},
         {"--height", "latent height", &C::height},
         {"--width", "latent width", &C::width},
         {"--text-len", "text tokens", &C::text_len},
         {"--steps", "timed steps", &C::steps},
         {"--warmup", "untimed warm-up steps", &C::warmup},
-        {"--lora-rank", "causal: LoRA rank (alpha = rank)", &C::lora_rank},
+        {"--lora-rank", "causal, distill: LoRA rank (alpha = rank)", &C::lora_rank},
+        {"--critic-ratio", "distill: a student update every N steps", &C::critic_ratio},
         {"--peak-tflops", "dense rate for MFU", &C::peak_tflops},
         {"--work-dir",
          "where the synthetic root and the run go (default: a temp dir, removed; several nodes: shared "
@@ -117,6 +127,29 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
     r.step_s = s.step_times, r.losses = s.losses, r.peak_gib = s.peak_mem_gb, r.params = s.params;
     r.predicted_peak_gib = s.predicted_peak_gb;
     r.tflop_per_step = s.tflop_per_step;  // the trainer's count (Denoiser::train_flops)
+  } else if (cfg.trainer == "distill") {
+    DistillConfig c;
+    c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
+    c.model = cfg.model, c.random_init = true, c.lora_rank = cfg.lora_rank, c.lora_alpha = cfg.lora_rank;
+    c.compute = cfg.compute, c.memory = cfg.memory, c.attention = cfg.attention;
+    c.chunk_frames = natural_chunk_frames(cfg.model), c.chunks = cfg.frames / c.chunk_frames;
+    c.critic_ratio = cfg.critic_ratio, c.steps = total, c.save_every = total, c.val_clips = 1;
+    fs::remove_all(c.out);
+    const auto s = train_distill(c, comm, device_index);
+    r.step_s = s.step_times, r.losses = s.critic_losses, r.peak_gib = s.peak_mem_gb;
+    r.params = s.base_params + s.student_params + s.critic_params;
+    r.predicted_peak_gib = s.predicted_peak_gb;
+    r.tflop_per_step = s.tflop_per_step;  // a mean step's: rollouts, the exit steps' backward, teacher, critic
+    std::vector<double> with, without;
+    for (int i = cfg.warmup; i < total; ++i) {
+      r.mean_s += r.step_s[static_cast<size_t>(i)] / cfg.steps;
+      (i % cfg.critic_ratio == 0 ? with : without).push_back(r.step_s[static_cast<size_t>(i)]);  // step i + 1
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    r.student_step_s = median(with), r.critic_step_s = median(without);
   } else {
     CausalConfig c;
     c.data_root = (dir / "data").string(), c.out = (dir / "run").string();
@@ -137,7 +170,7 @@ StepBenchResult run_step_bench(const StepBenchConfig& cfg, Communicator& comm, i
   r.median_s = timed[timed.size() / 2], r.min_s = timed.front(), r.max_s = timed.back();
   r.last_loss = r.losses.back();
   r.rows = rows + cfg.text_len;
-  r.mfu = r.tflop_per_step / r.median_s / cfg.peak_tflops;
+  r.mfu = r.tflop_per_step / (cfg.trainer == "distill" ? r.mean_s : r.median_s) / cfg.peak_tflops;
   comm.barrier();
   if (temp && comm.rank() == 0) fs::remove_all(dir);
   return r;

@@ -1,4 +1,4 @@
-// `vdt bench step`: the trainers' own steps, timed. `vdt train sft` or `vdt train causal` runs warm-up + timed steps
+// `vdt bench step`: the trainers' own steps, timed. `vdt train sft`, `causal` or `distill` runs warm-up + timed steps
 // on a synthetic data root at the chosen latent geometry (tools/synth.h) with random weights, so what is timed is
 // exactly what a user's step runs (its data loading overlaps in the loader). Reports the median of the timed steps,
 // peak device memory and MFU from the base's model FLOPs (docs/BENCHMARKS.md). Several ranks (torchrun) run the trainer
@@ -16,11 +16,12 @@
 namespace vdt {
 
 struct StepBenchConfig {
-  std::string trainer = "sft";  // sft | causal
+  std::string trainer = "sft";  // sft | causal | distill
   std::string model = "wan2.2-ti2v-5b";
   int64_t frames = 21, height = 30, width = 52, text_len = 512;  // latent geometry: 21x30x52 = 8190 tokens
   int steps = 8, warmup = 3;
-  int64_t lora_rank = 32;               // causal (alpha = rank)
+  int64_t lora_rank = 32;               // causal, distill (alpha = rank; distill: the critic's too)
+  int64_t critic_ratio = 5;             // distill: a student update every N steps (timed steps: a multiple of N)
   double peak_tflops = kMfuPeakTflops;  // the H200's dense bf16 peak, the MFU denominator (docs/BENCHMARKS.md)
   std::string work_dir;                 // the synthetic root and the run; empty: a temp directory, removed after
                                         // (several nodes: give one on storage every rank sees)
@@ -37,6 +38,9 @@ struct StepBenchConfig {
 
 struct StepBenchResult {
   double median_s = 0, min_s = 0, max_s = 0;
+  // distill: the mean of the timed steps (1 student update per critic_ratio critic updates, the peer's "mean step"),
+  // and the medians of the steps with a student update (student + critic) and without (critic only)
+  double mean_s = 0, student_step_s = 0, critic_step_s = 0;
   double peak_gib = 0;  // peak allocated device memory (CUDA), peak RSS (CPU)
   double tflop_per_step = 0, mfu = 0;
   int64_t params = 0, tokens = 0;  // tokens: video tokens

@@ -34,6 +34,13 @@ inline constexpr uint32_t kCausalSideNoise = 0x63736964u;     // "csid"
 inline constexpr uint32_t kCausalValSideNoise = 0x63767364u;  // "cvsd"
 inline constexpr uint32_t kCausalCondNoise = 0x63636e64u;     // "ccnd"
 inline constexpr uint32_t kCausalValCondNoise = 0x6376636eu;  // "cvcn"
+// train/distill: the rollout's exit index and chunk count (keyed by step: equal on every rank), the DMD and critic
+// timesteps (step, rank), the rollout's noise, the student's and the critic's noise (step, rank)
+inline constexpr uint32_t kDistillRollout = 0x64726f6cu;      // "drol"
+inline constexpr uint32_t kDistillTimestep = 0x6474696du;     // "dtim"
+inline constexpr uint32_t kDistillNoise = 0x646e6f69u;        // "dnoi"
+inline constexpr uint32_t kDistillDmdNoise = 0x64646d64u;     // "ddmd"
+inline constexpr uint32_t kDistillCriticNoise = 0x64637269u;  // "dcri"
 // model/: the random head of a random frozen base (tests, benchmarks)
 inline constexpr uint32_t kRandomBaseHead = 0x72686561u;  // "rhea"
 // tools/synth: the synthetic root (runs, clips, flagged rows, token vectors, the linear VAE)
@@ -45,7 +52,7 @@ inline constexpr uint32_t kSynthToken = 0x5E7A0013u;
 inline constexpr uint32_t kSynthSilence = 0x5E7A0014u;
 
 // Every purpose above, by name (the distinctness test walks it).
-inline constexpr std::array<std::pair<const char*, uint32_t>, 26> kAll = {
+inline constexpr std::array<std::pair<const char*, uint32_t>, 31> kAll = {
     {{"kTextDropout", kTextDropout},
      {"kCondDropout", kCondDropout},
      {"kMask", kMask},
@@ -71,6 +78,11 @@ inline constexpr std::array<std::pair<const char*, uint32_t>, 26> kAll = {
      {"kCausalSideNoise", kCausalSideNoise},
      {"kCausalValSideNoise", kCausalValSideNoise},
      {"kCausalCondNoise", kCausalCondNoise},
-     {"kCausalValCondNoise", kCausalValCondNoise}}};
+     {"kCausalValCondNoise", kCausalValCondNoise},
+     {"kDistillRollout", kDistillRollout},
+     {"kDistillTimestep", kDistillTimestep},
+     {"kDistillNoise", kDistillNoise},
+     {"kDistillDmdNoise", kDistillDmdNoise},
+     {"kDistillCriticNoise", kDistillCriticNoise}}};
 
 }  // namespace vdt::rng_purpose

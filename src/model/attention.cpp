@@ -59,7 +59,7 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t num_heads, double eps)
 bool SelfAttentionImpl::norms_in_attention() const {
   // A LoRA's sum with the base output is no kept GEMM output: kept with the attention it would stay alive from forward
   // to backward (selective checkpointing), where the norms outside keep nothing (their recompute makes it again).
-  return q->children().empty() && k->children().empty();
+  return !lora_active(q) && !lora_active(k);
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, TokenPattern pattern,

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -15,13 +16,49 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The scale of an attached LoRA: a parameter-free child, so it is not saved with the weights.
+// The sets attached to a model and the one its forwards add: one object shared by all its LoRA Linears.
+struct LoraSelection {
+  std::string active;
+  std::vector<std::string> sets;
+};
+
+// Each set's scale on an attached Linear, and the model's selection: a parameter-free child, so it is not saved with
+// the weights.
 class LoraScaleImpl : public torch::nn::Module {
  public:
-  explicit LoraScaleImpl(double s) : scale(s) {}
-  double scale;
+  explicit LoraScaleImpl(std::shared_ptr<LoraSelection> s) : selection(std::move(s)) {}
+  std::map<std::string, double> scales;  // by set
+  std::shared_ptr<LoraSelection> selection;
 };
 TORCH_MODULE(LoraScale);
+
+// The children of a set's factors: lora_A / lora_B for the default set, lora_A_<set> / lora_B_<set> for another.
+std::string factor_name(char which, const std::string& set) {
+  return std::string("lora_") + which + (set.empty() ? "" : "_" + set);
+}
+
+// The model's selection (null when no LoRA is attached).
+std::shared_ptr<LoraSelection> selection_of(torch::nn::Module& model) {
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (auto sc = std::dynamic_pointer_cast<LoraScaleImpl>(m)) return sc->selection;
+  return nullptr;
+}
+
+// The active set's factors on `linear` (A [r, in], B [out, r]) and scale; false when it carries none.
+bool active_factors(const torch::nn::Linear& linear, torch::Tensor* a, torch::Tensor* b, double* scale) {
+  if (linear->children().empty()) return false;
+  const auto kids = linear->named_children();
+  const auto* sc_mod = kids.find("lora_scale");
+  if (!sc_mod) return false;
+  const auto* sc = (*sc_mod)->as<LoraScaleImpl>();
+  const std::string& set = sc->selection->active;
+  const auto* a_mod = kids.find(factor_name('A', set));
+  if (!a_mod) return false;  // kNoLora, or a set that does not target this Linear
+  *a = (*a_mod)->as<torch::nn::Linear>()->weight;
+  *b = kids[factor_name('B', set)]->as<torch::nn::Linear>()->weight;
+  *scale = sc->scales.at(set);
+  return true;
+}
 
 // Linears by module name whose name is a LoRA target.
 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::LinearImpl>>> target_linears(
@@ -169,71 +206,84 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
   return out;
 }
 
+bool lora_active(const torch::nn::Linear& linear) {
+  torch::Tensor a, b;
+  double scale = 0;
+  return active_factors(linear, &a, &b, &scale);
+}
+
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x_in, InputAct act) {
   // GEMMs through kept_linear (model/kept_ops.h): selective checkpointing keeps the base output and A's [.., r]
   // output; B's GEMM (r x out, ~1 % of the base's) is recomputed with the elementwise work. Only the base GEMM may
   // run in FP8 (`--fp8`): the factors stay in the compute dtype.
-  if (linear->children().empty()) return kept_linear(x_in, linear->weight, linear->bias, GemmRole::base, act);
+  torch::Tensor a, b;
+  double scale = 0;
+  if (!active_factors(linear, &a, &b, &scale))
+    return kept_linear(x_in, linear->weight, linear->bias, GemmRole::base, act);
   const auto x = input_act(x_in, act);  // A reads act(x) too
   auto y = kept_linear(x, linear->weight, linear->bias);
-  const auto kids = linear->named_children();
-  auto a = kids["lora_A"]->as<torch::nn::Linear>();
-  auto b = kids["lora_B"]->as<torch::nn::Linear>();
   // Factors in x's dtype (trainers keep them in float32 beside a bf16 base; the cast is part of the graph).
-  const int64_t r = a->weight.size(0), out = y.size(-1);
-  auto h = kept_linear(x, a->weight.to(x.scalar_type()), {}, GemmRole::lora).reshape({-1, r});  // [..., r] -> [M, r]
+  const int64_t r = a.size(0), out = y.size(-1);
+  auto h = kept_linear(x, a.to(x.scalar_type()), {}, GemmRole::lora).reshape({-1, r});  // [..., r] -> [M, r]
   // y + scale * h B^T as one GEMM accumulating into y (the BLAS beta = 1 epilogue): no separate full-size scale and
   // add over the output, forward or backward.
-  const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
-  return torch::addmm(y.reshape({-1, out}), h, b->weight.to(x.scalar_type()).t(), /*beta=*/1, /*alpha=*/scale)
+  return torch::addmm(y.reshape({-1, out}), h, b.to(x.scalar_type()).t(), /*beta=*/1, /*alpha=*/scale)
       .view(y.sizes());  // [M, out] -> [..., out]
 }
 
 std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::nn::Linear*>& linears,
                                                        const torch::Tensor& x, bool fuse_lora_a) {
+  std::vector<torch::Tensor> as, bs;
+  std::vector<double> scales;
+  std::vector<int64_t> ranks;
   bool fuse = fuse_lora_a && linears.size() > 1;
-  for (auto* l : linears) fuse = fuse && !(*l)->children().empty();
+  for (auto* l : linears) {
+    torch::Tensor a, b;
+    double scale = 0;
+    fuse = fuse && active_factors(*l, &a, &b, &scale);
+    if (!fuse) break;
+    as.push_back(a.to(x.scalar_type())), bs.push_back(b), scales.push_back(scale), ranks.push_back(a.size(0));
+  }
   std::vector<torch::Tensor> out;
   if (!fuse) {  // the reference: one lora_or_linear per Linear
     for (auto* l : linears) out.push_back(lora_or_linear(*l, x));
     return out;
   }
-  std::vector<torch::Tensor> as;
-  std::vector<int64_t> ranks;
-  for (auto* l : linears) {
-    auto a = (*l)->named_children()["lora_A"]->as<torch::nn::Linear>();
-    as.push_back(a->weight.to(x.scalar_type()));
-    ranks.push_back(a->weight.size(0));
-  }
   // One GEMM against the stacked A factors: [..., in] x [sum r, in]^T -> [..., sum r], split per Linear
   const auto h = kept_linear(x, torch::cat(as, 0), {}, GemmRole::lora).split_with_sizes(ranks, -1);
   for (size_t i = 0; i < linears.size(); ++i) {
     auto& lin = *linears[i];
-    const auto kids = lin->named_children();
-    auto b = kids["lora_B"]->as<torch::nn::Linear>();
     auto y = kept_linear(x, lin->weight, lin->bias);
     const int64_t out_dim = y.size(-1);
-    const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
-    out.push_back(torch::addmm(y.reshape({-1, out_dim}), h[i].reshape({-1, ranks[i]}),
-                               b->weight.to(x.scalar_type()).t(),
-                               /*beta=*/1, /*alpha=*/scale)
+    out.push_back(torch::addmm(y.reshape({-1, out_dim}), h[i].reshape({-1, ranks[i]}), bs[i].to(x.scalar_type()).t(),
+                               /*beta=*/1, /*alpha=*/scales[i])
                       .view(y.sizes()));  // as lora_or_linear: [M, out] -> [..., out]
   }
   return out;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
-                                                               uint64_t seed) {
+                                                               uint64_t seed, const std::string& set) {
   VDT_CHECK(cfg.rank >= 1, "--lora-rank ", cfg.rank, ": expected >= 1");
+  VDT_CHECK(set.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos, "LoRA set '", set,
+            "': a set's name is lower-case letters, digits and '_'");
   const auto lins = target_linears(model, cfg.targets);
   VDT_CHECK(!lins.empty(), "LoRA: no Linear of the model matches the targets");
-  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  auto selection = selection_of(model);
+  if (!selection) {  // the first set: the base is frozen (a later set leaves the earlier sets' factors trainable)
+    selection = std::make_shared<LoraSelection>(LoraSelection{set, {}});
+    for (auto& p : model.parameters()) p.set_requires_grad(false);
+  }
+  VDT_CHECK(std::find(selection->sets.begin(), selection->sets.end(), set) == selection->sets.end(), "LoRA set '", set,
+            "' is already attached");
+  selection->sets.push_back(set);
   torch::NoGradGuard ng;
   auto gen = at::globalContext().defaultGenerator(torch::kCPU).clone();
   gen.set_current_seed(seed);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [name, lin] : lins) {
-    VDT_CHECK(lin->children().empty(), "LoRA: '", name, "' already has a LoRA attached");
+    const auto kids = lin->named_children();
+    VDT_CHECK(!kids.contains(factor_name('A', set)), "LoRA: '", name, "' already has a LoRA attached");
     const int64_t in = lin->weight.size(1), outd = lin->weight.size(0);
     const auto opts = lin->weight.options();
     torch::nn::Linear a(torch::nn::LinearOptions(in, cfg.rank).bias(false));
@@ -243,9 +293,11 @@ std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module
     b->weight.zero_();
     a->to(opts.device(), opts.dtype().toScalarType());
     b->to(opts.device(), opts.dtype().toScalarType());
-    lin->register_module("lora_A", a);
-    lin->register_module("lora_B", b);
-    lin->register_module("lora_scale", LoraScale(cfg.scale()));
+    lin->register_module(factor_name('A', set), a);
+    lin->register_module(factor_name('B', set), b);
+    auto* scale = kids.find("lora_scale");
+    auto sc = scale ? (*scale)->as<LoraScaleImpl>() : lin->register_module("lora_scale", LoraScale(selection)).get();
+    sc->scales[set] = cfg.scale();
     a->weight.set_requires_grad(true);
     b->weight.set_requires_grad(true);
     out.emplace_back(name + ".lora_A.weight", a->weight);
@@ -254,32 +306,58 @@ std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module
   return out;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model) {
+void set_active_lora(torch::nn::Module& model, const std::string& set) {
+  auto selection = selection_of(model);
+  VDT_CHECK(selection, "LoRA set '", set, "': the model has no LoRA attached");
+  VDT_CHECK(set == kNoLora || std::find(selection->sets.begin(), selection->sets.end(), set) != selection->sets.end(),
+            "LoRA set '", set, "' is not attached to the model");
+  selection->active = set;
+}
+
+std::string active_lora(torch::nn::Module& model) {
+  auto selection = selection_of(model);
+  VDT_CHECK(selection, "active_lora: the model has no LoRA attached");
+  return selection->active;
+}
+
+std::vector<std::string> lora_sets(torch::nn::Module& model) {
+  auto selection = selection_of(model);
+  return selection ? selection->sets : std::vector<std::string>{};
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model, const std::string& set) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& kv : model.named_parameters())
-    if (kv.key().find(".lora_A.") != std::string::npos || kv.key().find(".lora_B.") != std::string::npos)
-      out.emplace_back(kv.key(), kv.value());
+  for (const auto& kv : model.named_modules("", /*include_self=*/false)) {
+    auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value());
+    if (!lin || lin->children().empty()) continue;
+    const auto kids = lin->named_children();
+    for (const char w : {'A', 'B'})
+      if (const auto* f = kids.find(factor_name(w, set)))
+        out.emplace_back(kv.key() + ".lora_" + w + ".weight", (*f)->as<torch::nn::Linear>()->weight);
+  }
   return out;
 }
 
-void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where) {
+void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where, const std::string& set) {
   torch::NoGradGuard ng;
   std::set<std::string> attached;
   for (const auto& kv : model.named_modules("", false)) {
     auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value());
     if (!lin || lin->children().empty()) continue;
+    const auto kids = lin->named_children();
+    if (!kids.contains(factor_name('A', set))) continue;
     const auto& name = kv.key();
     attached.insert(name);
     auto it = w.modules.find(name);
     VDT_CHECK(it != w.modules.end(), where, ": no LoRA for '", name, "' (the model has one attached there)");
-    auto a = lin->named_children()["lora_A"]->as<torch::nn::Linear>();
-    auto b = lin->named_children()["lora_B"]->as<torch::nn::Linear>();
+    auto a = kids[factor_name('A', set)]->as<torch::nn::Linear>();
+    auto b = kids[factor_name('B', set)]->as<torch::nn::Linear>();
     VDT_CHECK(it->second.a.sizes() == a->weight.sizes() && it->second.b.sizes() == b->weight.sizes(), where,
               ": LoRA of '", name, "' is A ", it->second.a.sizes(), " B ", it->second.b.sizes(), ", the model needs A ",
               a->weight.sizes(), " B ", b->weight.sizes());
     a->weight.copy_(it->second.a);
     b->weight.copy_(it->second.b);
-    lin->named_children()["lora_scale"]->as<LoraScaleImpl>()->scale = w.alpha / static_cast<double>(w.rank);
+    kids["lora_scale"]->as<LoraScaleImpl>()->scales[set] = w.alpha / static_cast<double>(w.rank);
   }
   VDT_CHECK(!attached.empty(), where, ": the model has no LoRA attached; attach one first");
   for (const auto& [m, p] : w.modules)
@@ -288,6 +366,9 @@ void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string
 
 int64_t merge_attached_lora(torch::nn::Module& model) {
   torch::NoGradGuard ng;
+  const auto sets = lora_sets(model);
+  VDT_CHECK(sets.size() <= 1 && (sets.empty() || sets[0].empty()), "merge-lora: the model holds ", sets.size(),
+            " LoRA sets on one base (or a named one); merging would fold one into the base the others share");
   std::vector<std::shared_ptr<torch::nn::LinearImpl>> merged;
   for (const auto& kv : model.named_modules("", /*include_self=*/false))
     if (auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(kv.value()))
@@ -296,7 +377,7 @@ int64_t merge_attached_lora(torch::nn::Module& model) {
     const auto kids = lin->named_children();
     const auto a = kids["lora_A"]->as<torch::nn::Linear>()->weight.to(torch::kFloat32);  // [r, in]
     const auto b = kids["lora_B"]->as<torch::nn::Linear>()->weight.to(torch::kFloat32);  // [out, r]
-    const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scale;
+    const double scale = kids["lora_scale"]->as<LoraScaleImpl>()->scales.at("");
     auto& w = lin->weight;  // [out, in]
     w.copy_(w.to(torch::kFloat32).addmm_(b, a, /*beta=*/1, /*alpha=*/scale));
     for (const char* name : {"lora_A", "lora_B", "lora_scale"}) lin->unregister_module(name);

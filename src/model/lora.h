@@ -4,7 +4,9 @@
 // without the prefix) load too.
 // Here: attaching LoRA factors to the target Linears of a built model from outside (they become the Linear's children
 // `lora_A`, `lora_B`, so their parameter names are the file's key names), the forward that uses them, reading either
-// naming, folding a LoRA into base weights (`vdt ckpt merge-lora`) and the unmerged forward it must equal.
+// naming, folding a LoRA into base weights (`vdt ckpt merge-lora`) and the unmerged forward it must equal. Several
+// named sets on the same Linears (the distillation's student and critic on one frozen base that is also the teacher),
+// one of them, or none, active per call.
 // Not here: training (the causal trainer freezes the base and optimises what attach_lora returns).
 #pragma once
 #include <torch/types.h>
@@ -68,6 +70,8 @@ std::vector<std::pair<std::string, torch::Tensor>> merge_lora(const SafetensorsS
 // act: the Linear's input is act(x) (model/kept_ops.h), handed to the GEMM as x and act when no LoRA is attached (an
 // FP8 base applies it on the way), computed first when one is (A reads it too).
 torch::Tensor lora_or_linear(torch::nn::Linear& linear, const torch::Tensor& x, InputAct act = InputAct::none);
+// Whether lora_or_linear adds factors to this Linear (a set is active and targets it).
+bool lora_active(const torch::nn::Linear& linear);
 // lora_or_linear of several Linears on one input x (self-attention's q, k, v), in order. When `fuse_lora_a` and every
 // one carries a LoRA, their A factors run as one GEMM of x against [A_1; A_2; ...] whose [..., sum r] result is split
 // (one launch and one read of x instead of three); otherwise, and as the reference, one lora_or_linear each.
@@ -77,18 +81,46 @@ std::vector<torch::Tensor> lora_or_linear_shared_input(const std::vector<torch::
 // Attaches LoRA factors to every Linear of `model` whose name is a target: A [r, in] with PyTorch's default Linear
 // init drawn from `seed`, B [out, r] zero (so the model's output is unchanged), in the base weight's dtype and
 // device. Freezes every other parameter. Returns the LoRA parameters by name (`<module>.lora_A.weight`, ...).
+// `set`: the set's name; "" (the default set) makes the children `lora_A` / `lora_B`, another name `lora_A_<set>` /
+// `lora_B_<set>` beside them (returned under the default set's names, `<module>.lora_A.weight`, so a named set saves
+// and loads as a LoRA file of its own). The first set attached becomes the active one.
 std::vector<std::pair<std::string, torch::Tensor>> attach_lora(torch::nn::Module& model, const LoraConfig& cfg,
-                                                               uint64_t seed);
-// Copies a LoRA file's factors into the attached ones: every attached module must be in the file with matching
-// shapes, and the file may hold no other module (errors name the module); the scale becomes alpha / rank.
-void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where);
-// The attached factors by name, for saving.
-std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model);
+                                                               uint64_t seed, const std::string& set = "");
+// Copies a LoRA file's factors into the attached ones of `set`: every attached module must be in the file with
+// matching shapes, and the file may hold no other module (errors name the module); the set's scale becomes alpha /
+// rank.
+void load_lora(torch::nn::Module& model, const LoraWeights& w, const std::string& where, const std::string& set = "");
+// The attached factors of `set` by name (`<module>.lora_A.weight`, ...), for saving.
+std::vector<std::pair<std::string, torch::Tensor>> lora_state(torch::nn::Module& model, const std::string& set = "");
+
+// The set a forward adds (lora_or_linear): one per model, shared by all its LoRA Linears, so switching costs nothing
+// and holds on every thread (a checkpointed block's recompute in backward adds the set active then: a trainer
+// switches back to the set whose graph it differentiates before backward). kNoLora: the base alone (a teacher).
+inline const std::string kNoLora = "<none>";
+void set_active_lora(torch::nn::Module& model, const std::string& set);  // an unattached set is an error naming it
+std::string active_lora(torch::nn::Module& model);
+// The sets attached to the model, in the order they were attached.
+std::vector<std::string> lora_sets(torch::nn::Module& model);
+// Switches to `set` for its lifetime and back to the set active before.
+class ActiveLora {
+ public:
+  ActiveLora(torch::nn::Module& model, const std::string& set) : model_(model), before_(active_lora(model)) {
+    set_active_lora(model, set);
+  }
+  ~ActiveLora() { set_active_lora(model_, before_); }
+  ActiveLora(const ActiveLora&) = delete;
+  ActiveLora& operator=(const ActiveLora&) = delete;
+
+ private:
+  torch::nn::Module& model_;
+  std::string before_;
+};
 
 // Folds every attached LoRA into its Linear for sampling: W <- W + scale * B A (the product and the sum in float32,
 // rounded to W's dtype once, as merge_lora), then removes the factors, so lora_or_linear runs the base GEMM alone
-// (and an FP8 base quantizes the merged weight). Not undone: a model that trains its LoRA must not be merged. Returns
-// how many Linears were merged. The unmerged forward (lora_or_linear with the factors) is the reference.
+// (and an FP8 base quantizes the merged weight). Not undone: a model that trains its LoRA must not be merged, nor one
+// with several sets (an error: the base is shared by all of them). Returns how many Linears were merged. The unmerged
+// forward (lora_or_linear with the factors) is the reference.
 int64_t merge_attached_lora(torch::nn::Module& model);
 
 // The unmerged LoRA forward: x W^T + b + scale * (x A^T) B^T (the reference a merge must equal).

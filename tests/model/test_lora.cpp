@@ -177,6 +177,78 @@ TEST(Lora, MergingTheAttachedFactorsKeepsTheForwardAndRemovesThem) {
   EXPECT_EQ(merge_attached_lora(*model), 0);  // nothing left to merge
 }
 
+// Named sets on one base (the distillation's student, critic and teacher): the three roles are calls on the same base
+// tensors (the same storage before and after, no parameter but the two sets' factors added), each role gives its own
+// output (the teacher the plain base's bit for bit, a set the output of a model holding that set alone), switching is
+// per model and scoped, and a backward under one set reaches only that set's factors.
+TEST(Lora, SetsShareOneBaseAndEachRoleGivesItsOwnOutput) {
+  torch::manual_seed(0);
+  const auto x = torch::randn({1, 16, 3, 4, 6}), ctx = torch::randn({1, 7, 64}), t = torch::full({1}, 600.0);
+  auto make = [] {
+    WanDiT m(preset_config("tiny"));
+    m->init_random_base(3);
+    return m;
+  };
+  WanDiT model = make();
+  std::map<std::string, const void*> base_ptrs;
+  int64_t base_numel = 0;
+  for (const auto& kv : model->named_parameters())
+    base_ptrs[kv.key()] = kv.value().data_ptr(), base_numel += kv.value().numel();
+  const auto teacher_ref = model->forward({x, t, ctx}).detach();
+  auto student = attach_lora(*model, LoraConfig{4, 8}, 7);
+  auto critic = attach_lora(*model, LoraConfig{2, 2}, 8, "critic");
+  EXPECT_EQ(lora_sets(*model), (std::vector<std::string>{"", "critic"}));
+  EXPECT_EQ(active_lora(*model), "");                      // the first set attached
+  EXPECT_EQ(student.front().first, critic.front().first);  // each set under the file's names
+  {
+    torch::NoGradGuard ng;
+    for (auto& [n, p] : student) p.normal_(0, 0.1, make_generator(torch::kCPU, 1));
+    for (auto& [n, p] : critic) p.normal_(0, 0.2, make_generator(torch::kCPU, 2));
+  }
+  for (auto* set : {&student, &critic})
+    for (auto& [n, p] : *set) EXPECT_TRUE(p.requires_grad()) << n;  // the second attach left the first trainable
+  auto run = [&](const std::string& set) {
+    ActiveLora role(*model, set);
+    return model->forward({x, t, ctx});
+  };
+  const auto teacher = run(kNoLora).detach(), s_out = run("").detach(), c_out = run("critic").detach();
+  EXPECT_EQ(active_lora(*model), "");  // the guard switched back
+  EXPECT_TRUE(torch::equal(teacher, teacher_ref));
+  EXPECT_GT((s_out - teacher).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((c_out - s_out).abs().max().item<double>(), 1e-3);
+  // One base: every base tensor is where it was, and the model holds nothing but the base and the two sets' factors.
+  int64_t numel = 0, lora_numel = 0;
+  for (const auto& kv : model->named_parameters()) {
+    numel += kv.value().numel();
+    if (base_ptrs.count(kv.key())) EXPECT_EQ(kv.value().data_ptr(), base_ptrs.at(kv.key())) << kv.key();
+  }
+  for (auto* set : {&student, &critic})
+    for (auto& [n, p] : *set) lora_numel += p.numel();
+  EXPECT_EQ(numel, base_numel + lora_numel);
+  // Each set equals a model holding that set alone, saved and loaded under the file's names.
+  for (const std::string set : {"", "critic"}) {
+    WanDiT alone = make();
+    const auto state = lora_state(*model, set);
+    LoraWeights w;
+    for (const auto& [n, p] : state) {
+      char which = 0;
+      auto& pair = w.modules[lora_module_of(n, &which)];
+      (which == 'A' ? pair.a : pair.b) = p.detach();
+    }
+    w.rank = set.empty() ? 4 : 2, w.alpha = set.empty() ? 8 : 2;
+    attach_lora(*alone, LoraConfig{w.rank, w.alpha}, 99);
+    load_lora(*alone, w, "set " + set);
+    torch::NoGradGuard ng;
+    EXPECT_TRUE(torch::allclose(alone->forward({x, t, ctx}), set.empty() ? s_out : c_out, 1e-6, 1e-6)) << set;
+  }
+  // A backward under the critic reaches the critic's factors only.
+  run("critic").square().sum().backward();
+  for (auto& [n, p] : critic) EXPECT_TRUE(p.grad().defined()) << n;
+  for (auto& [n, p] : student) EXPECT_FALSE(p.grad().defined()) << n;
+  test::expect_error([&] { set_active_lora(*model, "teacher"); }, {"teacher", "not attached"});
+  test::expect_error([&] { merge_attached_lora(*model); }, {"2 LoRA sets"});
+}
+
 // Self-attention's q, k, v LoRA A factors as one GEMM against [A_q; A_k; A_v]: the same outputs and the same
 // gradients (factors and input) as three lora_or_linear calls, on the whole model (bidirectional and block-causal) and
 // on one shared-input group.
