@@ -55,7 +55,7 @@ const std::vector<ConfigField<StepBenchConfig>>& StepBenchConfig::fields() {
   static const std::vector<ConfigField<C>> f = [] {
     std::vector<ConfigField<C>> f = {
         {"--trainer", "sft or causal", &C::trainer},
-        {"--model", "model preset", &C::model},
+        model_field(&C::model, denoiser_presets()),
         {"--frames", "latent frames (causal: the span, 6 chunks)", &C::frames},
         {"--height", "latent height", &C::height},
         {"--width", "latent width", &C::width},
