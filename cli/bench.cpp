@@ -95,13 +95,7 @@ void add_bench(CLI::App& app, int& exit_code) {
                                      "The fused elementwise kernels (model/kernels) against their reference "
                                      "ops: errors of the output and every gradient (PASS/FAIL) and fwd+bwd "
                                      "time, at the Wan 5B and H3 widths");
-  kern->add_option(spellings("--device"), kcfg->device, "cuda, or cpu (the ATen fallback; with --shapes small)")
-      ->capture_default_str();
-  kern->add_option(spellings("--shapes"), kcfg->shapes, "real (Wan 5B: L 8190 D 3072; H3: S 12686 D 5120) or small")
-      ->capture_default_str();
-  kern->add_option(spellings("--dtypes"), kcfg->dtypes, "comma-separated: bf16, fp32")->capture_default_str();
-  kern->add_option(spellings("--iters"), kcfg->iters, "timed fwd+bwd passes per path")->capture_default_str();
-  kern->add_option(spellings("--warmup"), kcfg->warmup, "untimed passes per path")->capture_default_str();
+  bind_fields(kern, kcfg, KernelBenchConfig::fields());
   kern->callback([kcfg, &exit_code] {
     std::printf("bench kernels: device %s shapes %s dtypes %s cuda kernels built %s\n", kcfg->device.c_str(),
                 kcfg->shapes.c_str(), kcfg->dtypes.c_str(), kernels::cuda_kernels_built() ? "yes" : "no");
@@ -120,38 +114,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   auto* smp = bench->add_subcommand("sample",
                                     "Streaming generation with the KV cache (a random-weight base and LoRA): "
                                     "per-chunk latency, video frames per second, cache memory");
-  smp->add_option(spellings("--model"), scfg->model, "model preset (wan2.2-ti2v-5b, minimax-h3, tiny, h3-tiny, ...)")
-      ->capture_default_str();
-  smp->add_option(spellings("--height"), scfg->height, "latent height (30: 480 pixels)")->capture_default_str();
-  smp->add_option(spellings("--width"), scfg->width, "latent width (52: 832 pixels)")->capture_default_str();
-  smp->add_option(spellings("--chunk-frames"), scfg->chunk_frames,
-                  "latent frames per chunk (0: the base's, Wan 3, "
-                  "H3 5)")
-      ->capture_default_str();
-  smp->add_option(spellings("--chunks"), scfg->chunks, "chunks to generate")->capture_default_str();
-  smp->add_option(spellings("--window"), scfg->window, "finished chunks kept after the sink (-1: all)")
-      ->capture_default_str();
-  smp->add_option(spellings("--sink-chunks"), scfg->sink_chunks, "first chunks kept as the sink (-1: the base's)")
-      ->capture_default_str();
-  smp->add_option(spellings("--span-chunks"), scfg->span_chunks, "chunks of the trained span")->capture_default_str();
-  smp->add_option(spellings("--steps"), scfg->steps, "Euler steps per chunk")->capture_default_str();
-  smp->add_option(spellings("--cfg"), scfg->cfg, "guidance scale (1: no guidance, one branch)")->capture_default_str();
-  smp->add_option(spellings("--text-len"), scfg->text_len, "text tokens (0: Wan 512, H3 256)")->capture_default_str();
-  smp->add_option(spellings("--picture1"), scfg->picture1, "H3: on | off (Picture 1 on the video's latent grid)")
-      ->capture_default_str();
-  smp->add_option(spellings("--audio"), scfg->audio, "H3: on | off (the audio stream beside the video)")
-      ->capture_default_str();
-  smp->add_option(spellings("--lora-rank"), scfg->lora_rank, "rank of the random LoRA")->capture_default_str();
-  smp->add_option(spellings("--warmup-chunks"), scfg->warmup_chunks,
-                  "chunks left out of frames per second (-1: until the window "
-                  "is full: sink + window + 1)")
-      ->capture_default_str();
-  smp->add_option(spellings("--layers"), scfg->layers, "blocks (0: the preset's; fewer: tests)")->capture_default_str();
-  smp->add_option(spellings("--device"), scfg->device, "cuda, cuda:N or cpu")->capture_default_str();
-  smp->add_option(spellings("--precision"), scfg->precision, "bf16 or fp32")->capture_default_str();
-  smp->add_option(spellings("--shift"), scfg->shift, "sigma shift of the Euler grid (0: the base's)")
-      ->capture_default_str();
-  bind_fields(smp, std::shared_ptr<StreamSpeed>(scfg, &scfg->speed), StreamSpeed::fields());
+  bind_fields(smp, scfg, SampleBenchConfig::fields());  // StreamSpeed's --fp8, --cuda-graphs, --merge-lora too
   smp->callback([scfg, &exit_code] {
     const auto& c = *scfg;
     std::printf(

@@ -20,11 +20,11 @@ void add_ckpt(CLI::App& app, int& exit_code) {
   ckpt->require_subcommand(1);
   add_ckpt_export(*ckpt, exit_code);
 
-  auto files = std::make_shared<std::vector<std::string>>();
+  auto files = std::make_shared<CkptFilesArgs>();
   auto* inspect = ckpt->add_subcommand("inspect", "Summarise a checkpoint (one file or the shards of one)");
-  inspect->add_option("files", *files, "safetensors file(s)")->required();
+  bind_fields(inspect, files, CkptFilesArgs::fields());
   inspect->callback([files, &exit_code] {
-    const auto s = inspect_ckpt(SafetensorsSet::open(*files));
+    const auto s = inspect_ckpt(SafetensorsSet::open(files->files));
     std::printf("%lld tensors, %lld parameters, %.3f GB\n", static_cast<long long>(s.tensors),
                 static_cast<long long>(s.parameters), static_cast<double>(s.bytes) / 1e9);
     for (const auto& [dt, n] : s.dtypes) std::printf("  %-8s %lld tensors\n", dt.c_str(), static_cast<long long>(n));
@@ -39,24 +39,21 @@ void add_ckpt(CLI::App& app, int& exit_code) {
     exit_code = 0;
   });
 
-  auto check_files = std::make_shared<std::vector<std::string>>();
-  auto preset = std::make_shared<std::string>();
+  auto check_args = std::make_shared<CkptCheckArgs>();
   auto* check = ckpt->add_subcommand("check", "Report every problem of a checkpoint, one line each; exit 1 if any");
-  check->add_option("files", *check_files, "safetensors file(s)")->required();
-  check->add_option(spellings("--model"), *preset, "preset to check the keys against (default: detected)");
-  check->callback([check_files, preset, &exit_code] {
-    const auto problems = check_ckpt(SafetensorsSet::open(*check_files), *preset);
+  bind_fields(check, check_args, CkptCheckArgs::fields());
+  check->callback([check_args, &exit_code] {
+    const auto problems = check_ckpt(SafetensorsSet::open(check_args->files), check_args->model);
     for (const auto& p : problems) std::printf("%s\n", p.c_str());
     std::printf(problems.empty() ? "ok\n" : "%zu problem(s)\n", problems.size());
     exit_code = problems.empty() ? 0 : 1;
   });
 
-  auto ab = std::make_shared<std::pair<std::string, std::string>>();
+  auto ab = std::make_shared<CkptDiffArgs>();
   auto* diff = ckpt->add_subcommand("diff", "Per-key differences of two checkpoints (max |a-b|, relative L2)");
-  diff->add_option("a", ab->first, "first checkpoint")->required();
-  diff->add_option("b", ab->second, "second checkpoint")->required();
+  bind_fields(diff, ab, CkptDiffArgs::fields());
   diff->callback([ab, &exit_code] {
-    const auto rows = diff_ckpt(SafetensorsSet::open({ab->first}), SafetensorsSet::open({ab->second}));
+    const auto rows = diff_ckpt(SafetensorsSet::open({ab->a}), SafetensorsSet::open({ab->b}));
     double worst = 0;
     size_t structural = 0;
     for (const auto& r : rows) {
@@ -72,17 +69,9 @@ void add_ckpt(CLI::App& app, int& exit_code) {
     exit_code = 0;
   });
 
-  struct Merge {
-    std::vector<std::string> base;
-    std::string lora, out;
-    double alpha = 0;
-  };
-  auto m = std::make_shared<Merge>();
+  auto m = std::make_shared<MergeLoraArgs>();
   auto* merge = ckpt->add_subcommand("merge-lora", "Fold a LoRA into base weights: W + (alpha / rank) B A");
-  merge->add_option(spellings("--base"), m->base, "base weights (the shards of one checkpoint)")->required();
-  merge->add_option(spellings("--lora"), m->lora, "LoRA file (vdt or PEFT names)")->required();
-  merge->add_option(spellings("--out"), m->out, "merged safetensors to write")->required();
-  merge->add_option(spellings("--alpha"), m->alpha, "LoRA alpha when the file has none (default: its rank)");
+  bind_fields(merge, m, MergeLoraArgs::fields());
   merge->callback([m, &exit_code] {
     const auto base = SafetensorsSet::open(m->base);
     const auto lora = h3_lora_for_base(read_lora(m->lora, m->alpha), base, m->lora);

@@ -10,16 +10,7 @@ namespace vdt::cli {
 void add_ckpt_export(CLI::App& ckpt, int& exit_code) {
   auto c = std::make_shared<ExportConfig>();
   auto* e = ckpt.add_subcommand("export", "Write a DiT checkpoint or a LoRA in diffusers' or ComfyUI's layout");
-  e->add_option("files", c->files, "safetensors file(s): an SFT export, Wan DiT shards, or one LoRA file")->required();
-  e->add_option(spellings("--format"), c->format, "diffusers (WanTransformer3DModel dir / PEFT LoRA) or comfy")
-      ->required();
-  e->add_option(spellings("--out"), c->out,
-                "diffusers DiT: output directory; otherwise a .safetensors file (a directory gets a default name)")
-      ->required();
-  e->add_flag(spellings("--drop_adapter"), c->drop_adapter,
-              "leave out the gc_sem_cond adapter (needed when the checkpoint has one: the targets lack it)");
-  e->add_option(spellings("--num_heads"), c->num_heads,
-                "attention heads of a custom-width DiT (default: from its metadata or preset)");
+  bind_fields(e, c, ExportConfig::fields());
   e->callback([c, &exit_code] {
     const auto r = export_ckpt(*c);
     std::printf("exported %s (%lld tensors%s) as %s: %s\n", r.kind == "dit" ? "DiT" : "LoRA",

@@ -33,7 +33,8 @@ class HelpFormatter : public CLI::Formatter {
 };
 
 // Binds every declared field of a config as a flag (train/loop/config_fields.h): both spellings, required flags,
-// --no-<flag> for switches that are on by default, --help with the real default.
+// --no-<flag> for switches that are on by default, --help with the real default; a field named without dashes as a
+// positional argument.
 template <class C>
 void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<ConfigField<C>>& fields) {
   for (const auto& f : fields)
@@ -46,14 +47,17 @@ void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<C
             o = app->add_flag(spellings(f.negatable ? f.flag + ",!--no-" + f.flag.substr(2) : f.flag), v, f.help)
                     ->option_text(default_of(v));
           } else {
-            o = app->add_option(spellings(f.flag), v, f.help);
+            o = app->add_option(f.positional() ? f.flag : spellings(f.flag), v, f.help);
+            if constexpr (is_list_v<V>) {
+              if (f.values > 0) o->expected(f.values);
+            }
             if constexpr (std::is_same_v<V, uint64_t>)  // CLI11 would wrap "-1" to 2^64 - 1; argparse has no unsigned
               o->check(CLI::Validator(
                   [](std::string& s) {
                     return s.rfind('-', 0) == 0 ? s + " is negative; expected an integer >= 0" : std::string();
                   },
                   "INT>=0"));
-            if constexpr (std::is_same_v<V, std::string>) {
+            if constexpr (std::is_same_v<V, std::string> || is_list_v<V>) {
               if (!v.empty()) o->capture_default_str();
             } else {
               o->capture_default_str();

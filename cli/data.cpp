@@ -8,14 +8,11 @@
 #include "data/data_root.h"
 #include "data/sft_dataset.h"
 #include "data/text_table.h"
+#include "tools/command_args.h"
 
 namespace vdt::cli {
 
 namespace {
-
-struct DataCheckArgs {
-  std::string root, text_table, res;
-};
 
 void run_check(const DataCheckArgs& a, int& exit_code) {
   const auto problems = check_root(a.root, a.text_table, a.res);
@@ -87,16 +84,14 @@ void add_data(CLI::App& app, int& exit_code) {
 
   auto check = std::make_shared<DataCheckArgs>();
   auto* sub = data_cmd->add_subcommand("check", "Validate a data root; print every problem with its file");
-  sub->add_option("root", check->root, "data root (dataset.json, index/, latents/, cond/, meta/)")->required();
-  sub->add_option(spellings("--text_table"), check->text_table, "text table (default <root>/text_table.safetensors)");
-  sub->add_option(spellings("--res"), check->res, "expected resolution WxH (e.g. 832x480); default: not checked");
+  bind_fields(sub, check, DataCheckArgs::fields());
   sub->callback([check, &exit_code] { run_check(*check, exit_code); });
 
-  auto inspect_root = std::make_shared<std::string>();
+  auto inspect = std::make_shared<DataInspectArgs>();
   auto* insp = data_cmd->add_subcommand("inspect", "Summarise a data root (fields, splits, runs, a sample's shapes)");
-  insp->add_option("root", *inspect_root, "data root")->required();
-  insp->callback([inspect_root, &exit_code] {
-    run_inspect(*inspect_root);
+  bind_fields(insp, inspect, DataInspectArgs::fields());
+  insp->callback([inspect, &exit_code] {
+    run_inspect(inspect->root);
     exit_code = 0;
   });
 

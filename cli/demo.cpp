@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/png.h"
 #include "train/eval/preview.h"
+#include "tools/command_args.h"
 #include "tools/synth.h"
 #include "train/checkpoint/export.h"
 #include "train/eval/sampling.h"
@@ -45,22 +46,10 @@ std::map<std::string, std::vector<double>> read_csv(const std::string& path) {
 }  // namespace
 
 void add_demo(CLI::App& app, int& exit_code) {
-  struct Opts {
-    std::string out = "vdt-demo";
-    int64_t steps = 400;
-    uint64_t seed = 0;
-    int workers = 2;
-    std::string resume;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<DemoArgs>();
   auto* d = app.add_subcommand(
       "demo", "Synthetic data -> train the tiny model on the CPU -> validate, export, sample, preview");
-  d->add_option(spellings("--out"), o->out, "demo directory (data/, run/, samples/, plot.png)")->capture_default_str();
-  d->add_option(spellings("--steps"), o->steps, "training steps")->capture_default_str();
-  d->add_option(spellings("--seed"), o->seed, "seed of data and training")->capture_default_str();
-  d->add_option(spellings("--num_workers"), o->workers, "loader threads")->capture_default_str();
-  d->add_option(spellings("--resume"), o->resume,
-                "auto: continue the demo's training from its last saved state (after Ctrl-C) instead of starting over");
+  bind_fields(d, o, DemoArgs::fields());
   d->callback([o, &exit_code] {
     namespace fs = std::filesystem;
     const fs::path out = fs::absolute(o->out);

@@ -29,6 +29,7 @@
 #include "cli/commands.h"
 #include "model/kernels/fp8_linear.h"
 #include "model/kernels/fused_ops.h"
+#include "tools/command_args.h"
 
 #ifndef VDT_CUDA_KERNEL_ARCHS
 #define VDT_CUDA_KERNEL_ARCHS ""
@@ -223,14 +224,14 @@ void print_text(const json& j) {
 }  // namespace
 
 void add_env(CLI::App& app, int& exit_code) {
-  auto json_out = std::make_shared<bool>(false);
+  auto args = std::make_shared<EnvArgs>();
   auto* sub = app.add_subcommand("env",
                                  "What vdt sees: commit, LibTorch/CUDA/cuDNN/NCCL, GPUs, kernels, FP8, paths, "
                                  "environment (paste it into a bug report)");
-  sub->add_flag("--json", *json_out, "one JSON object instead of the text (for tools)");
-  sub->callback([json_out, &exit_code] {
+  bind_fields(sub, args, EnvArgs::fields());
+  sub->callback([args, &exit_code] {
     const json j = collect();
-    if (*json_out)
+    if (args->json)
       std::printf("%s\n", j.dump(2).c_str());
     else
       print_text(j);

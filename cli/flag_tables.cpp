@@ -7,29 +7,28 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "tools/command_args.h"
 #include "tools/flag_tables.h"
 
 namespace vdt::cli {
 
 void add_flag_tables(CLI::App& app, int& exit_code) {
-  auto pages = std::make_shared<std::vector<std::string>>();
-  auto check = std::make_shared<bool>(false);
+  auto args = std::make_shared<FlagTablesArgs>();
   auto* s = app.add_subcommand("flag-tables",
                                "Rewrite the flag tables of docs pages (docs/cli.md) from the flags' "
                                "declarations");
   s->group("");  // hidden: a maintenance step, not a user's command
-  s->add_option("pages", *pages, "markdown pages holding flag tables")->required();
-  s->add_flag("--check", *check, "write nothing; print the differences and exit 1 when a page is out of date");
-  s->callback([pages, check, &exit_code] {
+  bind_fields(s, args, FlagTablesArgs::fields());
+  s->callback([args, &exit_code] {
     exit_code = 0;
-    for (const auto& page : *pages) {
+    for (const auto& page : args->pages) {
       std::ifstream in(page);
       VDT_CHECK(in, page, ": cannot read it");
       std::stringstream text;
       text << in.rdbuf();
       const auto rendered = render_flag_tables(text.str());
       if (rendered == text.str()) continue;
-      if (*check) {
+      if (args->check) {
         std::printf(
             "%s: the flag tables differ from the declarations (-N: line N of the page, +N: line N of the "
             "rendering):\n%s",

@@ -15,13 +15,7 @@ void add_parity(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("parity",
                                  "Compare a model against a reference fixture (FIXTURES.md format: Wan or "
                                  "MiniMax-H3, read from its metadata)");
-  sub->add_option("fixture", cfg->fixture, "fixture .safetensors (weights, fixture.* tensors, metadata config)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  sub->add_option(spellings("--device"), cfg->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub->add_option(spellings("--dtype"), cfg->dtype, "float32 or bfloat16")->capture_default_str();
-  sub->add_option(spellings("--tol"), cfg->tol,
-                  "relative L2 tolerance (default: Wan 1e-4 float32, 3e-2 bfloat16; H3 1e-5, 5e-2)");
+  bind_fields(sub, cfg, ParityConfig::fields());
   sub->callback([cfg, &exit_code] {
     const bool h3 = is_h3_fixture(SafetensorsFile::open(cfg->fixture)->metadata());
     ParityResult result;

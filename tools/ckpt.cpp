@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/denoiser_registry.h"
 #include "model/h3/h3_config.h"
 #include "model/h3/h3_weights.h"
 #include "model/lora.h"
@@ -15,6 +16,39 @@
 #include "model/weights_io.h"
 
 namespace vdt {
+
+const std::vector<ConfigField<CkptFilesArgs>>& CkptFilesArgs::fields() {
+  static const std::vector<ConfigField<CkptFilesArgs>> f = {
+      {"files", "safetensors file(s): one file or the shards of one checkpoint", &CkptFilesArgs::files, true}};
+  return f;
+}
+
+const std::vector<ConfigField<CkptCheckArgs>>& CkptCheckArgs::fields() {
+  using C = CkptCheckArgs;
+  static const std::vector<ConfigField<C>> f = {
+      {"files", "safetensors file(s): one file or the shards of one checkpoint", &C::files, true},
+      model_field(&C::model, denoiser_presets(), "the keys are checked against it; empty = the detected preset"),
+  };
+  return f;
+}
+
+const std::vector<ConfigField<CkptDiffArgs>>& CkptDiffArgs::fields() {
+  using C = CkptDiffArgs;
+  static const std::vector<ConfigField<C>> f = {{"a", "first checkpoint", &C::a, true},
+                                                {"b", "second checkpoint", &C::b, true}};
+  return f;
+}
+
+const std::vector<ConfigField<MergeLoraArgs>>& MergeLoraArgs::fields() {
+  using C = MergeLoraArgs;
+  static const std::vector<ConfigField<C>> f = {
+      {"--base", "base weights (the shards of one checkpoint)", &C::base, true},
+      {"--lora", "LoRA file (vdt or PEFT names)", &C::lora, true},
+      {"--out", "merged safetensors to write", &C::out, true},
+      {"--alpha", "LoRA alpha when the file has none (0: its rank)", &C::alpha},
+  };
+  return f;
+}
 
 CkptSummary inspect_ckpt(const SafetensorsSet& files) {
   CkptSummary s;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -20,6 +21,27 @@ struct CkptSummary {
   Metadata metadata;
 };
 CkptSummary inspect_ckpt(const SafetensorsSet& files);
+
+// The command lines of `vdt ckpt inspect|check|diff|merge-lora` (docs/cli.md).
+struct CkptFilesArgs {  // inspect
+  std::vector<std::string> files;
+  static const std::vector<ConfigField<CkptFilesArgs>>& fields();
+};
+struct CkptCheckArgs {
+  std::vector<std::string> files;
+  std::string model;  // empty: the detected preset
+  static const std::vector<ConfigField<CkptCheckArgs>>& fields();
+};
+struct CkptDiffArgs {
+  std::string a, b;
+  static const std::vector<ConfigField<CkptDiffArgs>>& fields();
+};
+struct MergeLoraArgs {
+  std::vector<std::string> base;
+  std::string lora, out;
+  double alpha = 0;  // 0: the file's alpha, else its rank
+  static const std::vector<ConfigField<MergeLoraArgs>>& fields();
+};
 
 // Every problem, one line each, naming the key: missing or unexpected keys for a Wan DiT or a MiniMax-H3 DiT (against
 // `preset`, or the detected one when empty; H3 shapes too), non-finite values, incomplete LoRA pairs. Empty: healthy.

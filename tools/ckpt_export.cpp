@@ -19,6 +19,20 @@ namespace vdt {
 
 namespace fs = std::filesystem;
 
+const std::vector<ConfigField<ExportConfig>>& ExportConfig::fields() {
+  using C = ExportConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"files", "safetensors file(s): an SFT export, Wan DiT shards, or one LoRA file", &C::files, true},
+      {"--format", "diffusers (WanTransformer3DModel dir / PEFT LoRA) or comfy", &C::format, true},
+      {"--out", "diffusers DiT: output directory; otherwise a .safetensors file (a directory gets a default name)",
+       &C::out, true},
+      {"--drop_adapter", "leave out the gc_sem_cond adapter (needed when the checkpoint has one: the targets lack it)",
+       &C::drop_adapter},
+      {"--num_heads", "attention heads of a custom-width DiT (0: from its metadata or preset)", &C::num_heads},
+  };
+  return f;
+}
+
 void ExportConfig::validate() const {
   VDT_CHECK(format == "diffusers" || format == "comfy", "--format: expected diffusers or comfy, got '", format, "'");
   VDT_CHECK(!files.empty(), "ckpt export: no input file given");

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "train/loop/config_fields.h"
+
 namespace vdt {
 
 struct ExportConfig {
@@ -24,6 +26,7 @@ struct ExportConfig {
   // metadata (ModelConfig JSON), else from the preset its shapes match; a custom-width DiT without either needs it.
   int64_t num_heads = 0;
   void validate() const;
+  static const std::vector<ConfigField<ExportConfig>>& fields();
 };
 
 struct ExportReport {

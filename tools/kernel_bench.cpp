@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/device_flag.h"
 #include "core/error.h"
 #include "model/kernels/fp8_linear.h"
 #include "model/kernels/fused_ops.h"
@@ -84,7 +85,7 @@ double max_rel(const torch::Tensor& a, const torch::Tensor& ref) {
 }
 
 std::vector<OpCase> cases(const KernelBenchConfig& cfg, torch::ScalarType dt) {
-  const torch::Device device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const torch::Device device = resolve_device(cfg.device);
   const bool real = cfg.shapes == "real";
   const auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);
   // Wan 5B SFT: one sample, 21 frames of 390 tokens, per-frame modulation groups; H3: 12,686 rows, 7 timesteps x 3
@@ -261,15 +262,25 @@ std::string fmt(const char* f, double a, double b, double c, double d) {
 }  // namespace
 
 void KernelBenchConfig::validate() const {
-  VDT_CHECK(device == "cuda" || device == "cpu", "--device: expected cuda or cpu, got '", device, "'");
-  VDT_CHECK(device != "cuda" || torch::cuda::is_available(),
-            "--device cuda: no CUDA device is visible (use --device "
-            "cpu --shapes small to check the ATen fallback here)");
+  resolve_device(device);  // no GPU for cuda: an error with what to do instead (--device cpu --shapes small here)
   VDT_CHECK(shapes == "real" || shapes == "small", "--shapes: expected real or small, got '", shapes, "'");
   VDT_CHECK(iters > 0 && warmup >= 0, "--iters must be > 0 and --warmup >= 0");
   std::stringstream ss(dtypes);
   for (std::string d; std::getline(ss, d, ',');)
     VDT_CHECK(d == "bf16" || d == "fp32", "--dtypes: expected a comma-separated list of bf16 and fp32, got '", d, "'");
+}
+
+const std::vector<ConfigField<KernelBenchConfig>>& KernelBenchConfig::fields() {
+  using C = KernelBenchConfig;
+  static const std::vector<ConfigField<C>> f = {
+      device_field(&C::device),
+      {"--shapes", "real (Wan 5B: L 8190 D 3072; H3: S 12686 D 5120) or small (the CPU: --device cpu --shapes small)",
+       &C::shapes},
+      {"--dtypes", "comma-separated: bf16, fp32", &C::dtypes},
+      {"--iters", "timed fwd+bwd passes per path", &C::iters},
+      {"--warmup", "untimed passes per path", &C::warmup},
+  };
+  return f;
 }
 
 bool KernelCheck::pass() const {

@@ -9,14 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "train/loop/config_sections.h"
+
 namespace vdt {
 
 struct KernelBenchConfig {
-  std::string device = "cuda";       // cuda | cpu (the ATen fallback; use --shapes small)
+  std::string device = "cuda";       // core/device_flag.h; cpu: the ATen fallback (use --shapes small)
   std::string shapes = "real";       // real (Wan 5B / H3 widths) | small (a quick check, CPU tests)
   std::string dtypes = "bf16,fp32";  // comma-separated: bf16, fp32
   int iters = 20, warmup = 3;        // timed and untimed fwd+bwd passes per path
   void validate() const;
+  static const std::vector<ConfigField<KernelBenchConfig>>& fields();
 };
 
 // One op at one dtype: the worst error over its output and gradients.

@@ -20,6 +20,17 @@ void ParityConfig::validate() const {
   resolve_device(device);
 }
 
+const std::vector<ConfigField<ParityConfig>>& ParityConfig::fields() {
+  using C = ParityConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"fixture", "fixture .safetensors (weights, fixture.* tensors, metadata config)", &C::fixture, true},
+      device_field(&C::device),
+      {"--dtype", "float32 or bfloat16", &C::dtype},
+      {"--tol", "relative L2 tolerance (< 0: Wan 1e-4 float32, 3e-2 bfloat16; H3 1e-5, 5e-2)", &C::tol},
+  };
+  return f;
+}
+
 double ParityConfig::tolerance() const { return tol >= 0 ? tol : (dtype == "float32" ? 1e-4 : 3e-2); }
 
 bool ParityResult::pass() const {

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include "core/safetensors.h"
+#include "train/loop/config_sections.h"
 
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct ParityConfig {
   std::string dtype = "float32";  // float32 | bfloat16
   double tol = -1;                // < 0: 1e-4 for float32, 3e-2 for bfloat16
   void validate() const;
+  static const std::vector<ConfigField<ParityConfig>>& fields();
   double tolerance() const;
 };
 

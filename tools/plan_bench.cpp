@@ -184,7 +184,7 @@ std::vector<int64_t> PlanBenchConfig::frame_list() const {
 const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
   using C = PlanBenchConfig;
   static const std::vector<ConfigField<C>> f = {
-      {"--model", "model preset (the trainers' registry): a two-block model of it with random weights", &C::model},
+      model_field(&C::model, denoiser_presets(), "a two-block model of it with random weights is measured"),
       {"--training", "full (every weight trains: the SFT trainer) or lora (a frozen base: the causal trainer)",
        &C::training},
       {"--attention",
@@ -198,8 +198,8 @@ const std::vector<ConfigField<PlanBenchConfig>>& PlanBenchConfig::fields() {
       {"--height", "latent height", &C::height},
       {"--width", "latent width", &C::width},
       {"--text-len", "text tokens", &C::text_len},
-      {"--precision", "bf16 or fp32", &C::precision},
-      {"--device", "cuda, cuda:N or cpu (times only: the bytes are not measured)", &C::device},
+      precision_field(&C::precision, {{Precision::bf16, ""}, {Precision::fp32, ""}}),
+      device_field(&C::device),
       {"--lora-rank", "with --training lora: rank of the float32 LoRA factors", &C::lora_rank},
       {"--repeats", "timed runs per mode and size (the median)", &C::repeats},
       {"--warmup", "untimed runs per mode and size", &C::warmup},

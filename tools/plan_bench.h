@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/loop/config_fields.h"
+#include "train/loop/config_sections.h"
 #include "train/plan/cost_table.h"
 
 namespace vdt {

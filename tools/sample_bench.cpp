@@ -42,6 +42,37 @@ void SampleBenchConfig::validate() const {
   VDT_CHECK(shift >= 0, "--shift ", shift, ": expected 0 (the base's) or a positive sigma shift");
 }
 
+const std::vector<ConfigField<SampleBenchConfig>>& SampleBenchConfig::fields() {
+  using C = SampleBenchConfig;
+  static const std::vector<ConfigField<C>> f = [] {
+    std::vector<ConfigField<C>> f = {
+        model_field(&C::model, denoiser_presets()),
+        {"--height", "latent height (30: 480 pixels)", &C::height},
+        {"--width", "latent width (52: 832 pixels)", &C::width},
+        {"--chunk-frames", "latent frames per chunk (0: the base's, Wan 3, H3 5)", &C::chunk_frames},
+        {"--chunks", "chunks to generate", &C::chunks},
+        {"--window", "finished chunks kept after the sink (-1: all)", &C::window},
+        {"--sink-chunks", "first chunks kept as the sink (-1: the base's)", &C::sink_chunks},
+        {"--span-chunks", "chunks of the trained span", &C::span_chunks},
+        {"--steps", "Euler steps per chunk", &C::steps},
+        {"--cfg", "guidance scale (1: no guidance, one branch)", &C::cfg},
+        {"--text-len", "text tokens (0: Wan 512, H3 256)", &C::text_len},
+        {"--picture1", "H3: on | off (Picture 1 on the video's latent grid)", &C::picture1},
+        {"--audio", "H3: on | off (the audio stream beside the video)", &C::audio},
+        {"--lora-rank", "rank of the random LoRA", &C::lora_rank},
+        {"--warmup-chunks", "chunks left out of frames per second (-1: until the window is full: sink + window + 1)",
+         &C::warmup_chunks},
+        {"--layers", "blocks (0: the preset's; fewer: tests)", &C::layers},
+        device_field(&C::device),
+        precision_field(&C::precision, {{Precision::bf16, ""}, {Precision::fp32, ""}}),
+        {"--shift", "sigma shift of the Euler grid (0: the base's)", &C::shift},
+    };
+    for (auto&& field : lift(&C::speed, StreamSpeed::fields())) f.push_back(field);
+    return f;
+  }();
+  return f;
+}
+
 namespace {
 
 void sample_bench_sync(const torch::Device& d) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/eval/stream_sampling.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -37,6 +38,7 @@ struct SampleBenchConfig {
   // Each chunk's video latents [1, C, cf, H, W] float32 as it is done (checks of the numbers; not timed apart).
   std::function<void(int64_t, const torch::Tensor&)> on_chunk;
   void validate() const;
+  static const std::vector<ConfigField<SampleBenchConfig>>& fields();
 };
 
 struct SampleBenchResult {

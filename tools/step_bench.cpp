@@ -63,7 +63,7 @@ const std::vector<ConfigField<StepBenchConfig>>& StepBenchConfig::fields() {
   static const std::vector<ConfigField<C>> f = [] {
     std::vector<ConfigField<C>> f = {
         {"--trainer", "sft, causal or distill", &C::trainer},
-        {"--model", "model preset", &C::model},
+        model_field(&C::model, denoiser_presets()),
         {"--frames", "latent frames (causal: the span, 6 chunks; distill: the rollout, chunks of the base's)",
          &C::frames},
         {"--height", "latent height", &C::height},

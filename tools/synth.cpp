@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "core/safetensors.h"
+#include "model/denoiser_registry.h"
 
 namespace vdt {
 namespace fs = std::filesystem;
@@ -273,10 +274,48 @@ void SynthConfig::validate() const {
   in_range("--val_runs", val_runs, 0, 499);
   in_range("--val_clips_per_run", val_clips_per_run, 1, 99);
   in_range("--n_drop", n_drop, 0, train_runs * train_clips_per_run - 1);
-  VDT_CHECK(model == "wan" || model == "h3", "data synth: --model ", model, ": expected wan or h3");
+  family();
+  VDT_CHECK(latent_hw.empty() || latent_hw.size() == 2, "data synth: --latent_hw takes two numbers H W, got ",
+            latent_hw.size());
   in_range("--audio_channels", audio_channels, 1, 1024);
-  VDT_CHECK(model != "h3" || (latent_h % 2 == 0 && latent_w % 2 == 0), "data synth: --model h3 needs an even latent ",
-            "height and width (H3 patchifies 2x2), got ", latent_h, "x", latent_w);
+  VDT_CHECK(family() != "h3" || (latent_h % 2 == 0 && latent_w % 2 == 0),
+            "data synth: --model h3 needs an even latent ", "height and width (H3 patchifies 2x2), got ", latent_h, "x",
+            latent_w);
+}
+
+std::string SynthConfig::family() const {
+  if (model == "wan" || model == "h3") return model;
+  return denoiser_family(model);  // an unknown name is an error listing the presets
+}
+
+const std::vector<ConfigField<SynthConfig>>& SynthConfig::fields() {
+  using C = SynthConfig;
+  static const std::vector<ConfigField<C>> f = {
+      {"out", "root directory to create", &C::out, true},
+      seed_field(&C::seed),
+      model_field(&C::model, denoiser_presets(),
+                  "or a family, wan or h3: the root's family; an h3 root has Picture 1 and silent audio, and h3-tiny's "
+                  "24 channels, text_dim 48 and a 32-latent stream unless given"),
+      {"--audio_channels", "h3: audio latent width", &C::audio_channels},
+      {"--latent_frames", "latent frames F (= prompt cells)", &C::latent_frames},
+      {"--latent_h", "latent height H", &C::latent_h},
+      {"--latent_w", "latent width W", &C::latent_w},
+      {"--latent_hw", "latent H W (overrides --latent_h/--latent_w)", &C::latent_hw, false, false, 2},
+      {"--channels", "latent channels C", &C::latent_channels},
+      {"--sem_scale", "id map pixels per latent pixel (ids are [F, H*s, W*s])", &C::sem_scale},
+      {"--text_dim", "text embedding width", &C::text_dim},
+      {"--text_len", "text tokens per prompt", &C::text_len},
+      {"--train_runs", "train runs", &C::train_runs},
+      {"--train_clips_per_run", "clips per train run", &C::train_clips_per_run},
+      {"--val_runs", "val runs (disjoint from the train runs)", &C::val_runs},
+      {"--val_clips_per_run", "clips per val run", &C::val_clips_per_run},
+      {"--n_drop", "train clips marked drop:true", &C::n_drop},
+      {"--flat",
+       "each latent frame its mean over the picture, per channel (a root any model learns fast: the FP8 gate's)",
+       &C::flat},
+      {"--overwrite", "replace the synth entries of a non-empty OUT", &C::overwrite},
+  };
+  return f;
 }
 
 namespace synth {
@@ -342,7 +381,7 @@ SynthReport synth_root(const SynthConfig& cfg) {
   // 3. Per clip: latents, ids, camera; the index rows.
   std::set<std::string> prompts = {""};
   std::string index;
-  const bool h3 = cfg.model == "h3";
+  const bool h3 = cfg.family() == "h3";
   for (size_t i = 0; i < clips.size(); ++i) {
     const auto& clip = clips[i];
     const auto latents = flat_if(vae.encode(rgb[i])).to(torch::kBFloat16);  // [C, F, H, W]

@@ -13,17 +13,19 @@
 #include <vector>
 
 #include "data/synth_vae.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
 struct SynthConfig {
   std::string out;               // root directory to create
-  std::string model = "wan";     // wan | h3 (the root's model family)
+  std::string model = "wan";     // the base the root is for: a family (wan, h3) or one of its presets
   int64_t audio_channels = 32;   // h3: audio latent width Da
   int64_t latent_channels = 16;  // C (the `tiny` preset's in_dim)
   int64_t latent_frames = 5;     // F, also the number of prompt cells
   int64_t latent_h = 8, latent_w = 8;
-  int64_t sem_scale = 2;  // id maps are [F, H*s, W*s]
+  std::vector<int64_t> latent_hw;  // --latent_hw H W: both at once (the command line applies it over the two)
+  int64_t sem_scale = 2;           // id maps are [F, H*s, W*s]
   int64_t text_dim = 64, text_len = 16;
   int64_t train_runs = 6, train_clips_per_run = 4;
   int64_t val_runs = 2, val_clips_per_run = 2;  // val clips come from their own runs (no run leak)
@@ -33,8 +35,10 @@ struct SynthConfig {
   // vector a frame, which the text names, so a model can drive the loss far down in a few hundred steps (the FP8
   // accuracy gate's root, benchmarks/loss_gate.sh). The id maps still show the scene.
   bool flat = false;
-  bool overwrite = false;  // replace the synth entries of an existing non-empty directory
-  void validate() const;   // throws naming the flag, the value and the allowed range
+  bool overwrite = false;      // replace the synth entries of an existing non-empty directory
+  void validate() const;       // throws naming the flag, the value and the allowed range
+  std::string family() const;  // wan or h3: --model's family
+  static const std::vector<ConfigField<SynthConfig>>& fields();
 };
 
 struct SynthReport {

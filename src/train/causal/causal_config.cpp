@@ -137,10 +137,9 @@ const std::vector<ConfigField<CausalConfig>>& CausalConfig::fields() {
       lift(&C::memory, memory, "--memory"),
       {"--data-root", "data root (docs/data_format.md); latents may hold longer streams", &C::data_root, true},
       {"--text-table", "text table (default <data-root>/text_table.safetensors)", &C::text_table},
-      {"--model",
-       "base preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny, minimax-h3, h3-tiny; empty = the data root's "
-       "family (model_family) and the preset of --weights' shapes (needed with --random-init)",
-       &C::model},
+      model_field(&C::model, denoiser_presets(),
+                  "empty = the data root's family (model_family) and the preset of --weights' shapes (needed with "
+                  "--random-init)"),
       {"--weights",
        "base weights: a .safetensors file or a directory of shards (with its index json); required unless "
        "--random-init",

@@ -45,4 +45,16 @@ std::string py_float(double v) {
   return out + tail;
 }
 
+std::string python_list(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", '" : "'") + v[i] + "'";
+  return out + "]";
+}
+
+std::string python_list(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
 }  // namespace vdt

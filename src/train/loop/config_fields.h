@@ -4,6 +4,7 @@
 // metadata), the start-up table prints the flags that differ from their defaults, and docs/cli.md's flag tables are
 // rendered (tools/flag_tables.h). A knob several commands share lives in a section (train/loop/config_sections.h) that
 // a config holds as a member; `lift` makes the section's fields the config's, at the place the config lists them.
+// Every command's flags are declared this way, its positional arguments too (a field named without dashes: "files").
 // Not here: validation (each config's validate(), which turns enum-like strings into enums).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -37,15 +38,19 @@ class FieldRef {
 template <class C>
 struct ConfigField {
   using Member = std::variant<FieldRef<C, std::string>, FieldRef<C, double>, FieldRef<C, int64_t>, FieldRef<C, int>,
-                              FieldRef<C, uint64_t>, FieldRef<C, bool>>;
-  std::string
-      flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
+                              FieldRef<C, uint64_t>, FieldRef<C, bool>, FieldRef<C, std::vector<std::string>>,
+                              FieldRef<C, std::vector<int64_t>>>;
+  // The Python trainer's spelling, "--data_root" or "--data-root"; a name without dashes ("files") is a positional
+  // argument. JSON key: the name without dashes, '_' for '-'.
+  std::string flag;
   std::string help;
   Member member;
   bool required = false;
   bool negatable = false;  // a bool that is on by default: --no-<flag> turns it off
+  int values = 0;          // a list: exactly this many values (0: one or more; a positional list takes the rest)
+  bool positional() const { return flag.rfind("--", 0) != 0; }
   std::string key() const {
-    std::string k = flag.substr(2);
+    std::string k = positional() ? flag : flag.substr(2);
     for (auto& ch : k) ch = ch == '-' ? '_' : ch;
     return k;
   }
@@ -59,7 +64,7 @@ ConfigField<C> lift(S C::*section, const ConfigField<S>& f) {
         return FieldRef<C, typename std::decay_t<decltype(ref)>::Value>(section, ref);
       },
       f.member);
-  return {f.flag, f.help, std::move(member), f.required, f.negatable};
+  return {f.flag, f.help, std::move(member), f.required, f.negatable, f.values};
 }
 // The field of a section's list whose flag is `flag`, as a field of C: where C's list places it. Throws on a flag the
 // section does not declare.
@@ -83,6 +88,14 @@ enum class JsonValues { typed, python_strings };
 
 std::string py_float(double v);  // Python's str() of a float
 
+template <class T>
+inline constexpr bool is_list_v = false;
+template <class T>
+inline constexpr bool is_list_v<std::vector<T>> = true;
+// Python's str() of a list: "['a', 'b']", "[4, 6]".
+std::string python_list(const std::vector<std::string>& v);
+std::string python_list(const std::vector<int64_t>& v);
+
 template <class C>
 nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<C>>& fields, JsonValues how) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
@@ -93,6 +106,8 @@ nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<
           using V = std::decay_t<decltype(v)>;
           if (how == JsonValues::typed) {
             j[f.key()] = v;
+          } else if constexpr (is_list_v<V>) {
+            j[f.key()] = python_list(v);
           } else if constexpr (std::is_same_v<V, std::string>) {
             j[f.key()] = v;
           } else if constexpr (std::is_same_v<V, bool>) {

@@ -41,6 +41,20 @@ std::string one_of(const std::vector<Checkpointing>& modes) {
 
 }  // namespace
 
+std::string device_help() {
+  return "auto (a GPU when one is visible, else the CPU), cpu, cuda (under torchrun: GPU LOCAL_RANK) or cuda:N";
+}
+
+std::string seed_help() { return "seed of every random stream (an integer >= 0)"; }
+
+std::string model_help(const std::vector<std::string>& presets, const std::string& note) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto& p : presets) values.emplace_back(p, "");
+  return "base model preset: " + one_of(values) + (note.empty() ? "" : "; " + note);
+}
+
+std::string precision_help(const std::vector<PrecisionChoice>& precisions) { return one_of(precisions); }
+
 Precision ComputeSection::precision_mode(const std::vector<PrecisionChoice>& precisions) const {
   for (const auto& p : precisions)
     if (precision_name(p.mode) == precision) return p.mode;
@@ -65,8 +79,8 @@ void ComputeSection::validate(const std::vector<PrecisionChoice>& precisions) co
 std::vector<ConfigField<ComputeSection>> ComputeSection::fields(const std::vector<PrecisionChoice>& precisions) {
   using C = ComputeSection;
   return {
-      {"--device", "auto, cpu, cuda or cuda:N (torchrun: each rank takes GPU LOCAL_RANK)", &C::device},
-      {"--precision", one_of(precisions), &C::precision},
+      device_field(&C::device),
+      precision_field(&C::precision, precisions),
       {"--fused-kernels",
        "on: the blocks' elementwise chains (LayerNorm + modulate, gate + residual) run as fused ops "
        "with a hand-written backward (CUDA kernels on GPUs, their ATen fallback elsewhere; "
@@ -161,7 +175,7 @@ const std::vector<ConfigField<CausalMemorySection>>& CausalMemorySection::fields
 const std::vector<ConfigField<RandomSection>>& RandomSection::fields() {
   using C = RandomSection;
   static const std::vector<ConfigField<C>> f = {
-      {"--seed", "seed of every random stream (an integer >= 0)", &C::seed},
+      seed_field(&C::seed),
   };
   return f;
 }

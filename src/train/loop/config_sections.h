@@ -24,6 +24,36 @@ struct PrecisionChoice {
   std::string meaning;  // empty: the name says it
 };
 
+// The flags several commands take with one meaning, each declared once here (flag and help) and bound to a member of
+// its holder, a section below or a command's own config; the member's initialiser is that command's default.
+// --device: auto (a GPU when one is visible, else the CPU), cpu, cuda or cuda:N (core/device_flag.h).
+std::string device_help();
+// --seed: the seed every random draw of the command comes from.
+std::string seed_help();
+// --model: the base model, by preset; `presets`: those the holder takes; `note`: what the holder does with it or
+// what its default means.
+std::string model_help(const std::vector<std::string>& presets, const std::string& note = "");
+// --precision: the modes the holder offers, with their meanings there.
+std::string precision_help(const std::vector<PrecisionChoice>& precisions);
+
+template <class C>
+ConfigField<C> device_field(std::string C::*member) {
+  return {"--device", device_help(), member};
+}
+template <class C>
+ConfigField<C> seed_field(uint64_t C::*member) {
+  return {"--seed", seed_help(), member};
+}
+template <class C>
+ConfigField<C> model_field(std::string C::*member, const std::vector<std::string>& presets,
+                           const std::string& note = "") {
+  return {"--model", model_help(presets, note), member};
+}
+template <class C>
+ConfigField<C> precision_field(std::string C::*member, const std::vector<PrecisionChoice>& precisions) {
+  return {"--precision", precision_help(precisions), member};
+}
+
 // Precision and kernels: where a step runs, in which number format, through which kernels.
 struct ComputeSection {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (core/device_flag.h)

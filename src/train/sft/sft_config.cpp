@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/denoiser_registry.h"
 
 namespace vdt {
 
@@ -127,7 +128,7 @@ const std::vector<ConfigField<SftConfig>>& SftConfig::fields() {
        &C::first_frame_cond, false, true},
       {"--limit", "use only this many train clips (0 = all)", &C::limit},
       {"--num_workers", "loader threads (the draws do not depend on them)", &C::num_workers},
-      {"--model", "model preset: wan2.2-ti2v-5b, wan2.1-t2v-1.3b, tiny", &C::model},
+      model_field(&C::model, family_presets("wan")),
       {"--model_dir",
        "directory of the base weights (*.safetensors, e.g. the 3 TI2V-5B shards); required unless "
        "--random-init. The start-up table and config.json (model.weight_files) name each file with "
