@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tools/latent_eval.h"
 #include "tools/plan_bench.h"
 #include "tools/step_bench.h"
 #include "train/causal/causal_config.h"
@@ -62,14 +63,17 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> flag_table_names() { return {"train-sft", "train-causal", "bench-step", "bench-plan"}; }
+std::vector<std::string> flag_table_names() {
+  return {"train-sft", "train-causal", "bench-step", "bench-plan", "eval"};
+}
 
 std::string command_flag_table(const std::string& name) {
   if (name == "train-sft") return table_of(SftConfig::fields());
   if (name == "train-causal") return table_of(CausalConfig::fields());
   if (name == "bench-step") return table_of(StepBenchConfig::fields());
   if (name == "bench-plan") return table_of(PlanBenchConfig::fields());
-  VDT_FAIL("no flag table '", name, "'; the tables are train-sft, train-causal, bench-step and bench-plan");
+  if (name == "eval") return table_of(LatentEvalConfig::fields());
+  VDT_FAIL("no flag table '", name, "'; the tables are train-sft, train-causal, bench-step, bench-plan and eval");
 }
 
 std::string render_flag_tables(const std::string& page) {
