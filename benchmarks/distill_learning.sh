@@ -58,7 +58,7 @@ step "stage 1: $causal_steps diffusion-forcing steps, $(tail -1 "$OUT/learning_c
 
 # 2. The few-step student.
 student=""
-if "$VDT" train distill --help > /dev/null 2>&1; then
+if "$VDT" train --help 2> /dev/null | grep -qE '^ +distill\b'; then  # (train distill --help would print train's help)
   "$VDT" train distill --data-root "$w/root" --weights "$w/teacher_base.safetensors" --init-lora "$causal_lora" \
     --out "$w/distill" --teacher-cfg "$cfg" --chunk-frames "$chunk" --clean-first-frame --lr 1e-4 --critic-lr 2e-5 \
     --precision fp32 "${cpu[@]}" --steps "$distill_steps" --save-every "$distill_steps" \
@@ -84,7 +84,7 @@ evaluate() {
   shift 2
   "$VDT" eval --generated "$dir" --reference "$w/root" --skip-frames 1 --out "$OUT/learning_eval_$name.json" "$@" \
     > "$OUT/learning_eval_$name.log" 2>&1 || { tail -5 "$OUT/learning_eval_$name.log"; return 1; }
-  echo "$name $(grep '^frechet_distance' "$OUT/learning_eval_$name.log")" | tee -a "$table"
+  echo "$name $(grep '^frechet_distance' "$OUT/learning_eval_$name.log")" >> "$table"
   step "$name: $(grep '^frechet_distance' "$OUT/learning_eval_$name.log")"
 }
 sample teacher_50 --ckpt "$teacher_ckpt" --steps 50
