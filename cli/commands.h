@@ -93,6 +93,7 @@ void add_train(CLI::App& app, int& exit_code);
 void add_train_causal(CLI::App& train, int& exit_code);   // under `vdt train`
 void add_train_distill(CLI::App& train, int& exit_code);  // under `vdt train`
 void add_sample(CLI::App& app, int& exit_code);
+void add_eval(CLI::App& app, int& exit_code);  // cli/eval.cpp
 void add_demo(CLI::App& app, int& exit_code);
 void add_ckpt(CLI::App& app, int& exit_code);
 void add_data_synth(CLI::App& data_cmd, int& exit_code);    // cli/data_synth.cpp, called by add_data

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   vdt::cli::add_data(app, exit_code);
   vdt::cli::add_train(app, exit_code);
   vdt::cli::add_sample(app, exit_code);
+  vdt::cli::add_eval(app, exit_code);
   vdt::cli::add_demo(app, exit_code);
   vdt::cli::add_ckpt(app, exit_code);
   vdt::cli::add_decode(app, exit_code);

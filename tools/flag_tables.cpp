@@ -12,6 +12,7 @@
 #include "tools/command_args.h"
 #include "tools/kernel_bench.h"
 #include "tools/parity.h"
+#include "tools/latent_eval.h"
 #include "tools/plan_bench.h"
 #include "tools/sample_bench.h"
 #include "tools/step_bench.h"
@@ -111,6 +112,7 @@ const std::vector<Command>& commands() {
       {"parity", "parity", [] { return rows_of(ParityConfig::fields()); }},
       {"demo", "demo", [] { return rows_of(DemoArgs::fields()); }},
       {"env", "env", [] { return rows_of(EnvArgs::fields()); }},
+      {"eval", "eval", [] { return rows_of(LatentEvalConfig::fields()); }},
   };
   return c;
 }
