@@ -82,7 +82,8 @@ torch::Tensor fp8_error_bound(const torch::Tensor& w, const torch::Tensor& scale
 int64_t save_fp8_base(Denoiser& model, const std::string& path) {
   NamedTensors out;
   for (const auto& [name, p] : fp8_params(model)) {
-    VDT_CHECK(p.numel() > 0, "save_fp8_base: ", name, " is empty (its weights are streamed or sharded); save before "
+    VDT_CHECK(p.numel() > 0, "save_fp8_base: ", name,
+              " is empty (its weights are streamed or sharded); save before "
               "the base is streamed");
     const auto q = quantize_weight(p);
     out.emplace_back(name, q.q);

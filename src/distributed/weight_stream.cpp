@@ -23,10 +23,10 @@ namespace vdt {
 // One buffer of a block's frozen parameters and the parameters it holds.
 struct WeightStream::Store {
   bool fp8 = false;
-  torch::Tensor data;   // resident: flat on the device, the parameters' dtype or the E4M3 codes
-  torch::Tensor scale;  // resident fp8: the scales of every row, flat float32
+  torch::Tensor data;                           // resident: flat on the device, the parameters' dtype or the E4M3 codes
+  torch::Tensor scale;                          // resident fp8: the scales of every row, flat float32
   std::vector<torch::Tensor> host, host_scale;  // streamed: each parameter's values (codes; scales) in host memory
-  torch::ScalarType dtype = torch::kFloat32;  // the parameters' dtype (fp8: what they are dequantized to)
+  torch::ScalarType dtype = torch::kFloat32;    // the parameters' dtype (fp8: what they are dequantized to)
   std::vector<torch::Tensor> params;
   std::vector<std::vector<int64_t>> shapes;
   int64_t numel = 0, rows = 0;
@@ -36,7 +36,7 @@ struct WeightStream::Entry {
   const torch::nn::Module* block = nullptr;
   int64_t index = 0;
   bool streamed = false, gathered = false;
-  bool forward_use = false;  // gathered on the way up (the last block then stays for the recompute)
+  bool forward_use = false;   // gathered on the way up (the last block then stays for the recompute)
   std::vector<Store> stores;  // empty: a block left alone
 };
 
@@ -307,7 +307,7 @@ void WeightStream::gather(const torch::nn::Module& m) {
   }
   for (size_t k = 0; k < e->stores.size(); ++k) {
     auto& s = e->stores[k];
-    torch::Tensor flat = data[k];  // plain: the parameters' values
+    torch::Tensor flat = data[k];                                                      // plain: the parameters' values
     if (s.fp8) flat = torch::empty({s.numel}, torch::dtype(s.dtype).device(device_));  // [numel]
     int64_t off = 0, row = 0;
     for (size_t j = 0; j < s.params.size(); ++j) {

@@ -30,7 +30,7 @@ struct WeightStreamOptions {
   // The order of use after the last block: training turns back (forward 0..N-1, then the recompute N-1..0: the last
   // block stays gathered across the turn), generation starts again at block 0 (wraps).
   bool wraps = false;
-  bool fp8_base = false;          // the frozen block linears (stored_as_fp8) as E4M3 + per-channel scales
+  bool fp8_base = false;  // the frozen block linears (stored_as_fp8) as E4M3 + per-channel scales
   // codes made earlier (load_fp8_base: by parameter name) instead of quantizing the model's weights
   std::map<std::string, Fp8Weight> fp8_codes;
 };
@@ -56,11 +56,11 @@ class WeightStream {
   void gather(const torch::nn::Module& block);   // no-op when gathered, or for a block it does not hold
   void release(const torch::nn::Module& block);  // no-op when not gathered
 
-  int64_t host_bytes() const { return host_bytes_; }          // pinned host memory held (the streamed blocks)
-  int64_t device_bytes() const { return device_bytes_; }      // device memory of the stored resident FP8 codes
+  int64_t host_bytes() const { return host_bytes_; }      // pinned host memory held (the streamed blocks)
+  int64_t device_bytes() const { return device_bytes_; }  // device memory of the stored resident FP8 codes
   int64_t streamed_blocks() const { return streamed_count_; }
-  int64_t copies() const { return copies_; }                  // host-to-device copies started so far (blocks)
-  std::string describe() const;                               // the start-up line
+  int64_t copies() const { return copies_; }  // host-to-device copies started so far (blocks)
+  std::string describe() const;               // the start-up line
 
  private:
   struct Store;

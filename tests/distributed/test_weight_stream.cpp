@@ -74,8 +74,7 @@ void expect_equal(const test::TinyGrads& ref, const test::TinyGrads& got, const 
 TEST(WeightStream, StreamedGradientsEqualResident) {
   for (const auto family : {Family::wan, Family::h3})
     for (const auto mode : {Checkpointing::block, Checkpointing::selective}) {
-      const std::string what =
-          std::string(family == Family::h3 ? "h3-tiny " : "tiny ") + checkpointing_name(mode);
+      const std::string what = std::string(family == Family::h3 ? "h3-tiny " : "tiny ") + checkpointing_name(mode);
       const auto resident = run(family, {mode});
       const int64_t n = family == Family::h3 ? h3_preset("h3-tiny").num_layers : preset_config("tiny").num_layers;
       for (const int64_t prefetch : {1, 2})
@@ -256,11 +255,11 @@ TEST(WeightStream, CudaStreamedGradientsEqualResident) {
     CheckpointOptions o;
     o.offload_inputs = true;
     if (stream || fp8) {
-      ws = std::make_shared<WeightStream>(*m, torch::Device(torch::kCUDA),
-                                          WeightStreamOptions{.streamed = stream ? streamed_block_indices(6, 4)
-                                                                                 : std::vector<int64_t>{},
-                                                              .prefetch = 2,
-                                                              .fp8_base = fp8});
+      ws = std::make_shared<WeightStream>(
+          *m, torch::Device(torch::kCUDA),
+          WeightStreamOptions{.streamed = stream ? streamed_block_indices(6, 4) : std::vector<int64_t>{},
+                              .prefetch = 2,
+                              .fp8_base = fp8});
       o.before = [ws](torch::nn::Module& b) { ws->gather(b); };
       o.after = [ws](torch::nn::Module& b) { ws->release(b); };
       EXPECT_EQ(ws->host_bytes() > 0, stream);

@@ -92,8 +92,9 @@ TEST(WeightPlan, AutoTurnsFp8OnOnlyWhenBf16CannotFitAndSaysSo) {
     if (l.find("--base-dtype") != std::string::npos) base_line = l;
   EXPECT_NE(base_line.find("AUTO CHOSE FP8"), std::string::npos) << base_line;
   // bf16 alone at that budget: refused
-  EXPECT_NE(error_of([&] { make_weight_plan(request(5.6), weights(), {}, lora_table(), nullptr); })
-                .find("--base-dtype fp8 or auto"),
+  EXPECT_NE(error_of([&] {
+              make_weight_plan(request(5.6), weights(), {}, lora_table(), nullptr);
+            }).find("--base-dtype fp8 or auto"),
             std::string::npos);
 }
 
@@ -106,9 +107,8 @@ TEST(WeightPlan, ARefusedBudgetNamesTheSmallestThatWorks) {
   EXPECT_NO_THROW(make_weight_plan(request(smallest), weights(), {}, lora_table(), nullptr));
   EXPECT_THROW(make_weight_plan(request(smallest - 0.1), weights(), {}, lora_table(), nullptr), Error);
   // given a count, the smallest budget is for that count
-  const auto given = error_of([&] {
-    make_weight_plan(request(2), weights(), {.streamed_blocks = 4}, lora_table(), nullptr);
-  });
+  const auto given =
+      error_of([&] { make_weight_plan(request(2), weights(), {.streamed_blocks = 4}, lora_table(), nullptr); });
   EXPECT_NE(given.find("4 of 40 blocks streamed"), std::string::npos) << given;
 }
 
@@ -118,11 +118,13 @@ TEST(WeightPlan, FullTrainingKeepsItsWeightsOnTheGpu) {
   WeightPlan wp;
   make_weight_plan(request(80), full, {}, lora_table(), &wp);
   EXPECT_EQ(wp.streamed_blocks, 0);
-  EXPECT_NE(error_of([&] { make_weight_plan(request(80), full, {.streamed_blocks = 3}, lora_table(), nullptr); })
-                .find("full-parameter training keeps its weights on the GPU"),
+  EXPECT_NE(error_of([&] {
+              make_weight_plan(request(80), full, {.streamed_blocks = 3}, lora_table(), nullptr);
+            }).find("full-parameter training keeps its weights on the GPU"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { make_weight_plan(request(80), weights(), {.streamed_blocks = 41}, lora_table(), nullptr); })
-                .find("--stream-blocks 41"),
+  EXPECT_NE(error_of([&] {
+              make_weight_plan(request(80), weights(), {.streamed_blocks = 41}, lora_table(), nullptr);
+            }).find("--stream-blocks 41"),
             std::string::npos);
 }
 
@@ -176,10 +178,10 @@ TEST(WeightPlan, CopiesCostWhatTheyCannotHide) {
   c.h2d_bytes_per_second = kGiB, c.overlap = 1, c.dequant_bytes_per_second = 1e30;
   // one copy a second; 10 s of blocks: a third forward, two thirds backward
   EXPECT_DOUBLE_EQ(weight_seconds(w, 0, 1, false, 10, c), 0);
-  EXPECT_NEAR(weight_seconds(w, 2, 1, false, 9, c), 0, 1e-9);       // 2 s of copies under 3 s and 6 s
-  EXPECT_NEAR(weight_seconds(w, 5, 2, false, 9, c), 2 + 0, 1e-9);   // 5 s under 3 s: 2 s show
+  EXPECT_NEAR(weight_seconds(w, 2, 1, false, 9, c), 0, 1e-9);      // 2 s of copies under 3 s and 6 s
+  EXPECT_NEAR(weight_seconds(w, 5, 2, false, 9, c), 2 + 0, 1e-9);  // 5 s under 3 s: 2 s show
   c.overlap = 0;
-  EXPECT_NEAR(weight_seconds(w, 2, 1, false, 9, c), 4, 1e-9);       // nothing hides
+  EXPECT_NEAR(weight_seconds(w, 2, 1, false, 9, c), 4, 1e-9);  // nothing hides
   EXPECT_EQ(weight_device_bytes(w, 0, 1, false), 40 * gib(1));
   EXPECT_EQ(weight_device_bytes(w, 10, 2, false), 30 * gib(1) + 3 * gib(1));
   EXPECT_EQ(weight_device_bytes(w, 0, 1, true), 40 * gib(0.52) + gib(1));

@@ -80,9 +80,9 @@ double weight_seconds(const BlockWeights& w, int64_t streamed, int64_t prefetch,
   if (streamed == 0) return s;
   const double n = static_cast<double>(streamed);
   const double c = static_cast<double>(fp8 ? w.fp8_bytes : w.bytes) / copy.h2d_bytes_per_second;  // one copy
-  for (const double pass : {block_seconds / 3, block_seconds * 2 / 3}) {  // forward; recompute + backward
+  for (const double pass : {block_seconds / 3, block_seconds * 2 / 3}) {    // forward; recompute + backward
     const double bandwidth = n * c - copy.overlap * std::min(n * c, pass);  // the copies beside the pass
-    const double window = static_cast<double>(prefetch) * pass / n;       // compute between a copy's start and use
+    const double window = static_cast<double>(prefetch) * pass / n;         // compute between a copy's start and use
     const double latency = n * std::max(0.0, c - window);
     s += std::max(bandwidth, latency);
   }
@@ -101,12 +101,11 @@ int64_t clamp_budget(int64_t budget, int64_t device_total, const std::string& de
   return most;
 }
 
-Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given,
-                      const CostTable& costs, WeightPlan* out) {
+Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given, const CostTable& costs,
+                      WeightPlan* out) {
   const int64_t n = w.blocks;
   const bool asked = (given.streamed_blocks && *given.streamed_blocks > 0) || given.base == BaseDtype::fp8;
-  VDT_CHECK(w.streamable || !asked,
-            given.base == BaseDtype::fp8 ? "--base-dtype fp8" : "--stream-blocks",
+  VDT_CHECK(w.streamable || !asked, given.base == BaseDtype::fp8 ? "--base-dtype fp8" : "--stream-blocks",
             ": streaming and the FP8 base apply to a frozen base held whole by each rank (the causal trainer's LoRA; "
             "full-parameter training keeps its weights on the GPU: every weight trains; a base sharded over the "
             "ranks gathers its blocks instead)\n---> HINT: leave the flag out, or give --shard-base off");
@@ -121,8 +120,8 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
   } else {
     for (int64_t k = 0; k <= (w.streamable ? n : 0); ++k) counts.push_back(k);
   }
-  const std::vector<int64_t> prefetches = given.prefetch ? std::vector<int64_t>{*given.prefetch}
-                                                         : std::vector<int64_t>{1, 2};
+  const std::vector<int64_t> prefetches =
+      given.prefetch ? std::vector<int64_t>{*given.prefetch} : std::vector<int64_t>{1, 2};
   std::string first_error;
   auto search = [&](bool fp8) {
     std::optional<WeightCandidate> best;
@@ -147,11 +146,12 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
     const bool fp8_ok = given.base != BaseDtype::bf16 && w.streamable;
     const int64_t k = given.streamed_blocks ? *given.streamed_blocks : (w.streamable ? n : 0);
     const int64_t smallest = smallest_budget(req, w, costs, k, fp8_ok);
- char up[32];  // rounded up to 0.1 GiB: the number given back fits
+    char up[32];  // rounded up to 0.1 GiB: the number given back fits
     std::snprintf(up, sizeof up, "%.1f", std::ceil(static_cast<double>(smallest) / kWeightPlanGiB * 10) / 10);
     std::string msg = first_error.empty() ? "--memory: nothing fits" : first_error;
-    msg += std::string("\n  - the smallest budget that works: ") + up + " GiB (--memory " + up + ", with " + std::to_string(k) + " of " + std::to_string(n) +
-           " blocks streamed" + (fp8_ok ? " and an FP8 base" : "") + ")";
+    msg += std::string("\n  - the smallest budget that works: ") + up + " GiB (--memory " + up + ", with " +
+           std::to_string(k) + " of " + std::to_string(n) + " blocks streamed" + (fp8_ok ? " and an FP8 base" : "") +
+           ")";
     if (w.streamable && given.base == BaseDtype::bf16)
       msg += "\n  - --base-dtype fp8 or auto (the frozen block linears stored as E4M3: half their memory)";
     VDT_FAIL(msg);
@@ -163,10 +163,9 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
   wp.device_bytes = weight_device_bytes(w, best->streamed, best->prefetch, best->fp8);
   wp.host_bytes = best->streamed * (best->fp8 ? w.fp8_bytes : w.bytes);
   wp.seconds = best->extra;
-  const std::string stream_value =
-      best->streamed == 0 ? "0 (every block resident)"
-                          : std::to_string(best->streamed) + " of " + std::to_string(n) + " blocks, " +
-                                std::to_string(best->prefetch) + " ahead";
+  const std::string stream_value = best->streamed == 0 ? "0 (every block resident)"
+                                                       : std::to_string(best->streamed) + " of " + std::to_string(n) +
+                                                             " blocks, " + std::to_string(best->prefetch) + " ahead";
   std::string stream_why = given.streamed_blocks ? "given" : w.streamable ? "plan: fastest that fits" : "full training";
   if (best->streamed > 0)
     stream_why += "; " + gib_of(static_cast<double>(wp.host_bytes)) + " GiB of pinned host memory, the copies add " +

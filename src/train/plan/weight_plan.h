@@ -20,8 +20,8 @@ namespace vdt {
 // as FP8 (E4M3 codes of the 2-D weights, their scales, the rest in the compute dtype).
 struct BlockWeights {
   int64_t blocks = 0;
-  int64_t bytes = 0;      // one block's frozen weights in the compute dtype
-  int64_t fp8_bytes = 0;  // the same stored as FP8
+  int64_t bytes = 0;        // one block's frozen weights in the compute dtype
+  int64_t fp8_bytes = 0;    // the same stored as FP8
   bool streamable = false;  // a frozen base (LoRA training): full-parameter training keeps its weights on the GPU
 };
 
@@ -60,7 +60,7 @@ int64_t clamp_budget(int64_t budget, int64_t device_total, const std::string& de
 // weight resident in the compute dtype (fixed_memory's); its weights part is replaced per candidate. Throws as
 // make_plan when nothing fits, naming the smallest budget that any candidate (all blocks streamed, FP8 where allowed)
 // needs, or a given weight choice that contradicts the run.
-Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given,
-                      const CostTable& costs, WeightPlan* out);
+Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given, const CostTable& costs,
+                      WeightPlan* out);
 
 }  // namespace vdt
