@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "tools/plan_bench.h"
+#include "tools/sample_config.h"
 #include "tools/step_bench.h"
 #include "train/causal/causal_config.h"
 #include "train/sft/sft_config.h"
@@ -43,6 +44,8 @@ std::string table_of(const std::vector<ConfigField<C>>& fields) {
             value = v.empty() ? "(empty)" : "`" + v + "`";
           } else if constexpr (std::is_floating_point_v<V>) {
             value = py_float(v);
+          } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+            value = "(none; repeatable)";
           } else {
             value = std::to_string(v);
           }
@@ -62,14 +65,17 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> flag_table_names() { return {"train-sft", "train-causal", "bench-step", "bench-plan"}; }
+std::vector<std::string> flag_table_names() {
+  return {"train-sft", "train-causal", "bench-step", "bench-plan", "sample"};
+}
 
 std::string command_flag_table(const std::string& name) {
   if (name == "train-sft") return table_of(SftConfig::fields());
   if (name == "train-causal") return table_of(CausalConfig::fields());
   if (name == "bench-step") return table_of(StepBenchConfig::fields());
   if (name == "bench-plan") return table_of(PlanBenchConfig::fields());
-  VDT_FAIL("no flag table '", name, "'; the tables are train-sft, train-causal, bench-step and bench-plan");
+  if (name == "sample") return table_of(SampleConfig::fields());
+  VDT_FAIL("no flag table '", name, "'; the tables are train-sft, train-causal, bench-step, bench-plan and sample");
 }
 
 std::string render_flag_tables(const std::string& page) {

@@ -9,7 +9,7 @@
 namespace vdt {
 
 // The tables there are: train-sft (`vdt train sft`), train-causal (`vdt train causal`), bench-step (`vdt bench step`),
-// bench-plan (`vdt bench plan`).
+// bench-plan (`vdt bench plan`), sample (`vdt sample`).
 std::vector<std::string> flag_table_names();
 // One command's table (flag | default | meaning); throws on an unknown name.
 std::string command_flag_table(const std::string& name);

@@ -16,6 +16,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/py_float.h"
+
 namespace vdt {
 
 // Where a field's value lives in a config C: one of C's members, or a member of a section C holds (lift).
@@ -37,7 +39,7 @@ class FieldRef {
 template <class C>
 struct ConfigField {
   using Member = std::variant<FieldRef<C, std::string>, FieldRef<C, double>, FieldRef<C, int64_t>, FieldRef<C, int>,
-                              FieldRef<C, uint64_t>, FieldRef<C, bool>>;
+                              FieldRef<C, uint64_t>, FieldRef<C, bool>, FieldRef<C, std::vector<std::string>>>;
   std::string
       flag;  // the Python trainer's spelling, "--data_root" or "--data-root"; JSON key: the name with '_' for '-'
   std::string help;
@@ -81,8 +83,6 @@ std::vector<ConfigField<C>> lift(S C::*section, const std::vector<ConfigField<S>
 // value a string (Python's str(): "3.0", "2e-05", "True").
 enum class JsonValues { typed, python_strings };
 
-std::string py_float(double v);  // Python's str() of a float
-
 template <class C>
 nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<C>>& fields, JsonValues how) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
@@ -99,6 +99,10 @@ nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<
             j[f.key()] = v ? "True" : "False";
           } else if constexpr (std::is_floating_point_v<V>) {
             j[f.key()] = py_float(v);
+          } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {  // a repeatable flag: Python's str(list)
+            std::string list = "[";
+            for (size_t i = 0; i < v.size(); ++i) list += (i ? ", '" : "'") + v[i] + "'";
+            j[f.key()] = list + "]";
           } else {
             j[f.key()] = std::to_string(v);
           }
