@@ -59,6 +59,8 @@ void bind_fields(CLI::App* app, const std::shared_ptr<C>& c, const std::vector<C
                   "INT>=0"));
             if constexpr (std::is_same_v<V, std::string> || is_list_v<V>) {
               if (!v.empty()) o->capture_default_str();
+            } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+              o->expected(1);  // repeatable: each --flag takes one value
             } else {
               o->capture_default_str();
             }

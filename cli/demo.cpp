@@ -9,11 +9,11 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/png.h"
-#include "train/eval/preview.h"
+#include "generate/preview.h"
 #include "tools/command_args.h"
 #include "tools/synth.h"
 #include "train/checkpoint/export.h"
-#include "train/eval/sampling.h"
+#include "generate/clip_sampling.h"
 #include "train/sft/sft_trainer.h"
 
 namespace vdt::cli {

@@ -15,6 +15,7 @@
 #include "tools/latent_eval.h"
 #include "tools/plan_bench.h"
 #include "tools/sample_bench.h"
+#include "tools/sample_config.h"
 #include "tools/step_bench.h"
 #include "tools/synth.h"
 #include "train/causal/causal_config.h"
@@ -113,6 +114,7 @@ const std::vector<Command>& commands() {
       {"demo", "demo", [] { return rows_of(DemoArgs::fields()); }},
       {"env", "env", [] { return rows_of(EnvArgs::fields()); }},
       {"eval", "eval", [] { return rows_of(LatentEvalConfig::fields()); }},
+      {"sample", "sample", [] { return rows_of(SampleConfig::fields()); }},
   };
   return c;
 }

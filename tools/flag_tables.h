@@ -12,7 +12,7 @@ namespace vdt {
 
 // The tables there are, one per command: train-sft (`vdt train sft`), train-causal, train-distill, bench-step,
 // bench-plan, bench-sample, bench-kernels, data-check, data-inspect, data-synth, ckpt-inspect, ckpt-check, ckpt-diff,
-// ckpt-merge-lora, ckpt-export, parity, demo, env, eval.
+// ckpt-merge-lora, ckpt-export, parity, demo, env, eval, sample.
 std::vector<std::string> flag_table_names();
 // The command a table belongs to: "train-sft" -> "train sft"; throws on an unknown name.
 std::string flag_table_command(const std::string& name);

@@ -1,5 +1,5 @@
-// The streaming benchmark: the model and inputs are built here (no data root), the loop is the sampler's own
-// (generate/rollout.h over model/kv_stream.h), timed per chunk with a device sync after each phase.
+// The streaming benchmark: the model and its conditions are built here (no data root), the stream is the generation
+// layer's own (generate/request.h: the rollout over the KV-cache streams), timed per chunk after each phase.
 #include "tools/sample_bench.h"
 
 #include <torch/cuda.h>
@@ -11,14 +11,10 @@
 #include "core/device_flag.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "diffusion/forcing.h"
 #include "diffusion/flow_match.h"
-#include "generate/rollout.h"
+#include "generate/request.h"
 #include "model/denoiser_registry.h"
-#include "model/kv_stream.h"
 #include "model/lora.h"
-#include "train/eval/stream_sampling.h"
-#include "train/loop/model_inputs.h"
 #include "train/loop/run_context.h"
 #include "train/loop/trace.h"
 
@@ -116,88 +112,51 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   const bool guided = cfg.cfg != 1.0;
   const auto context = randn({guided ? 2 : 1, Lt, model->text_dim()}).to(dtype);  // row 0 the prompt, 1 the null
 
-  StreamSpec spec;
-  spec.chunk_frames = cf, spec.height = H, spec.width = W, spec.chunks = cfg.chunks, spec.window = cfg.window;
-  spec.sink_chunks = cfg.sink_chunks, spec.span_chunks = cfg.span_chunks;
-  spec.context = context;
-  const bool audio = !sides.empty() && cfg.audio == "on";
-  spec.graphs = graphs;
+  // The request: its own conditions (row 0 the prompt, row 1 the null text), the benchmark's noise.
+  GenerationRequest q;
+  q.conditions.text = context;
+  q.conditions.null_row = guided ? 1 : -1;
   if (h3 && cfg.picture1 == "on") {
-    spec.extra["picture1"] = randn({1, C, 1, H, W}).to(dtype);
-    spec.extra["picture1.noise"] = randn({1, C, 1, H, W}).to(dtype);
+    q.conditions.cond["picture1"] = randn({C, 1, H, W}).to(dtype);
+    q.conditions.cond_noise["picture1"] = randn({1, C, 1, H, W}).to(dtype);
   }
-  if (audio) spec.side_streams = sides;
-
-  // The peak from here on: the streams and their passes, not the model's build.
-  sample_bench_sync(device);
-  reset_peak_memory(device);
-  auto t0 = std::chrono::steady_clock::now();
-  auto open = [&](int64_t row) {
-    StreamSpec s = spec;
-    s.prefix_ids = torch::tensor({row}, torch::kLong);
-    return model->open_stream(s);
-  };
-  auto pos_stream = open(0);
-  auto neg_stream = guided ? open(1) : nullptr;
-  KvStream* pos = pos_stream.get();  // owned by the rollout from below
-  KvStream* neg = neg_stream.get();
-  sample_bench_sync(device);
-  r.prefix_s = sample_bench_since(t0);
-  r.sink_chunks = pos->spec().sink_chunks, r.window = pos->spec().kept_window();
-
-  auto inputs = [&](int64_t row, const SampleState& x, const torch::Tensor& t) {
-    auto in = model_inputs(*model, x.video, t, context, torch::full({1, cf}, row, torch::kLong), {},
-                           AttentionPattern::block_causal(cf));
-    for (const auto& [name, a] : x.side) {
-      in.extra[name] = a.to(dtype);
-      in.extra[name + ".t"] = stream_timesteps(t, {0, a.size(-1)}, cf).to(device);
-    }
-    return in;
-  };
-  auto branch = [&](std::unique_ptr<KvStream> s, int64_t row) -> RolloutBranch {
-    if (!s) return {};
-    return {std::move(s),
-            [&, row](int64_t, const SampleState& x, const torch::Tensor& t) { return inputs(row, x, t); }};
-  };
+  const bool audio = !sides.empty() && cfg.audio == "on";
+  q.side_streams = audio;
+  q.height = H, q.width = W, q.chunk_frames = cf, q.chunks = cfg.chunks, q.window = cfg.window;
+  q.sink_chunks = cfg.sink_chunks, q.span_chunks = cfg.span_chunks, q.seed = cfg.seed, q.graphs = graphs;
+  q.euler.steps = cfg.steps, q.euler.cfg_scale = cfg.cfg;
+  q.euler.shift = cfg.shift > 0 ? cfg.shift : flow_schedule(r.family).sample_shift;
   StepTrace trace;  // VDT_TRACE / VDT_TRACE_STEP=n: chunk n's steps and commit (1-based)
-  auto noise = [&](int64_t n) {
-    const bool exported = trace.traces(n);  // chunk n - 1 was recorded: writing its trace is not chunk n's time
-    trace.after_step(n);                    // chunk n - 1 (1-based n) with its commits
-    trace.before_step(n + 1);
-    if (exported) t0 = std::chrono::steady_clock::now();
+  StreamHooks hooks;
+  hooks.noise = [&](int64_t n) {
     SampleState s{randn({1, C, cf, H, W}), {}};
-    for (const auto& name : spec.side_streams) {
-      const auto [j0, j1] = pos->side_steps(name, n);
-      auto shape = model->side_stream_step_shape(name);
-      shape.insert(shape.begin(), 1);
-      shape.push_back(j1 - j0);
-      s.side[name] = randn(shape);  // [1, ..., steps of the chunk]
-    }
+    if (audio)
+      for (const auto& name : sides) {
+        const auto b = model->side_stream_chunks(name, (n + 1) * cf, cf);  // chunk n's steps [b[n], b[n + 1])
+        auto shape = model->side_stream_step_shape(name);
+        shape.insert(shape.begin(), 1);
+        shape.push_back(b[static_cast<size_t>(n + 1)] - b[static_cast<size_t>(n)]);
+        s.side[name] = randn(shape);  // [1, ..., steps of the chunk]
+      }
     return s;
   };
-  EulerConfig ec;
-  ec.steps = cfg.steps, ec.cfg_scale = cfg.cfg;
-  ec.shift = cfg.shift > 0 ? cfg.shift : flow_schedule(r.family).sample_shift;
-  RolloutConfig rc;
-  rc.grid = rollout_grid(ec), rc.cfg_scale = guided ? ec.cfg_scale : 1.0;
-  Rollout rollout(branch(std::move(pos_stream), 0), branch(std::move(neg_stream), 1), rc);
-  t0 = std::chrono::steady_clock::now();
-  sample_stream(
-      rollout, cfg.chunks, noise, torch::Tensor(),
-      [&](int64_t n, const SampleState& chunk) {
-        sample_bench_sync(device);
-        r.chunk_s.push_back(sample_bench_since(t0));
-        r.commit_s.push_back(0);
-        r.chunk_frames_px.push_back(pos->first_pixel_frame((n + 1) * cf) - pos->first_pixel_frame(n * cf));
-        if (cfg.on_chunk) cfg.on_chunk(n, chunk.video);
-        t0 = std::chrono::steady_clock::now();
-      },
-      /*commit_last=*/false,
-      [&](int64_t) {
-        sample_bench_sync(device);
-        r.commit_s.back() = sample_bench_since(t0);
-        t0 = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
-      });
+  // The peak from here on: the streams and their passes, not the model's build. Opening the streams (the prefix) is
+  // timed until chunk 0 starts.
+  sample_bench_sync(device);
+  reset_peak_memory(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  hooks.before_chunk = [&](int64_t n) {
+    if (n == 0) r.prefix_s = sample_bench_since(t0);
+    trace.after_step(n);  // chunk n - 1 (1-based n) with its commits; writing its trace is not chunk n's time
+    trace.before_step(n + 1);
+  };
+  hooks.on_chunk = [&](const StreamChunk& c) {
+    r.chunk_frames_px.push_back(model->first_pixel_frame((c.index + 1) * cf) - model->first_pixel_frame(c.index * cf));
+    if (cfg.on_chunk) cfg.on_chunk(c.index, c.video);
+  };
+  const auto res = generate_stream(*model, q, hooks);
+  r.chunk_s = res.chunk_seconds, r.commit_s = res.commit_seconds;
+  r.sink_chunks = res.sink_chunks, r.window = res.window;
   trace.after_step(cfg.chunks);
   // Warm-up: until the window is full the cache grows by a chunk each time (and each size records its own graph);
   // from then on every chunk sees the same cache, as a long stream does. At least one chunk stays timed. A traced
@@ -222,12 +181,12 @@ SampleBenchResult run_sample_bench(const SampleBenchConfig& cfg) {
   r.median_chunk_s = timed[timed.size() / 2];
   r.frames_per_s = seconds > 0 ? static_cast<double>(frames) / seconds : 0;
   r.stream_frames_per_s = stream_seconds > 0 ? static_cast<double>(stream_frames) / stream_seconds : 0;
-  r.cache_gib = static_cast<double>(pos->cache_bytes() + (neg ? neg->cache_bytes() : 0)) / (1ull << 30);
+  r.cache_gib = static_cast<double>(res.cache_bytes) / (1ull << 30);
   r.peak_gib = peak_memory_gb(device);
-  r.graph_replays = pos->graphs().replays() + (neg ? neg->graphs().replays() : 0);
-  r.rows_per_chunk = cf * (H / 2) * (W / 2) +
-                     (audio ? 2 * (pos->side_steps("audio", 1).second - pos->side_steps("audio", 1).first) : 0);
-  r.prefix_rows = h3 ? Lt + (spec.extra.count("picture1") ? (H / 2) * (W / 2) : 0) : 0;
+  r.graph_replays = res.graph_replays;
+  const auto bounds = audio ? model->side_stream_chunks("audio", 2 * cf, cf) : std::vector<int64_t>{0, 0, 0};
+  r.rows_per_chunk = cf * (H / 2) * (W / 2) + 2 * (bounds[2] - bounds[1]);
+  r.prefix_rows = h3 ? Lt + (q.conditions.cond.count("picture1") ? (H / 2) * (W / 2) : 0) : 0;
   return r;
 }
 

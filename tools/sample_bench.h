@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/eval/stream_sampling.h"
+#include "tools/stream_speed.h"
 #include "train/loop/config_sections.h"
 
 namespace vdt {

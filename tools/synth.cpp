@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/fnv1a.h"
 #include "core/rng.h"
 #include "core/rng_purposes.h"
 #include "core/safetensors.h"
@@ -188,12 +189,6 @@ std::vector<std::string> clip_cells(const SynthConfig& cfg, const Clip& clip) {
     cells.push_back(s);
   }
   return cells;
-}
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

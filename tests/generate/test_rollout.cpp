@@ -15,7 +15,7 @@
 #include "model/denoiser_registry.h"
 #include "model/lora.h"
 #include "test_util.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 
 namespace vdt {
 namespace {

@@ -10,7 +10,7 @@
 #include "test_util.h"
 #include "train/tiny_grads_test_util.h"
 #include "distributed/activation_checkpoint.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 #include "tools/synth.h"
 #include "train/sft/sft_config.h"
 #include "train/sft/sft_trainer.h"

@@ -21,8 +21,9 @@
 #include "test_util.h"
 #include "train/causal_test_util.h"
 #include "tools/synth.h"
+#include "generate/generation_model.h"
 #include "train/causal/causal_trainer.h"
-#include "train/eval/sampling.h"
+#include "generate/clip_sampling.h"
 #include "train/loop/schedule.h"
 
 namespace vdt {
@@ -127,7 +128,7 @@ TEST_F(CausalTest, SampleCausalWritesTheValWindows) {
 // New prompts (`vdt sample --causal --prompt`): the conditioned branch takes the prompt in every frame, the noise
 // and ground truth stay the window's; a prompt not in the table is named in the error. The CLI asks for the encoder.
 TEST_F(CausalTest, SampleCausalWindowWithAPromptConditionsEveryFrameOnIt) {
-  auto model = build_causal_base("tiny", "", 7, torch::kCPU, torch::kFloat32);
+  auto model = build_base("tiny", "", 7, torch::kCPU, torch::kFloat32);
   CausalDataConfig dc;
   dc.root = dir_->file("data"), dc.span_frames = 6, dc.seed = 7, dc.val_clips = 2;
   CausalDataset ds(dc);

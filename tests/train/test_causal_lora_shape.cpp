@@ -13,6 +13,7 @@
 #include "test_util.h"
 #include "train/causal_test_util.h"
 #include "tools/synth.h"
+#include "generate/generation_model.h"
 #include "train/causal/causal_trainer.h"
 
 namespace vdt {
@@ -135,13 +136,13 @@ TEST_F(CausalLoraShape, AFileMergedTheWayDiffSynthMergesItGivesTheSameForward) {
     }
   EXPECT_EQ(alphas * 3, static_cast<int64_t>(raw.size()));  // one alpha per (A, B) pair
   // vdt: the base with the file loaded onto attached factors.
-  const auto vdt_model = build_causal_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32);
+  const auto vdt_model = build_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32);
   LoraConfig lc;
   lc.rank = 4, lc.alpha = 1, lc.targets = vdt_model->lora_targets();  // the file's alpha replaces this one
   attach_lora(*vdt_model, lc, 0);
   load_lora(*vdt_model, read_lora(file), file);
   // DiffSynth's merge: for each <module>.lora_B.weight, A * (<module>.alpha / rank), then W += B A at scale 1.
-  const auto merged = build_causal_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32);
+  const auto merged = build_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32);
   {
     torch::NoGradGuard ng;
     auto params = merged->named_parameters();
@@ -164,7 +165,7 @@ TEST_F(CausalLoraShape, AFileMergedTheWayDiffSynthMergesItGivesTheSameForward) {
   torch::NoGradGuard ng;
   const auto want = vdt_model->forward({x, t, ctx});
   const auto got = merged->forward({x, t, ctx});
-  const auto base = build_causal_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32)->forward({x, t, ctx});
+  const auto base = build_base("tiny", "", c.random.seed, torch::kCPU, torch::kFloat32)->forward({x, t, ctx});
   EXPECT_GT((want - base).abs().max().item<double>(), 1e-4);  // the LoRA moves the output
   EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * (want - base).abs().max().item<double>() + 1e-6);
 }

@@ -1,4 +1,4 @@
-// Streaming generation with a KV cache (model/kv_stream.h, generate/rollout.h, train/eval/stream_sampling.h)
+// Streaming generation with a KV cache (model/kv_stream.h, generate/rollout.h, generate/window.h)
 // on the CPU in float32: with the window holding the whole stream it equals the recompute sampler
 // (sample_causal_window) on tiny and h3-tiny, with and without a LoRA, guidance on and off; a chunk does not change
 // when later chunks are made; past the span the window keeps the cache's size and the rolling offset gives a chunk
@@ -18,11 +18,12 @@
 #include "test_util.h"
 #include "tools/sample_bench.h"
 #include "tools/synth.h"
+#include "generate/generation_model.h"
 #include "train/causal/causal_trainer.h"
 #include "train/checkpoint/lora_checkpoint.h"
-#include "train/eval/sampling.h"
-#include "train/eval/stream_sampling.h"
-#include "train/loop/model_inputs.h"
+#include "generate/clip_sampling.h"
+#include "generate/window.h"
+#include "generate/model_inputs.h"
 
 namespace vdt {
 namespace {
@@ -50,7 +51,7 @@ class StreamTest : public ::testing::Test {
   // A random base with (rank > 0) a LoRA whose B is not zero, so it changes the output.
   static Setup setup(const std::string& preset, const std::string& root, int64_t chunk_frames, int64_t rank) {
     Setup s;
-    s.model = build_causal_base(preset, "", 7, torch::kCPU, torch::kFloat32);
+    s.model = build_base(preset, "", 7, torch::kCPU, torch::kFloat32);
     if (rank > 0) {
       LoraConfig lc;
       lc.rank = rank, lc.alpha = static_cast<double>(rank), lc.targets = s.model->lora_targets();

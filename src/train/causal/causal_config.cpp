@@ -186,4 +186,16 @@ std::string CausalConfig::to_json() const {
   return fields_to_json(*this, fields(), JsonValues::python_strings).dump(1);
 }
 
+LoraFileMeta CausalConfig::lora_file_meta(const Denoiser& base, int64_t step) const {
+  // "base" as the base's own trainers name it; "model" names the preset either way.
+  const auto info = base.lora_base_info();
+  LoraFileMeta m;
+  m.base = info.base, m.model = model, m.text_handling = info.text_handling, m.weights = weights;
+  m.step = step, m.objective = objective, m.span_chunks = kSpanChunks, m.level_shift = level_shift;
+  m.chunk_frames = chunk_frames, m.rank = lora_rank, m.alpha = lora_alpha, m.seed = random.seed;
+  m.val_clips = val_clips, m.clean_first_frame = clean_first_frame, m.picture1 = picture1;
+  m.targets = base.lora_targets();
+  return m;
+}
+
 }  // namespace vdt

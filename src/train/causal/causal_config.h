@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "generate/lora_file.h"
+#include "model/denoiser.h"
 #include "train/loop/config_sections.h"
 
 namespace vdt {
@@ -71,6 +73,9 @@ struct CausalConfig {
   // --picture1 2048 on a base without a Picture 1 input is an error; nothing to check while --model is empty.
   void check_picture1_base() const;
   std::string to_json() const;  // every field as a string, as the Python trainer's args.json
+  // The metadata of this run's LoRA file at `step` (generate/lora_file.h); its `base` and `text_handling` from the
+  // built base (Denoiser::lora_base_info).
+  LoraFileMeta lora_file_meta(const Denoiser& base, int64_t step) const;
   static const std::vector<ConfigField<CausalConfig>>& fields();
 };
 

@@ -121,7 +121,7 @@ CausalResume resume_causal(const CausalResumeRun& in) {
                  " have no state: those steps are trained again and their files rewritten";
     const std::string own = lora_step_path(in.cfg.out, st->pos.step);
     if (!fs::exists(own)) {  // killed between sealing the slot and writing its LoRA file: the unit is the slot
-      if (in.rank == 0) write_lora_file(in.cfg, in.model, own, st->pos.step, in.lora);
+      if (in.rank == 0) save_lora_file(own, in.cfg.lora_file_meta(in.model, st->pos.step), in.lora);
       res.how += "; " + own + " was missing (the save was cut after the state) and is written from the state";
     }
     if (in.rank == 0)

@@ -30,12 +30,13 @@
 #include "model/weights_io.h"
 #include "train/causal/causal_resume.h"
 #include "train/checkpoint/lora_checkpoint.h"
-#include "train/eval/preview.h"
-#include "train/eval/stream_preview.h"
-#include "train/eval/sampling.h"
+#include "generate/preview.h"
+#include "generate/stream_preview.h"
+#include "generate/generation_model.h"
+#include "generate/window.h"
 #include "distributed/activation_checkpoint.h"
 #include "distributed/fp8_blocks.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 #include "train/loop/run_context.h"
 #include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
@@ -152,7 +153,7 @@ void plan_causal_memory(CausalRun& r) {
 
 void build_model(CausalRun& r) {
   resolve_lora_shape(r.cfg);
-  r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
+  r.model = build_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
   fit_side_streams(*r.model, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);  // e.g. an H3 root's silent audio
@@ -347,9 +348,9 @@ StepStats causal_step(CausalRun& r, int64_t it) {
 std::string save(CausalRun& r, int64_t step) {
   const std::string path = lora_step_path(r.cfg.out, step);
   const int64_t seen = r.samples_base + (step - r.start_step) * r.ctx->world;
-  r.state_slot = save_causal_state(r.cfg, r.state_slot, {step, seen, r.ctx->world, r.model->config_json()},
-                                   r.sync->state(), r.ctx->comm);
-  if (r.ctx->rank == 0) write_lora_file(r.cfg, *r.model, path, step, r.lora);
+  r.state_slot = save_causal_state(r.cfg.out, r.cfg.to_json(), r.state_slot,
+                                   {step, seen, r.ctx->world, r.model->config_json()}, r.sync->state(), r.ctx->comm);
+  if (r.ctx->rank == 0) save_lora_file(path, r.cfg.lora_file_meta(*r.model, step), r.lora);
   if (r.ctx->rank == 0) std::printf("[save] %s; state %s\n", path.c_str(), r.state_slot.c_str());
   return path;
 }
@@ -513,22 +514,6 @@ CausalSummary finish(CausalRun& r, CausalSummary& sum, double seconds) {
 }
 
 }  // namespace
-
-std::shared_ptr<Denoiser> build_causal_base(const std::string& model, const std::string& weights, uint64_t seed,
-                                            const torch::Device& device, torch::ScalarType dtype) {
-  auto m = make_denoiser(model, torch::TensorOptions().device(device).dtype(dtype));
-  if (weights.empty()) {  // a random base for tests and benchmarks
-    m->init_random_base(seed);
-    return m;
-  }
-  m->init_weights(seed);
-  auto set = SafetensorsSet::open(weight_files(weights, "--weights"));
-  VDT_CHECK(!set.contains("gc_sem_cond.patch.weight"), "--weights ", weights,
-            " holds the gc_sem_cond adapter; the "
-            "causal trainer trains a LoRA on a plain base (no semantic-map input yet). Give the base weights.");
-  load_weights(*m, set);
-  return m;
-}
 
 CausalSummary train_causal(const CausalConfig& cfg) {
   auto single = make_single_rank();

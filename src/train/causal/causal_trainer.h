@@ -37,12 +37,6 @@ struct CausalSummary : LoopResult {
   double tflop_per_step = 0, mfu = 0;
 };
 
-// The frozen base the trainer trains on, without a LoRA: the preset with --weights (a file or a directory of shards),
-// or without them a random base from the seed (Wan's init, with a non-zero head so gradients reach the LoRA; for tests
-// and benchmarks). `vdt sample --causal` rebuilds it from a LoRA file's metadata.
-std::shared_ptr<Denoiser> build_causal_base(const std::string& model, const std::string& weights, uint64_t seed,
-                                            const torch::Device& device, torch::ScalarType dtype);
-
 CausalSummary train_causal(const CausalConfig& cfg);  // one process
 // One rank of several; every rank returns the summary, rank 0 writes the files. device_index: LOCAL_RANK's GPU.
 CausalSummary train_causal(const CausalConfig& cfg, Communicator& comm, int device_index);

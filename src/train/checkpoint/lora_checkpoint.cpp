@@ -38,47 +38,13 @@ std::pair<int64_t, std::string> newest_lora_step(const std::string& out) {
   return best;
 }
 
-void write_lora_file(const CausalConfig& cfg, const Denoiser& model, const std::string& path, int64_t step,
-                     const NamedTensors& lora) {
-  NamedTensors bf16;
-  for (const auto& [n, p] : lora) {
-    bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
-    // Kohya's per-module alpha beside each pair: loaders that read no metadata (DiffSynth's GeneralLoRALoader) then
-    // apply alpha / rank too, instead of scale 1.
-    const std::string suffix = ".lora_A.weight";
-    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
-      bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
-                        torch::tensor(static_cast<float>(cfg.lora_alpha), torch::kFloat32));
-  }
-  // "base" as the base's own trainers name it (Denoiser::lora_base_info); "model" names the preset either way.
-  const auto info = model.lora_base_info();
-  save_safetensors(path, bf16,
-                   {{"format", "pt"},
-                    {"base", info.base},
-                    {"model", cfg.model},
-                    {"text_handling", info.text_handling},
-                    {"weights", cfg.weights},
-                    {"step", std::to_string(step)},
-                    {"objective", cfg.objective},
-                    {"span_chunks", std::to_string(kSpanChunks)},
-                    {"level_shift", py_float(cfg.level_shift)},
-                    {"chunk_frames", std::to_string(cfg.chunk_frames)},
-                    {"rank", std::to_string(cfg.lora_rank)},
-                    {"alpha", py_float(cfg.lora_alpha)},
-                    {"seed", std::to_string(cfg.random.seed)},
-                    {"val_clips", std::to_string(cfg.val_clips)},
-                    {"clean_first_frame", cfg.clean_first_frame ? "1" : "0"},
-                    {"picture1", cfg.picture1},
-                    {"alpha_tensors", "<module>.alpha per module (kohya): every loader applies alpha / rank"}});
-}
-
-std::string save_causal_state(const CausalConfig& cfg, const std::string& keep, const CausalPosition& pos,
-                              const SyncState& update, Communicator& comm) {
+std::string save_causal_state(const std::string& out, const std::string& config_json, const std::string& keep,
+                              const CausalPosition& pos, const SyncState& update, Communicator& comm) {
   CheckpointParts parts;
   parts.trainer = "vdt train causal", parts.step = pos.step, parts.update = update, parts.replicated = true;
   parts.train_state = {{"samples_seen", pos.samples_seen}, {"world", pos.world}, {"model_config", pos.model_config}};
-  parts.config_json = cfg.to_json();
-  return save_checkpoint(cfg.out, keep, parts, comm);
+  parts.config_json = config_json;
+  return save_checkpoint(out, keep, parts, comm);
 }
 
 std::optional<CausalState> find_causal_state(const std::string& out, int64_t step, std::vector<std::string>* notes,

@@ -1,6 +1,6 @@
 // The causal trainer's files in --out (docs/design.md §5): `lora_stepNNNNN.safetensors` — the LoRA factors in bf16 with
-// metadata base, step, objective, span_chunks, level_shift (plus rank and alpha, so `vdt ckpt merge-lora` and
-// read_lora take it alone), what the Python trainer writes and its Python code loads — and, beyond the Python trainer,
+// their metadata (one struct, written and read by generate/lora_file.h), what the Python trainer writes and its Python
+// code loads — and, beyond the Python trainer,
 // its parts of a checkpoint (train/checkpoint/checkpointer.h, the same slots as the SFT trainer's) with the float32
 // factors, the AdamW moments and the sample position, so a re-run continues exactly. The Python trainer resumes from
 // the newest lora_step file with fresh moments; we do too when no slot matches that step.
@@ -16,7 +16,6 @@
 #include "distributed/grad_sync.h"
 #include "model/denoiser.h"
 #include "train/checkpoint/checkpointer.h"
-#include "train/causal/causal_config.h"
 
 namespace vdt {
 
@@ -31,18 +30,12 @@ struct CausalPosition {
   std::string model_config;  // the base's architecture (Denoiser::config_json), checked on an exact resume
 };
 
-// The Python trainer's LoRA file: `path` in bf16 with the Python trainer's metadata (base, step, objective,
-// span_chunks, level_shift) plus rank, alpha, chunk_frames, seed, val_clips, clean_first_frame, and a float32
-// `<module>.alpha` beside each module's factors (kohya's convention), so a loader that reads no metadata applies alpha
-// / rank as vdt does; `base` and `text_handling` come from `model` (Denoiser::lora_base_info). Rank 0 writes it.
-void write_lora_file(const CausalConfig& cfg, const Denoiser& model, const std::string& path, int64_t step,
-                     const NamedTensors& lora);
-
 // The exact-resume state of a step through the checkpointer (train/checkpoint/checkpointer.h): the float32 factors
 // and AdamW moments (the update path's state, replicated: one shard), the position as trainer_state.json, the flags
 // as config.json. Never over `keep`; every rank calls it. Returns the slot directory.
-std::string save_causal_state(const CausalConfig& cfg, const std::string& keep, const CausalPosition& pos,
-                              const SyncState& update, Communicator& comm);
+// `out`: the run directory (--out), `config_json`: the run's flags (CausalConfig::to_json).
+std::string save_causal_state(const std::string& out, const std::string& config_json, const std::string& keep,
+                              const CausalPosition& pos, const SyncState& update, Communicator& comm);
 
 struct CausalState {
   CausalPosition pos;

@@ -8,16 +8,10 @@
 
 #include "core/rng.h"
 #include "core/rng_purposes.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 #include "diffusion/flow_match.h"
 
 namespace vdt {
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 namespace {
 double val_mse(Denoiser& model, const SftSample& s, const SftExample& ex, const TextTable& table) {

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "core/fnv1a.h"
 #include "data/sft_dataset.h"
 #include "model/denoiser.h"
 
@@ -31,8 +32,5 @@ struct ValConfig {
 };
 
 std::vector<ValRow> run_validation(Denoiser& model, const SftDataset& val, const ValConfig& cfg);
-
-// 64-bit FNV-1a of a string: how a clip id keys its validation noise.
-uint64_t fnv1a64(const std::string& s);
 
 }  // namespace vdt

@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/py_float.h"
+
 namespace vdt {
 
 // Where a field's value lives in a config C: one of C's members, or a member of a section C holds (lift).
@@ -114,6 +116,10 @@ nlohmann::ordered_json fields_to_json(const C& c, const std::vector<ConfigField<
             j[f.key()] = v ? "True" : "False";
           } else if constexpr (std::is_floating_point_v<V>) {
             j[f.key()] = py_float(v);
+          } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {  // a repeatable flag: Python's str(list)
+            std::string list = "[";
+            for (size_t i = 0; i < v.size(); ++i) list += (i ? ", '" : "'") + v[i] + "'";
+            j[f.key()] = list + "]";
           } else {
             j[f.key()] = std::to_string(v);
           }

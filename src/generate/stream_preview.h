@@ -1,5 +1,5 @@
 // The causal trainer's stream preview (`--val-sample-every N`): val window 0 streamed with the KV cache
-// (train/eval/stream_sampling.h) over the trained span, and on a root with a preview VAE (vae.safetensors, the
+// (generate/window.h) over the trained span, and on a root with a preview VAE (vae.safetensors, the
 // synthetic roots) the frame grid ground truth above stream for TensorBoard. Not here: when it runs (the trainer).
 #pragma once
 #include <string>

@@ -1,4 +1,4 @@
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 
 #include <torch/torch.h>
 

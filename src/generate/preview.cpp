@@ -1,5 +1,5 @@
 // Preview rasterisation: frames are tiled with nearest-neighbour upscaling.
-#include "train/eval/preview.h"
+#include "generate/preview.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "train/loop/config_fields.h"
+#include "core/py_float.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,13 +1,13 @@
 // The stream preview: stream_causal_window with the preview's Euler steps, then the frame grid.
-#include "train/eval/stream_preview.h"
+#include "generate/stream_preview.h"
 
 #include <torch/torch.h>
 
 #include <filesystem>
 
 #include "data/synth_vae.h"
-#include "train/eval/preview.h"
-#include "train/eval/stream_sampling.h"
+#include "generate/preview.h"
+#include "generate/window.h"
 
 namespace vdt {
 
