@@ -23,7 +23,7 @@
 #include "tools/synth.h"
 #include "generate/generation_model.h"
 #include "train/causal/causal_trainer.h"
-#include "generate/clip_sampling.h"
+#include "generate/window.h"
 #include "train/loop/schedule.h"
 
 namespace vdt {
