@@ -37,6 +37,10 @@ Precision DistillConfig::precision_mode() const { return compute.precision_mode(
 
 Checkpointing DistillConfig::checkpointing_mode() const { return memory.checkpointing_mode(kCheckpointing); }
 
+MemoryFlags DistillConfig::memory_flags() const {
+  return vdt::memory_flags(compute, kPrecisions, memory, kCheckpointing, nullptr, &attention);
+}
+
 std::vector<int64_t> DistillConfig::student_step_list() const {
   std::vector<int64_t> out;
   std::stringstream ss(student_steps);

@@ -57,6 +57,8 @@ struct DistillConfig {
   ShardBase shard_mode() const;
   Precision precision_mode() const;  // bf16 or fp32
   Checkpointing checkpointing_mode() const;
+  // The memory knobs parsed once (train/plan/memory_knobs.h), with the ones the command line fixed: the plan's input.
+  MemoryFlags memory_flags() const;
   std::vector<int64_t> student_step_list() const;  // --student-steps parsed (an error names the flag)
   int64_t rollout_min_chunks() const { return min_chunks > 0 ? min_chunks : chunks; }
   void validate() const;  // throws naming the flag, the value and what is expected

@@ -17,6 +17,7 @@
 #include "train/loop/run_context.h"
 #include "train/loop/run_dir.h"
 #include "train/loop/run_log.h"
+#include "train/plan/memory_knobs.h"
 #include "train/plan/memory_plan.h"
 
 namespace vdt {
@@ -47,6 +48,8 @@ struct DistillRun {
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
   RunLog log;
+  MemoryFlags flags;  // the memory knobs as the command line gave them (parsed once)
+  MemoryKnobs knobs;  // what the run applies: the flags', then the plan's
   std::optional<Plan> plan;
 
   // Self-Forcing updates the generator when its 0-based step % ratio == 0: steps 1, 1 + ratio, ... here (1-based).

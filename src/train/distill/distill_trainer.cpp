@@ -76,11 +76,9 @@ void plan_distill_memory(DistillRun& r) {
   shape.text_len = in.text_len, shape.text_rows = r.ds->max_text_rows(), shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != DistillConfig::ShardBase::off)
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
-  PlanTargets t;
-  t.memory = &r.cfg.memory, t.attention = &r.cfg.attention;
-  t.mode = r.cfg.checkpointing_mode(), t.allow_none = false;
-  r.plan = plan_memory(*r.model, r.ctx->device, shape, t, r.ctx->rank);
-  if (r.plan) r.cfg.validate();
+  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  r.knobs = planned.knobs, r.plan = std::move(planned.plan);
+  if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory, nullptr, &r.cfg.attention);
 }
 
 void build_model(DistillRun& r) {
@@ -108,10 +106,8 @@ void build_model(DistillRun& r) {
       for (auto& [name, p] : *set) p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base
   }
   plan_distill_memory(r);
-  r.model->set_causal_kernel(r.cfg.attention.kernel());
-  CheckpointOptions co;
-  co.selective = r.cfg.checkpointing_mode() == Checkpointing::selective;
-  co.selective_blocks = r.cfg.memory.selective_blocks;
+  r.model->set_causal_kernel(r.knobs.attn);
+  CheckpointOptions co = r.knobs.checkpoint_options();  // always checkpointed: block or selective
   if (r.ctx->world > 1 && r.cfg.shard_mode() != DistillConfig::ShardBase::off) {  // as the causal trainer: per node
     const int node = r.ctx->comm.local_world();
     if (node < r.ctx->world) r.node_comm = r.ctx->comm.split(node);
@@ -121,7 +117,7 @@ void build_model(DistillRun& r) {
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
   }
   enable_block_checkpointing(*r.model, co);
-  if (const auto fp8 = r.cfg.compute.fp8_mode(); fp8 != Fp8Mode::off) {
+  if (const auto fp8 = r.knobs.fp8; fp8 != Fp8Mode::off) {
     const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()), !r.shards);
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
@@ -364,9 +360,11 @@ std::unique_ptr<DistillRun> build_distill_run(const DistillConfig& cfg, Communic
   cfg.validate();
   auto r = std::make_unique<DistillRun>();
   r->cfg = cfg;
+  r->flags = cfg.memory_flags();
+  r->knobs = r->flags.knobs;
   r->ctx = std::make_unique<RunContext>(comm, cfg.compute.device, device_index,
-                                        cfg.precision_mode() == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
-  check_fp8_device(cfg.compute.fp8_mode(), r->ctx->device, "--fp8");
+                                        r->knobs.precision == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16);
+  check_fp8_device(r->knobs.fp8, r->ctx->device, "--fp8");
   if (r->ctx->rank == 0) r->lock = hold_run_dir(cfg.out, "--out");
   resolve_base(*r);
   build_data(*r);

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "core/safetensors.h"
 #include "distributed/communicator.h"
 #include "train/distill/distill_config.h"
 #include "train/loop/train_loop.h"
