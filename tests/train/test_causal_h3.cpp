@@ -22,7 +22,7 @@
 #include "tools/synth.h"
 #include "train/causal/causal_resume.h"
 #include "train/causal_test_util.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 
 namespace vdt {
 namespace {

@@ -13,7 +13,7 @@
 #include "diffusion/forcing.h"
 #include "model/kv_stream.h"
 #include "model/lora.h"
-#include "train/loop/model_inputs.h"
+#include "generate/model_inputs.h"
 
 namespace vdt {
 namespace {

@@ -24,7 +24,8 @@
 #include "train/causal/causal_trainer.h"
 #include "train/distill/distill_state.h"
 #include "train/distill/distill_step.h"
-#include "train/loop/model_inputs.h"
+#include "generate/generation_model.h"
+#include "generate/model_inputs.h"
 #include "train/plan/startup_plan.h"
 
 namespace vdt {
@@ -83,7 +84,7 @@ void plan_distill_memory(DistillRun& r) {
 
 void build_model(DistillRun& r) {
   resolve_lora_shapes(r.cfg);
-  r.model = build_causal_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
+  r.model = build_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
   check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
                      "--model " + r.cfg.model);
   fit_side_streams(*r.model, *r.ds, r.cfg.chunks * r.cfg.chunk_frames, r.cfg.chunk_frames);
