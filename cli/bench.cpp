@@ -54,11 +54,8 @@ void add_bench(CLI::App& app, int& exit_code) {
           static_cast<long long>(r.tokens), static_cast<long long>(r.rows), env.world, r.predicted_peak_gib,
           r.host_pinned_gib);
       if (cfg->trainer == "distill")
-        std::printf(
-            "distill mean_s=%.4f student_step_s=%.4f critic_step_s=%.4f critic_ratio=%lld mfu_mean=%.3f
-            ",
-            r.mean_s,
-            r.student_step_s, r.critic_step_s, static_cast<long long>(cfg->critic_ratio), r.mfu);
+        std::printf("distill mean_s=%.4f student_step_s=%.4f critic_step_s=%.4f critic_ratio=%lld mfu_mean=%.3f\n",
+                    r.mean_s, r.student_step_s, r.critic_step_s, static_cast<long long>(cfg->critic_ratio), r.mfu);
     }
     exit_code = 0;
   });
