@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "generate/lora_file.h"
 #include "model/denoiser_registry.h"
+#include "train/loop/config_sections.h"
 
 namespace vdt {
 
@@ -46,9 +47,9 @@ const std::vector<ConfigField<SampleConfig>>& SampleConfig::fields() {
         {"--cfg", "guidance scale; below 0 = a few-step student's (its LoRA file's), else 5", &C::cfg},
         {"--shift", "sigma shift of the inference grid; 0 = the base's (Wan 5, MiniMax-H3 12, its video schedule)",
          &C::shift},
-        {"--device", "cpu, cuda or cuda:N", &C::device},
+        device_field(&C::device),
         {"--res", "resolution (default: the checkpoint's)", &C::res},
-        {"--seed", "noise seed", &C::seed},
+        seed_field(&C::seed),
         {"--prompt",
          "a new prompt (repeatable; SFT exports and Wan causal LoRAs, with or without --stream): each val clip / "
          "window is sampled with it in every cell; needs --text-encoder",
