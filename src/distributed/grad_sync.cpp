@@ -76,25 +76,29 @@ class Replicated : public GradSync {
 class ReplicatedOverRanks : public Replicated {
  public:
   ReplicatedOverRanks(const NamedTensors& params, const GradSyncOptions& o, Communicator& comm)
-      : Replicated(params, o), comm_(comm) {}
+      : Replicated(params, o), comm_(comm), after_(o.reduce_after_backward) {}
   void attach(const NamedTensors& compute) override {
     Replicated::attach(compute);
     compute_.clear();
     for (const auto& [n, p] : compute) compute_.push_back(p);
     works_.assign(compute_.size(), nullptr);
+    attached_ = true;
+    if (after_) return;
     hooks_ = std::make_unique<GradHooks>(
         compute_, GradHooks::reverse_buckets(compute_, 0), [](size_t) {},
         [this](size_t slot) {
-          const size_t i = compute_.size() - 1 - slot;  // reverse_buckets(…, 0): slot k holds parameter n-1-k
-          auto& p = compute_[i];
-          if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-          works_[i] = comm_.all_reduce(p.grad());
+          // reverse_buckets(…, 0): slot k holds parameter n-1-k
+          launch(compute_.size() - 1 - slot);
         });
   }
   void after_backward() override {
-    VDT_CHECK(hooks_ != nullptr, "update path: attach() was not called");
+    VDT_CHECK(attached_, "update path: attach() was not called");
     torch::NoGradGuard ng;
-    hooks_->flush();
+    if (hooks_) {
+      hooks_->flush();
+    } else {
+      for (size_t i = compute_.size(); i-- > 0;) launch(i);  // the hooks' order: reverse registration
+    }
     for (size_t i = 0; i < compute_.size(); ++i) {
       works_[i]->wait();
       compute_[i].mutable_grad().div_(static_cast<double>(comm_.world()));
@@ -102,13 +106,19 @@ class ReplicatedOverRanks : public Replicated {
     Replicated::after_backward();
   }
   std::string describe() const override {
-    return "replicated over " + std::to_string(comm_.world()) +
-           " ranks, gradients all-reduced as backward produces "
-           "them";
+    return "replicated over " + std::to_string(comm_.world()) + " ranks, gradients all-reduced " +
+           (after_ ? "after backward" : "as backward produces them");
   }
 
  private:
+  void launch(size_t i) {
+    auto& p = compute_[i];
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    works_[i] = comm_.all_reduce(p.grad());
+  }
   Communicator& comm_;
+  const bool after_;
+  bool attached_ = false;
   std::vector<torch::Tensor> compute_;
   std::vector<WorkPtr> works_;
   std::unique_ptr<GradHooks> hooks_;

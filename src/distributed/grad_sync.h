@@ -34,6 +34,10 @@ struct GradSyncOptions {
   bool fp32_masters = false;     // bf16 compute weights with fp32 masters (SFT --precision mixed)
   bool shard_optimizer = false;  // several ranks: ZeRO-2 instead of replicated parameters
   int64_t bucket_numel = int64_t{1} << 25;
+  // Replicated over several ranks: each gradient all-reduced once backward has finished instead of as it is produced
+  // (a parameter used in several passes of one backward under block checkpointing, such as a rollout's chunks, gets
+  // a gradient in each pass's recompute; hooks would see it more than once).
+  bool reduce_after_backward = false;
 };
 
 // What the checkpointer writes for the update path: the optimizer-side weights (masters when there are masters;

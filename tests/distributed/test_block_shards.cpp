@@ -56,6 +56,7 @@ TEST(BlockShards, PrefetchFollowsTheForwardAndBackwardSweeps) {
       mc.num_layers = 4;
       WanDiT m(mc);
       m->init_weights(11);
+      for (auto& p : m->parameters()) p.set_requires_grad(false);  // a frozen base: what BlockShards shards
       std::vector<torch::nn::Module*> blocks;
       std::vector<torch::Tensor> ref;
       for (auto& b : *m->blocks) {

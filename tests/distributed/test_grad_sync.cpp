@@ -38,12 +38,12 @@ torch::Tensor loss_of(const NamedTensors& p, const torch::Tensor& x) {
   return torch::nn::functional::linear(h, p[2].second).pow(2).mean();
 }
 
-GradSyncOptions options(bool shard) {
+GradSyncOptions options(bool shard, bool after = false) {
   GradSyncOptions o;
   o.groups = {{"layer", [](const std::string& n) { return n.rfind("layer.", 0) == 0; }, 1e-2, 0.01},
               {"head", [](const std::string& n) { return n.rfind("head.", 0) == 0; }, 3e-2, 0.0}};
   o.adamw.state_dtype = torch::kFloat32;
-  o.shard_optimizer = shard;
+  o.shard_optimizer = shard, o.reduce_after_backward = after;
   o.bucket_numel = 20;  // several buckets per group
   return o;
 }
@@ -68,12 +68,12 @@ NamedTensors reference(int64_t steps, double clip, std::vector<double>* norms) {
 
 // `world` ranks, each with rows [rank*8/world, (rank+1)*8/world) of every batch, through make_grad_sync.
 std::vector<NamedTensors> run_sync(int world, bool shard, int64_t steps, double clip, std::vector<double>* norms,
-                                   std::vector<std::string>* described = nullptr) {
+                                   std::vector<std::string>* described = nullptr, bool after = false) {
   std::vector<NamedTensors> out(static_cast<size_t>(world));
   std::mutex mu;
   run_local_ranks(world, [&](Communicator& comm) {
     auto p = trainable_copy(make_params());
-    auto sync = make_grad_sync(p, options(shard), comm);
+    auto sync = make_grad_sync(p, options(shard, after), comm);
     sync->attach(p);
     const int64_t n = 8 / world;
     for (int64_t s = 0; s < steps; ++s) {
@@ -103,18 +103,19 @@ struct Case {
   int world;
   bool shard;
   const char* expect;  // in describe()
+  bool after = false;  // GradSyncOptions::reduce_after_backward
 };
 
 TEST(GradSync, EveryImplementationMatchesPlainAdamW) {
   std::vector<double> ref_norms;
   const auto ref = reference(5, 0.05, &ref_norms);  // a low clip: clipping acts on every step
-  for (const auto& c :
-       {Case{1, false, "replicated"}, Case{1, true, "replicated"}, Case{2, true, "ZeRO-2"}, Case{4, true, "ZeRO-2"},
-        Case{2, false, "replicated over 2"}, Case{4, false, "replicated over 4"}}) {
+  for (const auto& c : {Case{1, false, "replicated"}, Case{1, true, "replicated"}, Case{2, true, "ZeRO-2"},
+                        Case{4, true, "ZeRO-2"}, Case{2, false, "replicated over 2"},
+                        Case{4, false, "replicated over 4"}, Case{2, false, "all-reduced after backward", true}}) {
     SCOPED_TRACE(std::to_string(c.world) + " ranks, shard " + std::to_string(c.shard));
     std::vector<double> norms;
     std::vector<std::string> described;
-    const auto ranks = run_sync(c.world, c.shard, 5, 0.05, &norms, &described);
+    const auto ranks = run_sync(c.world, c.shard, 5, 0.05, &norms, &described, c.after);
     EXPECT_NE(described.at(0).find(c.expect), std::string::npos) << described[0];
     for (const auto& r : ranks) expect_close(r, ref, 1e-5);
     for (size_t r = 1; r < ranks.size(); ++r)  // identical on every rank, bit for bit

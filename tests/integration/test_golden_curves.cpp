@@ -98,6 +98,7 @@ TEST_F(GoldenCurves, CausalDiffusionForcing) {
 TEST_F(GoldenCurves, CausalH3DiffusionForcing) {
   auto c = causal_config("h3_df");
   c.data_root = dir_->file("h3_data"), c.objective = "df", c.model = "h3-tiny", c.chunk_frames = 0, c.val_clips = 1;
+  c.init_lora = CausalConfig::kNoInitLora;
   const auto sum = train_causal(c);
   check_golden("causal_h3_df", curve(sum.losses, sum.grad_norms));
 }

@@ -123,7 +123,7 @@ TEST_F(SeedFidelity, ExportsDoneAndConfigCarryTheSeedsKeys) {
   for (const char* k : {"init_ckpt", "resumed_from", "resumed_step"}) EXPECT_TRUE(cfg["args"].contains(k)) << k;
   EXPECT_EQ(cfg["args"]["init_ckpt"], "");
   EXPECT_EQ(cfg["args"]["resumed_step"], 0);
-  EXPECT_EQ(cfg["args"]["val_timesteps"], nlohmann::json::parse("[200.0, 500.0, 800.0]"));
+  EXPECT_EQ(cfg["args"]["val_timesteps"], nlohmann::json::parse("[200.0, 500.0]"));
   EXPECT_TRUE(cfg["args"]["val_timesteps"][0].is_number_float());
   EXPECT_EQ(cfg["dataset"]["start_epoch"], 0);
   EXPECT_EQ(cfg["dataset"]["skip_micro"], 0);

@@ -124,8 +124,9 @@ TEST_F(DistillTest, GradientsComeFromTheExitStepsOnly) {
   RolloutTrace with, without;
   const auto x = student_rollout(r, w, d, true, 1, 0, &with);
   const int64_t blocks = static_cast<int64_t>(r.model->block_modules().size());
-  // chunk 0, 1: 3 steps + commit; chunk 2: 3 steps; each pass `blocks` calls
-  std::vector<bool> want;
+  // opening the stream (the text's cross-attention keys and values, once); chunk 0, 1: 3 steps + commit; chunk 2: 3
+  // steps; each pass `blocks` calls
+  std::vector<bool> want(static_cast<size_t>(blocks), false);
   for (int64_t n = 0; n < 3; ++n) {
     for (int64_t j = 0; j < 3; ++j) want.insert(want.end(), blocks, j == 2);
     if (n < 2) want.insert(want.end(), blocks, false);

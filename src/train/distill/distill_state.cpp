@@ -107,7 +107,9 @@ void resume_exactly(DistillRun& r, const LoadedCheckpoint& ck) {
   if (st.value("ema", false)) {
     torch::NoGradGuard ng;
     for (const auto& [name, p] : r.student)
-      r.ema.emplace_back(name, ck.full("weight", "ema." + name).to(p.device(), torch::kFloat32).reshape(p.sizes()));
+      r.ema.emplace_back(name, ck.full("weight", "ema." + name)  // the slot's tensor may map the file: copied
+                                   .to(p.device(), torch::kFloat32, /*non_blocking=*/false, /*copy=*/true)
+                                   .reshape(p.sizes()));
   }
   r.start_step = step;
   r.state_slot = ck.slot;
@@ -156,10 +158,12 @@ void resume_distill(DistillRun& r) {
               ", past this run's --steps ", cfg.steps, "\n---> HINT: give more --steps, or another --out");
     resume_exactly(r, *ck);
     if (other) r.state_slot.clear();  // another run's slot: this run's saves go into its own --out
-    const std::string own = distill_lora_path(cfg.out, step, false);
-    if (!other && step > 0 && !fs::exists(own)) {  // killed between the slot and its LoRA files: the slot is the unit
+    // Killed between the slot and its LoRA files (the student's, then its EMA's): the slot is the unit.
+    std::string missing = distill_lora_path(cfg.out, step, false);
+    if (fs::exists(missing) && !r.ema.empty()) missing = distill_lora_path(cfg.out, step, true);
+    if (!other && step > 0 && !fs::exists(missing)) {
       if (r.ctx->rank == 0) write_students(r, step);
-      r.resume_how += "; " + own + " was missing (the save was cut after the state) and is written from the state";
+      r.resume_how += "; " + missing + " was missing (the save was cut after the state) and is written from the state";
     }
     if (!other && r.ctx->rank == 0)
       if (const auto old = repair_state_link(cfg.out, ck->slot))

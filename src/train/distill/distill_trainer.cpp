@@ -132,12 +132,13 @@ void build_model(DistillRun& r) {
   r.student_t = student_timesteps(r.student_steps, r.shift);
 }
 
-// AdamW of each LoRA, replicated on every rank (gradients all-reduced as backward makes them).
+// AdamW of each LoRA, replicated on every rank (gradients all-reduced once backward has finished).
 void build_update(DistillRun& r) {
   auto make = [&](const NamedTensors& params, double lr) {
     GradSyncOptions o;
     o.groups = {{"lora", [](const std::string&) { return true; }, lr, r.cfg.weight_decay}};
     o.adamw.beta1 = r.cfg.beta1, o.adamw.beta2 = r.cfg.beta2, o.adamw.state_dtype = torch::kFloat32;
+    o.reduce_after_backward = true;  // the student's LoRA is used once per chunk of the rollout
     auto sync = make_grad_sync(params, o, r.ctx->comm);
     sync->attach(params);
     return sync;
