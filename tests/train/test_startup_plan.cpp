@@ -99,6 +99,39 @@ TEST_F(StartupPlanCli, AutoOnTheCpuPlansNothing) {
   EXPECT_FALSE(plan_test_json(dir_.file("auto/done.json")).contains("peak_mem_gb_predicted"));
 }
 
+// --precision left out on one process: mixed where a plan fits it, else bf16 (the Python trainer's single-process
+// mode), said in the start-up table and recorded; a precision nothing fits is refused before any step, naming what
+// would fit. The budgets sit around the tiny base's fixed part under each precision (above the plan's 0.5 GiB margin).
+TEST(StartupPlan, OneProcessSftTakesBf16WhenMixedDoesNotFit) {
+  test::TempDir dir;
+  const std::string res = test::write_sft_root(dir.file("data"));
+  auto train = [&](const std::string& name, const std::string& extra) {
+    return test::run_vdt("train sft --data_root " + dir.file("data") + " --res " + res + " --output " + dir.file(name) +
+                         " --model tiny --random-init --device cpu --max_steps 1 --batch_size 1 --grad_accum 1 "
+                         "--save_every 0 --val_every 0 --num_workers 1 " +
+                         extra);
+  };
+  const auto roomy = train("roomy", "--memory 0.52");
+  ASSERT_EQ(roomy.code, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find("precision mixed"), std::string::npos) << roomy.output;
+  const auto tight = train("tight", "--memory 0.509");
+  ASSERT_EQ(tight.code, 0) << tight.output;
+  EXPECT_NE(tight.output.find("| precision bf16: --precision left out, one process, and mixed"), std::string::npos)
+      << tight.output;
+  const auto config = plan_test_json(dir.file("tight/config.json"));
+  EXPECT_EQ(config["args"]["precision"], "bf16");
+  EXPECT_EQ(config["env"]["mixed_precision"], "no");
+  const auto given = train("given", "--memory 0.509 --precision mixed");
+  EXPECT_NE(given.code, 0) << given.output;
+  EXPECT_NE(given.output.find("--memory: nothing fits in"), std::string::npos) << given.output;
+  EXPECT_NE(given.output.find("--precision bf16 (the Python trainer's single-process mode"), std::string::npos)
+      << given.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("given/config.json")));  // refused before the run began
+  const auto none = train("none", "--memory 0.501");
+  EXPECT_NE(none.code, 0) << none.output;
+  EXPECT_NE(none.output.find("--precision bf16 does not fit either"), std::string::npos) << none.output;
+}
+
 TEST(StartupPlan, BadMemoryNamesTheFlag) {
   test::TempDir d;
   for (const std::string& args :

@@ -146,7 +146,7 @@ void plan_causal_memory(CausalRun& r) {
   shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off)  // as build_model shards the blocks
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
-  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags);
   r.knobs = planned.knobs, r.plan = std::move(planned.plan);
   if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory, &r.cfg.causal_memory, &r.cfg.attention);
 }

@@ -77,7 +77,7 @@ void plan_distill_memory(DistillRun& r) {
   shape.text_len = in.text_len, shape.text_rows = r.ds->max_text_rows(), shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != DistillConfig::ShardBase::off)
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
-  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags);
   r.knobs = planned.knobs, r.plan = std::move(planned.plan);
   if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory, nullptr, &r.cfg.attention);
 }

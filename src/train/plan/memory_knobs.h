@@ -51,8 +51,9 @@ struct MemoryFlags {
   PlanChoices given;            // fixed by the command line (or, in a config built in code, set to a non-default)
   std::string memory = "auto";  // --memory: auto | GiB
   bool memory_given = false;
-  bool allow_none = true;      // the trainer can run without checkpointing (the causal trainer cannot)
-  bool allow_offload = false;  // the trainer has --act-offload
+  bool precision_given = false;  // --precision on the command line (SFT chooses it on one process otherwise)
+  bool allow_none = true;        // the trainer can run without checkpointing (the causal trainer cannot)
+  bool allow_offload = false;    // the trainer has --act-offload
 };
 
 }  // namespace vdt

@@ -76,8 +76,8 @@ DeviceMemoryInfo device_memory_info(const torch::Device& device) {
 #endif
 }
 
-PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape, const MemoryFlags& flags,
-                          int rank) {
+PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape,
+                          const MemoryFlags& flags) {
   const DeviceMemoryInfo dev = device_memory_info(device);
   if (flags.memory == "auto" && dev.total_bytes <= 0) return {flags.knobs, std::nullopt};  // the CPU: no budget
 
@@ -104,19 +104,9 @@ PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const Ru
   req.knobs = flags.knobs;
 
   const std::string card = device.is_cuda() ? card_slug(dev.name) : "cpu";
-  Plan plan;
-  try {
-    plan = make_plan(req, costs_for(model, card, shape, dims, req.rows));
-  } catch (const Error& e) {
-    if (flags.memory_given) throw;
-    if (rank == 0)
-      std::printf(
-          "[memory plan] warning (--memory auto): %s\n---> the memory flags stay as given (or their "
-          "defaults); pass --memory GiB to make this an error\n",
-          e.what());
-    return {flags.knobs, std::nullopt};
-  }
-  plan.knobs.check();  // the plan's choices pass the flags' own checks
+  Plan plan =
+      make_plan(req, costs_for(model, card, shape, dims, req.rows));  // nothing fits: an error naming what would
+  plan.knobs.check();                                                 // the plan's choices pass the flags' own checks
   return {plan.knobs, plan};
 }
 

@@ -38,15 +38,15 @@ struct RunShape {
 // What a run applies: the plan's knobs, or the flags' when nothing was planned.
 struct PlannedMemory {
   MemoryKnobs knobs;
-  std::optional<Plan> plan;  // empty: no budget (--memory auto on the CPU), or nothing fit under --memory auto
+  std::optional<Plan> plan;  // empty: no budget (--memory auto on the CPU)
 };
 
-// The knobs for this rank. Without a budget (--memory auto on the CPU) the flags' knobs as given, or their defaults. A
+// The knobs of a run. Without a budget (--memory auto on the CPU) the flags' knobs as given, or their defaults. A
 // costs table comes from plans_dirs() for the device's card (cost_table.h), else the analytic estimate. When nothing
-// fits: with --memory given, the planner's error (it names what would fit); with --memory auto left as the default,
-// that message as a warning on rank 0's console and the flags' knobs. `rank`: only rank 0 prints.
-PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape, const MemoryFlags& flags,
-                          int rank = 0);
+// fits, whether the budget was given or auto: the planner's error, which names what would fit (a trainer plans before
+// its weights load, so nothing is lost).
+PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const RunShape& shape,
+                          const MemoryFlags& flags);
 
 // config.json's "memory_plan": the budget, the choices as flags, the predicted peak and s/step, the costs' source,
 // and the table lines.

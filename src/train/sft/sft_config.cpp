@@ -53,6 +53,7 @@ Checkpointing SftConfig::checkpointing_mode() const {
 MemoryFlags SftConfig::memory_flags() const {
   MemoryFlags f = vdt::memory_flags(compute, kPrecisions, memory, kCheckpointing);
   f.knobs.checkpointing = checkpointing_mode();  // none with --no-gradient_checkpointing
+  f.precision_given = memory.flag_given("--precision", compute.precision != SftConfig{}.compute.precision);
   if (f.given.checkpointing || memory.flag_given("--gradient_checkpointing", !gradient_checkpointing))
     f.given.checkpointing = f.knobs.checkpointing;
   return f;

@@ -49,6 +49,8 @@ std::string startup_table(const SftConfig& cfg, const MemoryKnobs& knobs, const 
   t += string_format("| device    %s  precision %s  checkpointing %s  workers %d\n",
                      facts["env"]["device"].get<std::string>().c_str(), precision_name(knobs.precision), ckpt.c_str(),
                      cfg.num_workers);
+  if (facts["env"].contains("precision_choice"))
+    t += "| precision " + facts["env"]["precision_choice"].get<std::string>() + "\n";
   t += string_format("| optim     AdamW lr %g (gc_sem_cond %g) wd %g warmup %lld clip %g\n", cfg.lr, cfg.cond_lr,
                      cfg.weight_decay, static_cast<long long>(cfg.warmup_steps), cfg.grad_clip);
   t += string_format("| schedule  %lld steps, batch %lld x accum %lld, %s micro batches = %s steps per epoch\n",

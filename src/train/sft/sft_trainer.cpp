@@ -69,6 +69,7 @@ struct SftRun {
   MemoryFlags flags;                    // the memory knobs as the command line gave them (parsed once)
   MemoryKnobs knobs;                    // what the run applies: the flags', then the memory plan's (plan_sft_memory)
   std::optional<Plan> plan;             // the memory plan (none: no budget, --memory auto on the CPU)
+  std::string precision_note;           // why the plan chose the precision (--precision left out), else empty
   // data position
   int64_t epoch = 0, epoch_micro = 0, n_micro = 0, micro_counter = 0;
   std::vector<std::vector<int64_t>> epoch_batches;
@@ -122,17 +123,58 @@ bool is_warm_start(const std::string& resume) {
   return resume.size() > 12 && resume.substr(resume.size() - 12) == ".safetensors";
 }
 
-// The memory plan (train/plan/startup_plan.h) fills the memory knobs the command line left out, before they apply;
-// the run's config records them (config.json: what ran).
+// The adapter's shape: the vocab's channels, the data's scale, a hidden width from the base's.
+SemCondConfig sem_config(const SftConfig& cfg, const SftDataset& ds, int64_t width) {
+  SemCondConfig sem;
+  sem.vocab = cfg.vocab, sem.vocab_size = sem_vocab_size(cfg.vocab), sem.scale = ds.info().sem_scale;
+  sem.hidden = cfg.sem_hidden > 0 ? cfg.sem_hidden : std::min<int64_t>(512, width);
+  return sem;
+}
+
+// The memory plan (train/plan/startup_plan.h) fills the memory knobs the command line left out, before any weight is
+// read or any optimizer state made: it plans on a skeleton of the base in host memory (the shapes and the compute
+// dtype are what it counts), so a run nothing fits is refused first. With
+// --precision left out, one process takes mixed where a plan fits it and otherwise bf16 (the Python trainer's
+// single-process mode: bf16 weights and AdamW moments, no fp32 masters); several processes keep mixed (ZeRO-2 shards
+// the masters). The run's config records the result (config.json: what ran).
 void plan_sft_memory(SftRun& r) {
   const auto& in = r.train_ds->info();
-  const auto precision = r.knobs.precision;
   RunShape shape;
   shape.video_rows = r.cfg.batch_size * in.latent_frames * (in.latent_h / 2) * (in.latent_w / 2);  // 1x2x2 patches
   shape.text_len = in.text_len, shape.text_rows = r.cfg.batch_size * r.train_ds->max_text_rows();
-  shape.fp32_masters = precision == Precision::mixed, shape.moment_bytes = precision == Precision::bf16 ? 2 : 4;
   shape.world = r.ctx->world, shape.zero2 = r.ctx->world > 1, shape.grad_accum = r.cfg.grad_accum;
-  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags, r.ctx->rank);
+  if (r.flags.memory == "auto" && device_memory_info(r.ctx->device).total_bytes <= 0) return;  // no budget: no plan
+  std::shared_ptr<Denoiser> skeleton;
+  auto plan_at = [&](Precision precision) {
+    const auto dtype = precision == Precision::fp32 ? torch::kFloat32 : torch::kBFloat16;  // the compute weights
+    if (!skeleton || skeleton->compute_dtype() != dtype) {
+      skeleton = make_denoiser(r.cfg.model, torch::TensorOptions().dtype(dtype));
+      skeleton->install_sem_cond(sem_config(r.cfg, *r.train_ds, skeleton->width()));
+    }
+    shape.fp32_masters = precision == Precision::mixed, shape.moment_bytes = precision == Precision::bf16 ? 2 : 4;
+    MemoryFlags flags = r.flags;
+    flags.knobs.precision = precision;
+    return plan_memory(*skeleton, r.ctx->device, shape, flags);
+  };
+  const auto precision = r.flags.knobs.precision;
+  PlannedMemory planned;
+  try {
+    planned = plan_at(precision);
+  } catch (const Error& e) {
+    if (precision != Precision::mixed || r.ctx->world > 1) throw;
+    std::optional<PlannedMemory> bf16;
+    try {
+      bf16 = plan_at(Precision::bf16);
+    } catch (const Error&) {
+    }
+    VDT_CHECK(bf16, e.what(), "\n  - --precision bf16 does not fit either");
+    VDT_CHECK(!r.flags.precision_given, e.what(), "\n  - --precision bf16 (the Python trainer's single-process mode: ",
+              "bf16 weights and AdamW moments, no fp32 masters) fits: ", bf16->plan ? bf16->plan->flags() : "");
+    planned = std::move(*bf16);
+    r.precision_note =
+        "bf16: --precision left out, one process, and mixed (fp32 masters) fits no plan; the Python "
+        "trainer's single-process mode (bf16 weights and AdamW moments)";
+  }
   r.knobs = planned.knobs, r.plan = std::move(planned.plan);
   if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory);
 }
@@ -145,8 +187,7 @@ void build_model(SftRun& r) {
   r.model = make_denoiser(r.cfg.model, torch::TensorOptions().device(r.ctx->device).dtype(master_dtype));
   check_data_matches(*r.model, r.train_ds->info().latent_channels, r.train_ds->info().text_dim,
                      r.cfg.data_root + "/dataset.json", "--model " + r.cfg.model);
-  r.sem.vocab = r.cfg.vocab, r.sem.vocab_size = sem_vocab_size(r.cfg.vocab), r.sem.scale = r.train_ds->info().sem_scale;
-  r.sem.hidden = r.cfg.sem_hidden > 0 ? r.cfg.sem_hidden : std::min<int64_t>(512, r.model->width());
+  r.sem = sem_config(r.cfg, *r.train_ds, r.model->width());
   r.model->install_sem_cond(r.sem);
   r.model->init_weights(r.cfg.random.seed);  // every parameter from the seed, the adapter included (same on every rank)
   if (!base_files.empty())
@@ -183,7 +224,6 @@ void build_model(SftRun& r) {
   r.sync = make_grad_sync(named_parameters(*r.model), o, r.ctx->comm);
   if (o.fp32_masters) r.model->to(r.ctx->dtype);
   r.sync->attach(named_parameters(*r.model));
-  plan_sft_memory(r);
   if (r.knobs.checkpointing != Checkpointing::none) enable_block_checkpointing(*r.model, r.knobs.checkpoint_options());
   if (const auto fp8 = r.knobs.fp8; fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
     const auto what = enable_fp8_linears(*r.model, fp8, fp8_block_indices(r.model->block_modules().size()),
@@ -443,6 +483,7 @@ void open_log(SftRun& r) {
   facts["dataset"]["start_epoch"] = r.epoch;
   facts["dataset"]["skip_micro"] = r.skip_micro;
   facts["env"]["communicator"] = r.ctx->comm.describe();
+  if (!r.precision_note.empty()) facts["env"]["precision_choice"] = r.precision_note;  // the plan chose bf16
   facts["env"]["update_path"] = r.sync->describe();
   if (r.plan) facts["memory_plan"] = plan_json(*r.plan);
   r.log.open(sft_log_spec(r.cfg, r.knobs, facts, r.start_step), r.start_step);
@@ -553,6 +594,7 @@ SftSummary train_sft(const SftConfig& cfg, Communicator& comm, int device_index)
   std::filesystem::create_directories(r.cfg.output);
   if (r.ctx->rank == 0) r.lock = hold_run_dir(r.cfg.output, "--output");
   build_data(r);
+  plan_sft_memory(r);
   build_model(r);
   build_resume(r);
   open_log(r);
