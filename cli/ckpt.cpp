@@ -93,7 +93,7 @@ void add_ckpt(CLI::App& app, int& exit_code) {
   auto* quantize =
       ckpt->add_subcommand("quantize-base",
                            "Write base weights' frozen block linears as FP8 (E4M3, a scale per output channel) for "
-                           "--base-fp8-file (docs/planner.md)");
+                           "reuse (docs/planner.md)");
   quantize->add_option(spellings("--weights"), q->weights, "base weights (a file or a directory of shards)")
       ->required();
   quantize->add_option(spellings("--out"), q->out, "the FP8 base to write (safetensors)")->required();

@@ -34,7 +34,7 @@ struct SampleBenchConfig {
   std::string device = "cuda";
   std::string precision = "bf16";  // bf16 | fp32
   uint64_t seed = 0;
-  StreamSpeed speed;  // --fp8, --cuda-graphs
+  StreamSpeed speed;  // --fp8, --cuda-graphs, --merge-lora, --stream-blocks
   // Each chunk's video latents [1, C, cf, H, W] float32 as it is done (checks of the numbers; not timed apart).
   std::function<void(int64_t, const torch::Tensor&)> on_chunk;
   void validate() const;

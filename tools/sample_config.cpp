@@ -69,8 +69,8 @@ void SampleConfig::validate() const {
   VDT_CHECK(stream || (chunks == 0 && window == -1 && sink_chunks == -1),
             "--chunks, --window and --sink-chunks belong to --stream (vdt sample --causal --stream ...)");
   VDT_CHECK(!stream || causal, "--stream streams a causal LoRA: give --causal --lora FILE");
-  VDT_CHECK(stream || (speed.fp8 == "off" && speed.cuda_graphs == "auto"),
-            "--fp8 and --cuda-graphs belong to --stream (vdt sample --causal --stream ...)");
+  VDT_CHECK(stream || (speed.fp8 == "off" && speed.cuda_graphs == "auto" && speed.stream_blocks == 0),
+            "--fp8, --cuda-graphs and --stream-blocks belong to --stream (vdt sample --causal --stream ...)");
   VDT_CHECK(chunks >= 0, "--chunks ", chunks, ": expected 0 (the LoRA's span) or more chunks");
   VDT_CHECK(n >= 1, "--n ", n, ": expected at least one clip");
   VDT_CHECK(steps >= 0, "--steps ", steps, ": expected 0 (a student's, else 30) or more Euler steps");

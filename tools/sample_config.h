@@ -18,7 +18,7 @@ struct SampleConfig {
   int64_t chunks = 0;          // with --stream: 0 = the LoRA's span
   int64_t window = -1;         // with --stream: chunks kept after the sink
   int64_t sink_chunks = -1;    // with --stream: -1 = the base's
-  StreamSpeed speed;           // with --stream: --fp8, --cuda-graphs, --merge-lora
+  StreamSpeed speed;           // with --stream: --fp8, --cuda-graphs, --merge-lora, --stream-blocks
   std::string lora, weights;   // with --causal
   std::string data_root, out;  // required
   std::string split = "val";

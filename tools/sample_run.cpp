@@ -89,7 +89,10 @@ void write_window(const SampleConfig& cfg, const std::string& base, const Stream
 // run's val windows (its --val-clips and seed) generated, once per new prompt when there are any.
 int sample_causal(const SampleConfig& cfg, const torch::Device& device, const std::vector<std::string>& prompts,
                   const std::string& text_table) {
-  auto g = load_generation_model(cfg.lora, cfg.weights, device, device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  // with --stream-blocks the base is built on the host (it may be larger than the card); the stream moves the rest
+  const auto build_on = cfg.stream ? stream_speed_build_device(cfg.speed, device) : device;
+  auto g =
+      load_generation_model(cfg.lora, cfg.weights, build_on, device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   auto& model = *g.model;
   const auto& meta = g.meta;
   const int64_t cf = meta.chunk_frames;
@@ -105,7 +108,7 @@ int sample_causal(const SampleConfig& cfg, const torch::Device& device, const st
   ec.steps = cfg.steps > 0 ? cfg.steps : (student ? meta.student_steps : 30);
   ec.cfg_scale = cfg.cfg >= 0 ? cfg.cfg : (student ? meta.student_cfg : 5.0);
   ec.shift = cfg.shift > 0 ? cfg.shift : flow_schedule(model.family()).sample_shift;
-  const bool graphs = cfg.stream && apply_stream_speed(model, cfg.speed);
+  const bool graphs = cfg.stream && apply_stream_speed(model, cfg.speed, device);
   // Without new prompts one pass per window with its own text; with them one per prompt (<clip>_f<start>_p<k>).
   const size_t passes = prompts.empty() ? 1 : prompts.size();
   const size_t windows = std::min<size_t>(ds.val().size(), static_cast<size_t>(cfg.n));

@@ -98,8 +98,7 @@ std::map<std::string, Fp8Weight> load_fp8_base(Denoiser& model, const std::strin
   const auto it = f->metadata().find("format");
   VDT_CHECK(it != f->metadata().end() && it->second == kFileFormat, path, ": not an FP8 base (metadata format '",
             it == f->metadata().end() ? "" : it->second, "', expected ", kFileFormat,
-            ")\n---> HINT: write one with `vdt ckpt quantize-base`, or leave --base-fp8-file out (the base is "
-            "quantized at start-up)");
+            ")\n---> HINT: write one with `vdt ckpt quantize-base --weights W --out F`");
   std::map<std::string, Fp8Weight> out;
   for (const auto& [name, p] : fp8_params(model)) {
     VDT_CHECK(f->contains(name) && f->contains(name + ".fp8_scale"), path, ": key '", name,

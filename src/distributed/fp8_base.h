@@ -43,8 +43,8 @@ torch::Tensor fp8_error_bound(const torch::Tensor& w, const torch::Tensor& scale
 bool stored_as_fp8(const std::string& name, const torch::Tensor& p, const std::vector<std::string>& targets);
 
 // The frozen 2-D block weights of `model` quantized, written to `path` (safetensors: `<name>` as F8_E4M3 and
-// `<name>.fp8_scale` as F32, with metadata format "vdt-fp8-base/1" and the preset), for `--base-fp8-file` to read
-// instead of quantizing again. Returns how many weights were written.
+// `<name>.fp8_scale` as F32, with metadata format "vdt-fp8-base/1" and the preset), for load_fp8_base to read
+// instead of quantizing again (WeightStreamOptions::fp8_codes). Returns how many weights were written.
 int64_t save_fp8_base(Denoiser& model, const std::string& path);
 // The codes and scales of `path` for `model`'s frozen 2-D block weights, by parameter name; every such weight must be
 // there with its shape (errors name the file and the key).

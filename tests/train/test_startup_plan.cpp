@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "causal_test_util.h"
+#include "core/error.h"
 #include "sft_test_util.h"
 #include "test_util.h"
 #include "train/causal/causal_trainer.h"
@@ -163,6 +164,42 @@ TEST(StartupPlan, CausalTrainerPlansAndRecords) {
   EXPECT_EQ(args["memory_plan"]["flags"],
             "--checkpointing selective --selective-blocks -1 --attn-keep 0 --attn prefix");
   EXPECT_EQ(args["checkpointing"], "selective");  // the plan's choice, in the run's flags
+}
+
+// The causal trainer streams its frozen blocks (--stream-blocks 2: all of tiny's) with the losses of the resident
+// run, trains on an FP8-stored base (--base-dtype fp8: another base, so other losses), and refuses a budget no plan
+// meets, naming the smallest budget that works.
+TEST(StartupPlan, CausalTrainerStreamsItsBaseAndStoresItAsFp8) {
+  test::TempDir dir;
+  synth_root(test::wan_causal_root(dir.file("data")));
+  auto run = [&](const std::string& name, const std::string& stream, const std::string& dtype) {
+    auto c = test::causal_test_run(dir.file("data"), dir.file(name), "tiny", 1, 2);
+    c.causal_memory.stream_blocks = stream, c.causal_memory.base_dtype = dtype;
+    return train_causal(c);
+  };
+  const auto resident = run("a", "auto", "bf16"), streamed = run("b", "2", "bf16");
+  ASSERT_EQ(resident.losses.size(), 2u);
+  EXPECT_EQ(resident.losses, streamed.losses);
+  const auto fp8 = run("c", "1", "fp8");
+  ASSERT_EQ(fp8.losses.size(), 2u);
+  EXPECT_NE(fp8.losses, resident.losses);
+  const auto args = plan_test_json(dir.file("c/args.json"));
+  EXPECT_EQ(args["stream_blocks"], "1");
+  EXPECT_EQ(args["base_dtype"], "fp8");
+
+  write_made_up_table(dir.file("plans"), "lora", "prefix");
+  ::setenv("VDT_PLANS", dir.file("plans").c_str(), 1);
+  auto c = test::causal_test_run(dir.file("data"), dir.file("d"), "tiny", 1, 2);
+  c.memory.memory = "0.01";
+  std::string msg = "(no error)";
+  try {
+    train_causal(c);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  ::unsetenv("VDT_PLANS");
+  EXPECT_NE(msg.find("the smallest budget that works: "), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d/args.json")));  // refused before the run was set up
 }
 
 }  // namespace

@@ -149,6 +149,35 @@ TEST_F(StreamTest, AMergedLoraStreamsAsTheUnmergedOne) {
   test::expect_error([&] { apply_stream_speed(*s.model, bad); }, {"--merge-lora 'yes'", "on", "off"});
 }
 
+// --stream-blocks: the blocks' frozen weights kept apart and copied in for each pass (weight streaming; on the CPU
+// a copy apart from the stored one) stream exactly what the resident base streams, both families, past the span.
+TEST_F(StreamTest, StreamedBlocksStreamAsTheResidentBase) {
+  for (const auto& [preset, root, cf] : {std::tuple<std::string, std::string, int64_t>{"tiny", "wan", 1},
+                                         std::tuple<std::string, std::string, int64_t>{"h3-tiny", "h3", 5}}) {
+    SCOPED_TRACE(preset);
+    StreamOptions so;
+    so.chunks = 8, so.window = 2;
+    EulerConfig ec;
+    ec.steps = 2, ec.cfg_scale = 3.0;
+    auto r = setup(preset, root, cf, 4);
+    apply_stream_speed(*r.model, StreamSpeed{});
+    const auto resident = stream_causal_window(*r.model, *r.ds, 0, cf, ec, 5, false, so);
+    auto s = setup(preset, root, cf, 4);
+    StreamSpeed streamed;
+    streamed.stream_blocks = static_cast<int64_t>(s.model->block_modules().size());
+    apply_stream_speed(*s.model, streamed);
+    for (auto* b : s.model->block_modules())  // between passes the streamed weights are not there
+      for (const auto& p : b->parameters()) EXPECT_EQ(p.numel(), 0);
+    const auto got = stream_causal_window(*s.model, *s.ds, 0, cf, ec, 5, false, so);
+    EXPECT_TRUE(torch::equal(got.sample, resident.sample));
+    for (const auto& [name, t] : resident.side_sample) EXPECT_TRUE(torch::equal(got.side_sample.at(name), t)) << name;
+  }
+  auto s = setup("tiny", "wan", 1, 4);
+  StreamSpeed bad;
+  bad.stream_blocks = 3;
+  test::expect_error([&] { apply_stream_speed(*s.model, bad); }, {"--stream-blocks 3", "0 to the base's 2 blocks"});
+}
+
 // H3's AdaLN projections cached per model time (StreamSpec::modulation_slots) stream what computing them in every
 // pass streams: with room for every timestep, with one or two slots (a new time evicts the least recently used; a
 // pass with the clean first frame beside the noisy ones has more times than one slot and computes its own), with

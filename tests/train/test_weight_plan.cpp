@@ -45,8 +45,9 @@ CostTable lora_table() {
 // 40 blocks of 1 GiB each (0.52 GiB as FP8) beside 2 GiB of everything else.
 BlockWeights weights() { return {40, gib(1), gib(0.52), true}; }
 
-PlanRequest request(double budget_gib) {
+PlanRequest request(double budget_gib, const PlanChoices& given = {}) {
   PlanRequest r;
+  r.given = given;
   r.budget_bytes = gib(budget_gib);
   r.fixed.static_bytes = gib(2) + 40 * gib(1);
   r.blocks = 40, r.rows = 8192, r.training = "lora", r.causal = true, r.allow_none = false;
@@ -56,14 +57,14 @@ PlanRequest request(double budget_gib) {
 
 TEST(WeightPlan, StreamsMoreBlocksAsTheBudgetShrinks) {
   WeightPlan wp;
-  const auto roomy = make_weight_plan(request(80), weights(), {}, lora_table(), &wp);
+  const auto roomy = make_weight_plan(request(80), weights(), lora_table(), &wp);
   EXPECT_EQ(wp.streamed_blocks, 0);
   EXPECT_FALSE(wp.fp8_base);
   EXPECT_EQ(wp.host_bytes, 0);
   int64_t last_streamed = 0;
   double last_seconds = roomy.step_seconds;
   for (double budget : {40.0, 32.0, 24.0, 16.0}) {
-    const auto p = make_weight_plan(request(budget), weights(), {}, lora_table(), &wp);
+    const auto p = make_weight_plan(request(budget), weights(), lora_table(), &wp);
     EXPECT_GE(wp.streamed_blocks, last_streamed) << budget;
     EXPECT_GE(p.step_seconds, last_seconds - 1e-12) << budget;
     EXPECT_LE(p.peak_bytes + p.margin_bytes, gib(budget)) << budget;
@@ -73,7 +74,7 @@ TEST(WeightPlan, StreamsMoreBlocksAsTheBudgetShrinks) {
     last_streamed = wp.streamed_blocks, last_seconds = p.step_seconds;
   }
   EXPECT_GT(last_streamed, 20);
-  const auto lines = make_weight_plan(request(24), weights(), {}, lora_table(), &wp).table_lines();
+  const auto lines = make_weight_plan(request(24), weights(), lora_table(), &wp).table_lines();
   bool shown = false;
   for (const auto& l : lines) shown = shown || l.find("--stream-blocks") != std::string::npos;
   EXPECT_TRUE(shown);
@@ -81,10 +82,10 @@ TEST(WeightPlan, StreamsMoreBlocksAsTheBudgetShrinks) {
 
 TEST(WeightPlan, AutoTurnsFp8OnOnlyWhenBf16CannotFitAndSaysSo) {
   WeightPlan wp;
-  make_weight_plan(request(24), weights(), {.base = BaseDtype::automatic}, lora_table(), &wp);
+  make_weight_plan(request(24, {.base_dtype = BaseDtype::automatic}), weights(), lora_table(), &wp);
   EXPECT_FALSE(wp.fp8_base);  // bf16 with streaming fits
   // 5.6 GiB: bf16 needs at least the 2 GiB rest and two whole blocks and the activations; FP8 streams half the bytes
-  const auto p = make_weight_plan(request(5.6), weights(), {.base = BaseDtype::automatic}, lora_table(), &wp);
+  const auto p = make_weight_plan(request(5.6, {.base_dtype = BaseDtype::automatic}), weights(), lora_table(), &wp);
   EXPECT_TRUE(wp.fp8_base);
   EXPECT_TRUE(wp.fp8_because_bf16_cannot);
   std::string base_line;
@@ -93,22 +94,22 @@ TEST(WeightPlan, AutoTurnsFp8OnOnlyWhenBf16CannotFitAndSaysSo) {
   EXPECT_NE(base_line.find("AUTO CHOSE FP8"), std::string::npos) << base_line;
   // bf16 alone at that budget: refused
   EXPECT_NE(error_of([&] {
-              make_weight_plan(request(5.6), weights(), {}, lora_table(), nullptr);
+              make_weight_plan(request(5.6), weights(), lora_table(), nullptr);
             }).find("--base-dtype fp8 or auto"),
             std::string::npos);
 }
 
 TEST(WeightPlan, ARefusedBudgetNamesTheSmallestThatWorks) {
-  const auto msg = error_of([&] { make_weight_plan(request(2), weights(), {}, lora_table(), nullptr); });
+  const auto msg = error_of([&] { make_weight_plan(request(2), weights(), lora_table(), nullptr); });
   const auto at = msg.find("the smallest budget that works: ");
   ASSERT_NE(at, std::string::npos) << msg;
   const double smallest = std::stod(msg.substr(at + 32));
   EXPECT_NE(msg.find("40 of 40 blocks streamed"), std::string::npos) << msg;
-  EXPECT_NO_THROW(make_weight_plan(request(smallest), weights(), {}, lora_table(), nullptr));
-  EXPECT_THROW(make_weight_plan(request(smallest - 0.1), weights(), {}, lora_table(), nullptr), Error);
+  EXPECT_NO_THROW(make_weight_plan(request(smallest), weights(), lora_table(), nullptr));
+  EXPECT_THROW(make_weight_plan(request(smallest - 0.1), weights(), lora_table(), nullptr), Error);
   // given a count, the smallest budget is for that count
   const auto given =
-      error_of([&] { make_weight_plan(request(2), weights(), {.streamed_blocks = 4}, lora_table(), nullptr); });
+      error_of([&] { make_weight_plan(request(2, {.stream_blocks = 4}), weights(), lora_table(), nullptr); });
   EXPECT_NE(given.find("4 of 40 blocks streamed"), std::string::npos) << given;
 }
 
@@ -116,14 +117,14 @@ TEST(WeightPlan, FullTrainingKeepsItsWeightsOnTheGpu) {
   BlockWeights full = weights();
   full.streamable = false;
   WeightPlan wp;
-  make_weight_plan(request(80), full, {}, lora_table(), &wp);
+  make_weight_plan(request(80), full, lora_table(), &wp);
   EXPECT_EQ(wp.streamed_blocks, 0);
   EXPECT_NE(error_of([&] {
-              make_weight_plan(request(80), full, {.streamed_blocks = 3}, lora_table(), nullptr);
+              make_weight_plan(request(80, {.stream_blocks = 3}), full, lora_table(), nullptr);
             }).find("full-parameter training keeps its weights on the GPU"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              make_weight_plan(request(80), weights(), {.streamed_blocks = 41}, lora_table(), nullptr);
+              make_weight_plan(request(80, {.stream_blocks = 41}), weights(), lora_table(), nullptr);
             }).find("--stream-blocks 41"),
             std::string::npos);
 }

@@ -23,7 +23,9 @@
 #include "data/synth_vae.h"
 #include "diffusion/forcing.h"
 #include "distributed/block_shards.h"
+#include "distributed/fp8_base.h"
 #include "distributed/grad_sync.h"
+#include "distributed/weight_stream.h"
 #include "model/denoiser_registry.h"
 #include "model/kernels/fused_ops.h"
 #include "model/lora.h"
@@ -59,6 +61,8 @@ struct CausalRun {
   std::unique_ptr<Communicator>
       node_comm;  // this rank's node, when the world spans several (before shards: outlives them)
   std::unique_ptr<BlockShards> shards;
+  std::shared_ptr<WeightStream> stream;  // the frozen blocks streamed from host memory and / or stored as FP8
+  int64_t base_bytes = 0;                // the frozen base's bytes in the compute dtype (from the planning skeleton)
   ForcingConfig forcing;
   FlowGrid grid;
   torch::Tensor grid_weights;
@@ -134,54 +138,111 @@ void build_data(CausalRun& r) {
 }
 
 // The memory plan (train/plan/startup_plan.h) fills the memory knobs the command line left out, before they apply;
-// the run's args.json records them (what ran).
-void plan_causal_memory(CausalRun& r) {
+// the run's args.json records them (what ran). `model`: the base with its LoRA (its shapes are what count).
+void plan_causal_memory(CausalRun& r, Denoiser& model) {
   const auto& in = r.ds->info();
   const int64_t frames = r.cfg.span_frames(), copies = r.cfg.objective_mode() == CausalConfig::Objective::tf ? 2 : 1;
   RunShape shape;
   shape.training = "lora", shape.chunks = kSpanChunks;
   shape.video_rows = copies * frames * (in.latent_h / 2) * (in.latent_w / 2) +  // 1x2x2 patches
-                     r.model->extra_rows(frames, in.latent_h, in.latent_w, r.cfg.chunk_frames);
+                     model.extra_rows(frames, in.latent_h, in.latent_w, r.cfg.chunk_frames);
   shape.text_len = in.text_len, shape.text_rows = r.ds->max_text_rows();
   shape.world = r.ctx->world;
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off)  // as build_model shards the blocks
     shape.shard_ranks = std::min(r.ctx->comm.local_world(), r.ctx->world);
-  auto planned = plan_memory(*r.model, r.ctx->device, shape, r.flags);
+  auto planned = plan_memory(model, r.ctx->device, shape, r.flags);
   r.knobs = planned.knobs, r.plan = std::move(planned.plan);
   if (r.plan) record_knobs(r.knobs, r.cfg.compute, r.cfg.memory, &r.cfg.causal_memory, &r.cfg.attention);
 }
 
-void build_model(CausalRun& r) {
-  resolve_lora_shape(r.cfg);
-  r.model = build_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, r.ctx->device, r.ctx->dtype);
-  check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
-                     "--model " + r.cfg.model);
-  fit_side_streams(*r.model, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);  // e.g. an H3 root's silent audio
+// The LoRA attached to `model` (which freezes the base), its factors in float32 (the Python trainer's).
+NamedTensors attach_float32_lora(CausalRun& r, Denoiser& model) {
   LoraConfig lc;
-  lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = r.model->lora_targets();
-  r.lora = attach_lora(*r.model, lc, r.cfg.random.seed);  // freezes the base
-  for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
+  lc.rank = r.cfg.lora_rank, lc.alpha = r.cfg.lora_alpha, lc.targets = model.lora_targets();
+  auto lora = attach_lora(model, lc, r.cfg.random.seed);
   torch::NoGradGuard ng;
-  for (auto& [name, p] : r.lora)
-    p.set_data(p.detach().to(torch::kFloat32));  // float32 beside the bf16 base (the Python trainer)
-  plan_causal_memory(r);
-  r.model->set_causal_kernel(r.knobs.attn);
-  CheckpointOptions co = r.knobs.checkpoint_options();  // always checkpointed: block or selective
+  for (auto& [name, p] : lora) p.set_data(p.detach().to(torch::kFloat32));
+  return lora;
+}
+
+// The plan on the model's shapes alone, so that a budget nothing meets is refused before any weight is read: a base
+// built without storage (the meta device), or where a family's modules cannot move there (Wan), a skeleton in host
+// memory in the compute dtype (the shapes and the dtype are what the plan counts). False when there is no budget to
+// plan for (--memory auto on the CPU): nothing is built twice.
+bool plan_before_weights(CausalRun& r) {
+  if (r.flags.memory == "auto" && device_memory_info(r.ctx->device).total_bytes <= 0) return false;
+  std::shared_ptr<Denoiser> skeleton;
+  try {
+    skeleton = make_denoiser(r.cfg.model, torch::TensorOptions().device(torch::kMeta).dtype(r.ctx->dtype));
+  } catch (const std::exception&) {
+    skeleton = make_denoiser(r.cfg.model, torch::TensorOptions().dtype(r.ctx->dtype));
+  }
+  fit_side_streams(*skeleton, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);
+  attach_float32_lora(r, *skeleton);
+  for (const auto& p : skeleton->parameters())
+    if (!p.requires_grad()) r.base_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  plan_causal_memory(r, *skeleton);
+  return true;
+}
+
+// Where the frozen blocks live (distributed/weight_stream.h, block_shards.h): whole on the GPU, streamed from host
+// memory, stored as FP8, or sharded over the ranks (a streamed block's shard on the host); the hooks the checkpoint
+// runner calls around each run of a block.
+void place_frozen_blocks(CausalRun& r, CheckpointOptions& co) {
+  const auto blocks = r.model->block_modules();
+  const auto streamed = streamed_block_indices(static_cast<int64_t>(blocks.size()), r.knobs.stream_blocks);
   if (r.ctx->world > 1 && r.cfg.shard_mode() != CausalConfig::ShardBase::off) {
+    VDT_CHECK(!r.knobs.fp8_base, kBaseDtypeFlag,
+              " fp8 with a base sharded over the ranks: not supported (the shards are gathered in the compute "
+              "dtype)\n---> HINT: --shard-base off, or --base-dtype bf16");
     // Within each node, as the Python trainer's FSDP: the gathers stay on NVLink; the LoRA's gradients still sum over
     // the world.
     const int node = r.ctx->comm.local_world();
     if (node < r.ctx->world) r.node_comm = r.ctx->comm.split(node);
-    r.shards = std::make_unique<BlockShards>(r.model->block_modules(), r.node_comm ? *r.node_comm : r.ctx->comm);
+    r.shards = std::make_unique<BlockShards>(blocks, r.node_comm ? *r.node_comm : r.ctx->comm, true, streamed);
     auto* shards = r.shards.get();
     co.before = [shards](torch::nn::Module& b) { shards->gather(b); };
     co.after = [shards](torch::nn::Module& b) { shards->release(b); };
+    return;
   }
+  if (streamed.empty() && !r.knobs.fp8_base) return;
+  WeightStreamOptions wo;
+  wo.streamed = streamed, wo.prefetch = std::max<int64_t>(1, r.knobs.stream_prefetch), wo.fp8_base = r.knobs.fp8_base;
+  r.stream = std::make_shared<WeightStream>(*r.model, r.ctx->device, wo);
+  auto stream = r.stream;
+  co.before = [stream](torch::nn::Module& b) { stream->gather(b); };
+  co.after = [stream](torch::nn::Module& b) { stream->release(b); };
+  if (r.ctx->rank == 0) std::printf("[stream] %s\n", stream->describe().c_str());
+}
+
+void build_model(CausalRun& r) {
+  resolve_lora_shape(r.cfg);
+  const bool planned = plan_before_weights(r);
+  // A base that streams or is stored as FP8 and would not fit the device whole is built on the host; the weight
+  // stream then takes its blocks' frozen weights and the rest moves to the device.
+  const bool weights_placed = r.knobs.stream_blocks > 0 || r.knobs.fp8_base;
+  const auto dev = device_memory_info(r.ctx->device);
+  auto build_on = r.ctx->device;
+  if (weights_placed && dev.total_bytes > 0 &&
+      static_cast<double>(r.base_bytes) > 0.9 * static_cast<double>(dev.total_bytes))
+    build_on = torch::kCPU;
+  r.model = build_base(r.cfg.model, r.cfg.weights, r.cfg.random.seed, build_on, r.ctx->dtype);
+  check_data_matches(*r.model, r.ds->info().latent_channels, r.ds->info().text_dim, r.cfg.data_root + "/dataset.json",
+                     "--model " + r.cfg.model);
+  fit_side_streams(*r.model, *r.ds, r.cfg.span_frames(), r.cfg.chunk_frames);  // e.g. an H3 root's silent audio
+  r.lora = attach_float32_lora(r, *r.model);  // float32 beside the bf16 base (the Python trainer)
+  for (const auto& p : r.model->parameters()) r.base_params += p.requires_grad() ? 0 : p.numel();
+  torch::NoGradGuard ng;
+  if (!planned) plan_causal_memory(r, *r.model);
+  r.model->set_causal_kernel(r.knobs.attn);
+  CheckpointOptions co = r.knobs.checkpoint_options();  // always checkpointed: block or selective
+  place_frozen_blocks(r, co);
+  if (build_on != r.ctx->device) r.model->to(r.ctx->device);  // what the stream left: the rest of the model
   enable_block_checkpointing(*r.model, co);
   if (const auto fp8 = r.knobs.fp8; fp8 != Fp8Mode::off) {  // wraps the checkpointing runner: after it
-    // the frozen base held as FP8 unless it is sharded (gathered per call)
+    // the frozen base held as FP8 unless it is sharded or streamed (gathered per call)
     const auto blocks = fp8_block_indices(r.model->block_modules().size());
-    const auto what = enable_fp8_linears(*r.model, fp8, blocks, /*hold_frozen=*/!r.shards);
+    const auto what = enable_fp8_linears(*r.model, fp8, blocks, /*hold_frozen=*/!r.shards && !r.stream);
     if (r.ctx->rank == 0) std::printf("[fp8] %s\n", what.c_str());
   }
   r.model->train();

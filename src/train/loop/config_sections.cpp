@@ -152,6 +152,9 @@ bool CausalMemorySection::act_offload_on() const {
 void CausalMemorySection::validate(const AttentionSection& attention, const MemorySection& memory,
                                    Checkpointing mode) const {
   act_offload_on();
+  stream_blocks_count();
+  parse_base_dtype(base_dtype);
+  VDT_CHECK(stream_prefetch >= 0, "--stream-prefetch ", stream_prefetch, ": expected >= 1 (0: the plan's)");
   check_attention_keep(attn_keep, attention.kernel() == CausalKernel::prefix, mode, memory.selective_blocks);
 }
 
@@ -168,8 +171,33 @@ const std::vector<ConfigField<CausalMemorySection>>& CausalMemorySection::fields
        "costs that share x tokens x width x 2 bytes per block until its backward, on the host with "
        "--act-offload on (0: recompute all; needs --attn prefix)",
        &C::attn_keep},
+      {"--stream-blocks",
+       "frozen blocks whose weights live in pinned host memory and are copied to the GPU on a side stream ahead of "
+       "use (forward, recompute, backward), the LoRA staying on the GPU: auto (the memory plan's; 0 without one) or a "
+       "count (docs/planner.md)",
+       &C::stream_blocks},
+      {"--stream-prefetch", "streamed blocks copied ahead of use (0: the memory plan's; 1 without one)",
+       &C::stream_prefetch},
+      {kBaseDtypeFlag,
+       "storage of the frozen block linears: bf16, fp8 (E4M3 with a scale per output channel, dequantized for each "
+       "use: half their memory) or auto (FP8 only when no bf16 plan fits --memory, said so at start-up)",
+       &C::base_dtype},
   };
   return f;
+}
+
+std::optional<int64_t> CausalMemorySection::stream_blocks_count() const {
+  if (stream_blocks == "auto") return std::nullopt;
+  int64_t n = -1;
+  size_t used = 0;
+  try {
+    n = std::stoll(stream_blocks, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  VDT_CHECK(used == stream_blocks.size() && used > 0 && n >= 0, "--stream-blocks '", stream_blocks,
+            "': expected auto or a count of blocks >= 0");
+  return n;
 }
 
 const std::vector<ConfigField<RandomSection>>& RandomSection::fields() {
@@ -193,6 +221,7 @@ MemoryFlags memory_flags(const ComputeSection& compute, const std::vector<Precis
   f.memory_given = memory.flag_given("--memory", memory.memory != "auto");
   f.allow_none = std::find(modes.begin(), modes.end(), Checkpointing::none) != modes.end();
   f.allow_offload = causal_memory != nullptr;
+  f.allow_weights = causal_memory != nullptr;
   // The choices the user fixed: given on the command line, or (a config built in code) set to another value than
   // the default.
   const MemorySection mem0;
@@ -208,6 +237,14 @@ MemoryFlags memory_flags(const ComputeSection& compute, const std::vector<Precis
     if (memory.flag_given("--act-offload", causal_memory->act_offload != cm0.act_offload))
       g.act_offload = k.act_offload;
     if (memory.flag_given(kAttnKeepFlag, causal_memory->attn_keep != cm0.attn_keep)) g.attn_keep = k.attn_keep;
+    // --stream-blocks auto and --stream-prefetch 0 leave them to the plan; --base-dtype's bf16 and fp8 are fixed, its
+    // auto lets the plan store the base as FP8 when no bf16 plan fits
+    g.stream_blocks = causal_memory->stream_blocks_count();
+    k.stream_blocks = g.stream_blocks.value_or(0);
+    if (causal_memory->stream_prefetch > 0) g.stream_prefetch = causal_memory->stream_prefetch;
+    k.stream_prefetch = g.stream_prefetch.value_or(1);
+    g.base_dtype = parse_base_dtype(causal_memory->base_dtype);
+    k.fp8_base = g.base_dtype == BaseDtype::fp8;
   }
   if (attention) {
     k.attn = attention->kernel();
@@ -224,6 +261,9 @@ void record_knobs(const MemoryKnobs& knobs, ComputeSection& compute, MemorySecti
   if (causal_memory) {
     causal_memory->act_offload = knobs.act_offload ? "on" : "off";
     causal_memory->attn_keep = knobs.attn_keep;
+    causal_memory->stream_blocks = std::to_string(knobs.stream_blocks);
+    causal_memory->stream_prefetch = knobs.stream_prefetch;
+    causal_memory->base_dtype = knobs.fp8_base ? "fp8" : "bf16";
   }
   if (attention) attention->attn = causal_kernel_name(knobs.attn);
 }

@@ -8,6 +8,7 @@
 // --data-root, --lr): those stay in the trainer's config (docs/cli.md "Flags, once").
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -96,16 +97,22 @@ struct AttentionSection {
   static const std::vector<ConfigField<AttentionSection>>& fields();
 };
 
-// Memory, the causal trainer's further knobs: a checkpointed block's kept tensors in pinned host memory, and the share
-// of its prefix attention that a block recomputing whole keeps instead of running again. The SFT trainer has neither
-// (its runner offloads nothing; its attention is bidirectional, not the chunked prefix attention).
+// Memory, the causal trainer's further knobs: a checkpointed block's kept tensors in pinned host memory, the share
+// of its prefix attention that a block recomputing whole keeps instead of running again, and where the frozen base's
+// block weights live (streamed from pinned host memory, stored as FP8: distributed/weight_stream.h). The SFT trainer
+// has none of them (its runner offloads nothing; its attention is bidirectional, not the chunked prefix attention;
+// every weight trains).
 struct CausalMemorySection {
-  std::string act_offload = "off";  // on | off
-  double attn_keep = 0;             // share of the prefix attention's query rows kept for the recompute
+  std::string act_offload = "off";     // on | off
+  double attn_keep = 0;                // share of the prefix attention's query rows kept for the recompute
+  std::string stream_blocks = "auto";  // auto (the plan's; 0 without one) | N
+  int64_t stream_prefetch = 0;         // 0: the plan's (1 without one)
+  std::string base_dtype = "bf16";     // bf16 | fp8 | auto
 
-  bool act_offload_on() const;  // validated: on or off
-  // --act-offload's spelling and --attn-keep against the attention kernel and the checkpointing it refines (`mode`:
-  // the resolved checkpointing; check_attention_keep).
+  bool act_offload_on() const;                         // validated: on or off
+  std::optional<int64_t> stream_blocks_count() const;  // validated; empty: auto
+  // --act-offload's, --stream-blocks', --stream-prefetch's and --base-dtype's spelling, and --attn-keep against the
+  // attention kernel and the checkpointing it refines (`mode`: the resolved checkpointing; check_attention_keep).
   void validate(const AttentionSection& attention, const MemorySection& memory, Checkpointing mode) const;
   static const std::vector<ConfigField<CausalMemorySection>>& fields();
 };

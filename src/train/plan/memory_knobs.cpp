@@ -31,6 +31,10 @@ std::string MemoryKnobs::flags(bool causal) const {
     char keep[32];
     std::snprintf(keep, sizeof keep, "%g", attn_keep);
     s += std::string(" --attn-keep ") + keep + " --attn " + causal_kernel_name(attn);
+    if (stream_blocks > 0)
+      s +=
+          " --stream-blocks " + std::to_string(stream_blocks) + " --stream-prefetch " + std::to_string(stream_prefetch);
+    if (fp8_base) s += " --base-dtype fp8";
   }
   return s;
 }

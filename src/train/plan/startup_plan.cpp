@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "core/error.h"
 #include "train/plan/cost_table.h"
+#include "train/plan/weight_plan.h"
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)  // LibTorch with CUDA (as train/loop/run_context.cpp)
 #include <ATen/cuda/CUDAContext.h>
@@ -64,6 +66,27 @@ CostTable costs_for(Denoiser& model, const std::string& card, const RunShape& sh
   return table.memory_measured ? table : with_memory_from(table, estimate());
 }
 
+// One block's frozen weights as the weight plan counts them (the blocks alike: their mean), in the compute dtype and
+// stored as FP8 (stored_as_fp8: codes and scales, the rest as is). Shapes only: a base without storage (meta) will do.
+BlockWeights block_weights(Denoiser& model, bool streamable) {
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& kv : model.named_parameters()) names[kv.value().unsafeGetTensorImpl()] = kv.key();
+  const auto targets = model.lora_targets();
+  const auto blocks = model.block_modules();
+  BlockWeights w;
+  w.blocks = static_cast<int64_t>(blocks.size()), w.streamable = streamable;
+  int64_t bytes = 0, fp8 = 0;
+  for (auto* b : blocks)
+    for (const auto& p : b->parameters()) {
+      if (p.requires_grad()) continue;
+      const int64_t e = p.numel() * static_cast<int64_t>(p.element_size());
+      bytes += e;
+      fp8 += stored_as_fp8(names[p.unsafeGetTensorImpl()], p, targets) ? p.numel() + p.size(0) * 4 : e;
+    }
+  if (w.blocks > 0) w.bytes = bytes / w.blocks, w.fp8_bytes = fp8 / w.blocks;
+  return w;
+}
+
 }  // namespace
 
 DeviceMemoryInfo device_memory_info(const torch::Device& device) {
@@ -87,6 +110,9 @@ PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const Ru
   req.budget_note = flags.memory == "auto" ? "auto: " + gib_text(static_cast<double>(dev.total_bytes)) + " GiB on " +
                                                  dev.name + " less " + gib_text(reserve) + " GiB"
                                            : "--memory " + flags.memory;
+  std::string clamped;  // a budget above what the device offers: auto's, said in the start-up table's budget line
+  req.budget_bytes = clamp_budget(req.budget_bytes, dev.total_bytes, dev.name, &clamped);
+  if (!clamped.empty()) req.budget_note = clamped;
   FixedMemoryInputs in = parameter_counts(model);
   in.fp32_masters = shape.fp32_masters, in.moment_bytes = shape.moment_bytes, in.world = shape.world;
   in.zero2 = shape.zero2, in.shard_ranks = shape.shard_ranks, in.grad_accum = shape.grad_accum;
@@ -104,9 +130,14 @@ PlannedMemory plan_memory(Denoiser& model, const torch::Device& device, const Ru
   req.knobs = flags.knobs;
 
   const std::string card = device.is_cuda() ? card_slug(dev.name) : "cpu";
-  Plan plan =
-      make_plan(req, costs_for(model, card, shape, dims, req.rows));  // nothing fits: an error naming what would
-  plan.knobs.check();                                                 // the plan's choices pass the flags' own checks
+  // Nothing fits: the planner's error, naming what would. A LoRA's base held whole by each rank: the weight candidates
+  // too (streaming, the FP8 base). A base sharded over the ranks gathers its blocks: its streamed shards
+  // (--stream-blocks) are the user's, not planned.
+  const CostTable costs = costs_for(model, card, shape, dims, req.rows);
+  Plan plan = flags.allow_weights && shape.shard_ranks == 1
+                  ? make_weight_plan(req, block_weights(model, shape.training == "lora"), costs, nullptr)
+                  : make_plan(req, costs);
+  plan.knobs.check();  // the plan's choices pass the flags' own checks
   return {plan.knobs, plan};
 }
 

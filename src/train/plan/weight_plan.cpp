@@ -101,33 +101,34 @@ int64_t clamp_budget(int64_t budget, int64_t device_total, const std::string& de
   return most;
 }
 
-Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given, const CostTable& costs,
-                      WeightPlan* out) {
+Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const CostTable& costs, WeightPlan* out) {
+  const PlanChoices& given = req.given;
   const int64_t n = w.blocks;
-  const bool asked = (given.streamed_blocks && *given.streamed_blocks > 0) || given.base == BaseDtype::fp8;
-  VDT_CHECK(w.streamable || !asked, given.base == BaseDtype::fp8 ? "--base-dtype fp8" : "--stream-blocks",
+  const bool asked = (given.stream_blocks && *given.stream_blocks > 0) || given.base_dtype == BaseDtype::fp8;
+  VDT_CHECK(w.streamable || !asked, given.base_dtype == BaseDtype::fp8 ? "--base-dtype fp8" : "--stream-blocks",
             ": streaming and the FP8 base apply to a frozen base held whole by each rank (the causal trainer's LoRA; "
             "full-parameter training keeps its weights on the GPU: every weight trains; a base sharded over the "
             "ranks gathers its blocks instead)\n---> HINT: leave the flag out, or give --shard-base off");
-  if (given.streamed_blocks)
-    VDT_CHECK(*given.streamed_blocks >= 0 && *given.streamed_blocks <= n, "--stream-blocks ", *given.streamed_blocks,
+  if (given.stream_blocks)
+    VDT_CHECK(*given.stream_blocks >= 0 && *given.stream_blocks <= n, "--stream-blocks ", *given.stream_blocks,
               ": expected 0 to the model's ", n, " blocks");
-  if (given.prefetch) VDT_CHECK(*given.prefetch >= 1, "--stream-prefetch ", *given.prefetch, ": expected >= 1");
+  if (given.stream_prefetch)
+    VDT_CHECK(*given.stream_prefetch >= 1, "--stream-prefetch ", *given.stream_prefetch, ": expected >= 1");
 
   std::vector<int64_t> counts;
-  if (given.streamed_blocks) {
-    counts = {*given.streamed_blocks};
+  if (given.stream_blocks) {
+    counts = {*given.stream_blocks};
   } else {
     for (int64_t k = 0; k <= (w.streamable ? n : 0); ++k) counts.push_back(k);
   }
   const std::vector<int64_t> prefetches =
-      given.prefetch ? std::vector<int64_t>{*given.prefetch} : std::vector<int64_t>{1, 2};
+      given.stream_prefetch ? std::vector<int64_t>{*given.stream_prefetch} : std::vector<int64_t>{1, 2};
   std::string first_error;
   auto search = [&](bool fp8) {
     std::optional<WeightCandidate> best;
     for (const auto k : counts)
       for (const auto d : prefetches) {
-        if (k == 0 && d > 1 && !given.prefetch) continue;  // nothing streams: the prefetch changes nothing
+        if (k == 0 && d > 1 && !given.stream_prefetch) continue;  // nothing streams: the prefetch changes nothing
         auto c = try_candidate(req, w, costs, k, d, fp8, &first_error);
         if (c && (!best || c->plan.step_seconds < best->plan.step_seconds ||
                   (c->plan.step_seconds == best->plan.step_seconds && c->plan.peak_bytes < best->plan.peak_bytes)))
@@ -137,14 +138,14 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
   };
   std::optional<WeightCandidate> best;
   bool auto_fp8 = false;
-  if (given.base != BaseDtype::fp8) best = search(false);
-  if (!best && given.base != BaseDtype::bf16 && w.streamable) {
+  if (given.base_dtype != BaseDtype::fp8) best = search(false);
+  if (!best && given.base_dtype != BaseDtype::bf16 && w.streamable) {
     best = search(true);
-    auto_fp8 = given.base == BaseDtype::automatic && best.has_value();
+    auto_fp8 = given.base_dtype == BaseDtype::automatic && best.has_value();
   }
   if (!best) {
-    const bool fp8_ok = given.base != BaseDtype::bf16 && w.streamable;
-    const int64_t k = given.streamed_blocks ? *given.streamed_blocks : (w.streamable ? n : 0);
+    const bool fp8_ok = given.base_dtype != BaseDtype::bf16 && w.streamable;
+    const int64_t k = given.stream_blocks ? *given.stream_blocks : (w.streamable ? n : 0);
     const int64_t smallest = smallest_budget(req, w, costs, k, fp8_ok);
     char up[32];  // rounded up to 0.1 GiB: the number given back fits
     std::snprintf(up, sizeof up, "%.1f", std::ceil(static_cast<double>(smallest) / kWeightPlanGiB * 10) / 10);
@@ -152,7 +153,7 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
     msg += std::string("\n  - the smallest budget that works: ") + up + " GiB (--memory " + up + ", with " +
            std::to_string(k) + " of " + std::to_string(n) + " blocks streamed" + (fp8_ok ? " and an FP8 base" : "") +
            ")";
-    if (w.streamable && given.base == BaseDtype::bf16)
+    if (w.streamable && given.base_dtype == BaseDtype::bf16)
       msg += "\n  - --base-dtype fp8 or auto (the frozen block linears stored as E4M3: half their memory)";
     VDT_FAIL(msg);
   }
@@ -166,12 +167,12 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
   const std::string stream_value = best->streamed == 0 ? "0 (every block resident)"
                                                        : std::to_string(best->streamed) + " of " + std::to_string(n) +
                                                              " blocks, " + std::to_string(best->prefetch) + " ahead";
-  std::string stream_why = given.streamed_blocks ? "given" : w.streamable ? "plan: fastest that fits" : "full training";
+  std::string stream_why = given.stream_blocks ? "given" : w.streamable ? "plan: fastest that fits" : "full training";
   if (best->streamed > 0)
     stream_why += "; " + gib_of(static_cast<double>(wp.host_bytes)) + " GiB of pinned host memory, the copies add " +
                   secs_of(best->extra) + " s a step";
   wp.why.emplace_back("--stream-blocks", stream_value + "  (" + stream_why + ")");
-  std::string base_why = given.base == BaseDtype::automatic ? "auto" : "given";
+  std::string base_why = given.base_dtype == BaseDtype::automatic ? "auto" : "given";
   if (auto_fp8)
     base_why = "AUTO CHOSE FP8: no bf16 plan fits " + gib_of(static_cast<double>(req.budget_bytes)) +
                " GiB; the frozen block linears are stored as E4M3 with a scale per output channel (quality: "
@@ -181,6 +182,7 @@ Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const Weigh
 
   Plan p = best->plan;
   p.host_bytes += wp.host_bytes;
+  p.knobs.stream_blocks = wp.streamed_blocks, p.knobs.stream_prefetch = wp.prefetch, p.knobs.fp8_base = wp.fp8_base;
   p.why.insert(p.why.begin(), wp.why.begin(), wp.why.end());
   return p;
 }

@@ -25,13 +25,6 @@ struct BlockWeights {
   bool streamable = false;  // a frozen base (LoRA training): full-parameter training keeps its weights on the GPU
 };
 
-// The weight choices a user fixed by flag; empty: the plan decides.
-struct WeightChoices {
-  std::optional<int64_t> streamed_blocks;  // --stream-blocks N
-  std::optional<int64_t> prefetch;         // --stream-prefetch D
-  BaseDtype base = BaseDtype::bf16;        // --base-dtype (auto: FP8 only when bf16 cannot fit)
-};
-
 struct WeightPlan {
   int64_t streamed_blocks = 0, prefetch = 1;
   bool fp8_base = false;
@@ -56,11 +49,11 @@ double weight_seconds(const BlockWeights& w, int64_t streamed, int64_t prefetch,
 // keeps the budget as given.
 int64_t clamp_budget(int64_t budget, int64_t device_total, const std::string& device_name, std::string* note);
 
-// The fastest weight choice and activation plan that fit req's budget together. req.fixed counts every frozen block
-// weight resident in the compute dtype (fixed_memory's); its weights part is replaced per candidate. Throws as
-// make_plan when nothing fits, naming the smallest budget that any candidate (all blocks streamed, FP8 where allowed)
-// needs, or a given weight choice that contradicts the run.
-Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const WeightChoices& given, const CostTable& costs,
-                      WeightPlan* out);
+// The fastest weight choice and activation plan that fit req's budget together, keeping the weight choices req.given
+// fixes (PlanChoices: stream_blocks, stream_prefetch, base_dtype); the plan's knobs carry the choice. req.fixed counts
+// every frozen block weight resident in the compute dtype (fixed_memory's); its weights part is replaced per candidate.
+// Throws as make_plan when nothing fits, naming the smallest budget that any candidate (all blocks streamed, FP8 where
+// allowed) needs, or a given weight choice that contradicts the run.
+Plan make_weight_plan(const PlanRequest& req, const BlockWeights& w, const CostTable& costs, WeightPlan* out);
 
 }  // namespace vdt
