@@ -14,6 +14,7 @@
 #include "model/kv_stream.h"
 #include "model/lora.h"
 #include "generate/model_inputs.h"
+#include "generate/rollout.h"
 
 namespace vdt {
 namespace {
@@ -123,17 +124,19 @@ SampleState student_rollout(DistillRun& r, const DistillWindow& w, const Distill
   }
   std::map<std::string, std::vector<int64_t>> bounds;
   for (const auto& [name, shape] : w.side_shape) bounds[name] = model.side_stream_chunks(name, frames, cf);
-  auto chunk_inputs = [&](int64_t n, const SampleState& x, double t) {
-    const auto tt = frame_timesteps(r, t, cf);
+  // The generation layer's rollout (generate/rollout.h) on the student's steps: t [1, cf] at the step's level, on the
+  // host (rounded to the compute dtype where the base's rule says so), where the model's inputs find its rows.
+  RolloutBranch student;
+  student.stream = std::move(stream);
+  student.inputs = [&](int64_t n, const SampleState& x, const torch::Tensor& t) {
+    const auto tt = frame_timesteps(r, t.select(0, 0)[0].item<double>(), cf);
     auto in = model_inputs(model, x.video, tt, w.context, w.context_ids.narrow(1, n * cf, cf), {},
                            AttentionPattern::block_causal(cf));
     for (const auto& [name, s] : x.side) add_side(in, x, tt, {0, s.size(-1)}, cf, name);
     return in;
   };
-  std::vector<torch::Tensor> video;
-  std::map<std::string, std::vector<torch::Tensor>> side;
-  for (int64_t n = 0; n < d.chunks; ++n) {
-    // The chunk's noise at the first student step: the re-noising draw of "step -1".
+  Rollout rollout(std::move(student), {}, {rollout_grid({}, r.student_t), 1.0});
+  auto noise_of = [&](int64_t n, int64_t j) {  // chunk n's draw for student step j + 1 (j = 15: the first step's)
     SampleState zero;
     zero.video =
         torch::zeros({1, info.latent_channels, cf, info.latent_h, info.latent_w}, torch::dtype(dtype).device(dev));
@@ -142,21 +145,18 @@ SampleState student_rollout(DistillRun& r, const DistillWindow& w, const Distill
       sh.back() = bounds[name][n + 1] - bounds[name][n];
       zero.side[name] = torch::zeros(sh, torch::dtype(dtype).device(dev));
     }
-    SampleState x = renoise(r, zero, 1.0, step, n, role, 15);  // sigma 1: pure noise
-    SampleState x0;
-    for (int64_t j = 0; j <= d.exit_index; ++j) {
-      const bool grad = with_grad && j == d.exit_index;
-      torch::AutoGradMode mode(grad);
-      const double t = r.student_t[static_cast<size_t>(j)], sigma = t / 1000.0;
-      DenoiserAux aux;
-      const auto in = chunk_inputs(n, x, t);
-      const auto v = stream->forward(in, x.side.empty() ? nullptr : &aux);
-      x0.video = x0_from_velocity(in.x, v, sigma);
-      for (const auto& [name, s] : x.side)
-        x0.side[name] = x0_from_velocity(in.extra.at(name), aux.streams.at(name), sigma);
-      if (j < d.exit_index)  // Self-Forcing: the next level from the clean prediction and fresh noise
-        x = renoise(r, x0, r.student_t[static_cast<size_t>(j + 1)] / 1000.0, step, n, role, j);
-    }
+    return renoise(r, zero, 1.0, step, n, role, j);  // sigma 1: the draw itself
+  };
+  std::vector<torch::Tensor> video;
+  std::map<std::string, std::vector<torch::Tensor>> side;
+  for (int64_t n = 0; n < d.chunks; ++n) {
+    // Self-Forcing: the steps up to the exit, each next level from the clean prediction and fresh noise; autograd on
+    // the exit step alone.
+    ChunkPlan plan;
+    plan.last_step = d.exit_index;
+    if (with_grad) plan.grad_steps = {d.exit_index};
+    plan.renoise = [&, n](int64_t j) { return noise_of(n, j); };
+    const auto x0 = rollout.run_chunk(noise_of(n, 15), plan).x0;
     video.push_back(x0.video);
     for (const auto& [name, s] : x0.side) side[name].push_back(s);
     if (trace) trace->chunks.push_back(x0);
@@ -166,10 +166,10 @@ SampleState student_rollout(DistillRun& r, const DistillWindow& w, const Distill
     SampleState clean;
     clean.video = x0.video.detach();
     for (const auto& [name, s] : x0.side) clean.side[name] = s.detach();
-    stream->commit(chunk_inputs(n, clean, 0.0));
+    rollout.commit(clean, 0.0);
   }
   if (trace) {
-    auto& cache = stream->cache();
+    auto& cache = rollout.stream().cache();
     for (size_t i = 0; i < cache.segments().size(); ++i) {
       if (cache.segments()[i].chunk < 0) continue;  // the prefix
       trace->committed_keys.emplace_back();
