@@ -86,18 +86,12 @@ void add_ckpt(CLI::App& app, int& exit_code) {
     exit_code = 0;
   });
 
-  struct QuantizeArgs {
-    std::string weights, out, device = "cpu";
-  };
-  auto q = std::make_shared<QuantizeArgs>();
+  auto q = std::make_shared<QuantizeBaseArgs>();
   auto* quantize =
       ckpt->add_subcommand("quantize-base",
                            "Write base weights' frozen block linears as FP8 (E4M3, a scale per output channel) for "
                            "reuse (docs/planner.md)");
-  quantize->add_option(spellings("--weights"), q->weights, "base weights (a file or a directory of shards)")
-      ->required();
-  quantize->add_option(spellings("--out"), q->out, "the FP8 base to write (safetensors)")->required();
-  quantize->add_option(spellings("--device"), q->device, "where to quantize: cpu, or cuda (faster)");
+  bind_fields(quantize, q, QuantizeBaseArgs::fields());
   quantize->callback([q, &exit_code] {
     const auto set = SafetensorsSet::open(weight_files(q->weights, "--weights"));
     const auto dev = resolve_device(q->device, 0, 1, "--device");

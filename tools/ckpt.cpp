@@ -50,6 +50,16 @@ const std::vector<ConfigField<MergeLoraArgs>>& MergeLoraArgs::fields() {
   return f;
 }
 
+const std::vector<ConfigField<QuantizeBaseArgs>>& QuantizeBaseArgs::fields() {
+  using C = QuantizeBaseArgs;
+  static const std::vector<ConfigField<C>> f = {
+      {"--weights", "base weights (a file or a directory of shards)", &C::weights, true},
+      {"--out", "the FP8 base to write (safetensors)", &C::out, true},
+      device_field(&C::device),
+  };
+  return f;
+}
+
 CkptSummary inspect_ckpt(const SafetensorsSet& files) {
   CkptSummary s;
   s.metadata = files.metadata();

@@ -43,6 +43,12 @@ struct MergeLoraArgs {
   static const std::vector<ConfigField<MergeLoraArgs>>& fields();
 };
 
+// `vdt ckpt quantize-base`: base weights in, their frozen block linears as FP8 out (distributed/fp8_base.h).
+struct QuantizeBaseArgs {
+  std::string weights, out, device = "cpu";
+  static const std::vector<ConfigField<QuantizeBaseArgs>>& fields();
+};
+
 // Every problem, one line each, naming the key: missing or unexpected keys for a Wan DiT or a MiniMax-H3 DiT (against
 // `preset`, or the detected one when empty; H3 shapes too), non-finite values, incomplete LoRA pairs. Empty: healthy.
 std::vector<std::string> check_ckpt(const SafetensorsSet& files, const std::string& preset = "");

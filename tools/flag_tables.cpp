@@ -109,6 +109,7 @@ const std::vector<Command>& commands() {
       {"ckpt-check", "ckpt check", [] { return rows_of(CkptCheckArgs::fields()); }},
       {"ckpt-diff", "ckpt diff", [] { return rows_of(CkptDiffArgs::fields()); }},
       {"ckpt-merge-lora", "ckpt merge-lora", [] { return rows_of(MergeLoraArgs::fields()); }},
+      {"ckpt-quantize-base", "ckpt quantize-base", [] { return rows_of(QuantizeBaseArgs::fields()); }},
       {"ckpt-export", "ckpt export", [] { return rows_of(ExportConfig::fields()); }},
       {"parity", "parity", [] { return rows_of(ParityConfig::fields()); }},
       {"demo", "demo", [] { return rows_of(DemoArgs::fields()); }},

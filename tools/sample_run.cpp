@@ -118,7 +118,7 @@ int sample_causal(const SampleConfig& cfg, const torch::Device& device, const st
     auto w = window_request(model, ds, i, cf, cfg.seed, meta.clean_first_frame, prompt);
     auto& q = w.request;
     q.euler = ec, q.span_chunks = meta.span_chunks;
-    if (student && cfg.steps == 0) q.timesteps = meta.student_timesteps;
+    if (student && cfg.steps == 0) q.timesteps = meta.student_timesteps, q.renoise = meta.student_sampler == "renoise";
     if (cfg.stream) {
       if (cfg.chunks > 0) q.chunks = cfg.chunks;
       q.window = cfg.window, q.sink_chunks = cfg.sink_chunks, q.graphs = graphs;

@@ -69,10 +69,13 @@ Metadata LoraFileMeta::to_metadata() const {
     m["targets"] = list;
   }
   if (student_steps > 0) {
+    m["student"] = "few-step";
     m["student_steps"] = std::to_string(student_steps);
     m["student_schedule"] = join(student_timesteps);
     m["student_cfg"] = py_float(student_cfg);
+    if (!student_sampler.empty()) m["student_sampler"] = student_sampler;
   }
+  if (ema > 0) m["ema"] = py_float(ema);
   return m;
 }
 
@@ -120,6 +123,12 @@ LoraFileMeta LoraFileMeta::from_metadata(const Metadata& m, const std::string& f
   if (auto it = m.find("student_schedule"); it != m.end())
     o.student_timesteps = split_numbers(it->second, file, "student_schedule");
   o.student_cfg = metadata_double(m, "student_cfg", file, 1.0);
+  if (auto it = m.find("student_sampler"); it != m.end()) {
+    VDT_CHECK(it->second == "renoise", file, ": metadata 'student_sampler' is \"", it->second,
+              "\", expected renoise (or no key: Euler steps)");
+    o.student_sampler = it->second;
+  }
+  o.ema = metadata_double(m, "ema", file, 0.0);
   VDT_CHECK(o.student_steps == static_cast<int64_t>(o.student_timesteps.size()), file, ": metadata student_steps ",
             o.student_steps, " but student_schedule has ", o.student_timesteps.size(),
             " timesteps; a few-step student's file names one timestep per step");

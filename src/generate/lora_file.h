@@ -35,6 +35,10 @@ struct LoraFileMeta {
   int64_t student_steps = 0;
   std::vector<double> student_timesteps;
   double student_cfg = 1.0;
+  // The student's sampler: "renoise" (Self-Forcing's: each step's clean prediction noised afresh to the next level) or
+  // empty (Euler steps).
+  std::string student_sampler;
+  double ema = 0;  // an EMA of a student's factors (its `_ema` file): the decay; 0: the factors themselves
 
   // The metadata the file carries (every value a string, as safetensors holds them).
   Metadata to_metadata() const;

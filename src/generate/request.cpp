@@ -29,8 +29,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 // A request's own noise: chunk n's video at counter n, its side streams at kSide + n, the conditioning images' at
-// kCond.
-constexpr uint64_t kSide = 1u << 20, kCond = 1u << 21;
+// kCond; a few-step student's re-noising after step k of chunk n at kStep + 64 n + k (its side streams' at kStepSide).
+constexpr uint64_t kSide = 1u << 20, kCond = 1u << 21, kStep = 1u << 22, kStepSide = 1u << 23;
 
 }  // namespace
 
@@ -136,6 +136,20 @@ StreamResult generate_stream(Denoiser& model, const GenerationRequest& q, const 
     }
     return s;
   });
+  StepNoiseFn step_noise;
+  if (q.renoise)
+    step_noise = [&](int64_t n, int64_t k) {
+      const uint64_t i = 64 * static_cast<uint64_t>(n) + static_cast<uint64_t>(k);
+      SampleState s{randn({1, C, cf, q.height, q.width}, kStep + i), {}};
+      for (const auto& name : sides) {
+        const auto [j0, j1] = rollout.stream().side_steps(name, n);
+        auto shape = model.side_stream_step_shape(name);
+        shape.insert(shape.begin(), 1);
+        shape.push_back(j1 - j0);
+        s.side[name] = randn(shape, kStepSide + i);
+      }
+      return s;
+    };
   auto t_chunk = std::chrono::steady_clock::now(), t_commit = t_chunk;
   std::vector<torch::Tensor> videos;
   std::map<std::string, std::vector<torch::Tensor>> side_parts;
@@ -168,7 +182,8 @@ StreamResult generate_stream(Denoiser& model, const GenerationRequest& q, const 
         sync(device);
         r.commit_seconds.back() = since(t_commit);
         t_chunk = std::chrono::steady_clock::now();  // the next chunk's time starts after the commits
-      });
+      },
+      step_noise);
   r.cache_bytes = rollout.cache_bytes();
   r.graph_replays = rollout.stream().graphs().replays() +
                     (rollout.negative_stream() ? rollout.negative_stream()->graphs().replays() : 0);

@@ -30,13 +30,16 @@ struct GenerationConditions {
 
 struct GenerationRequest {
   GenerationConditions conditions;
-  int64_t height = 0, width = 0;                   // the latent grid
-  int64_t chunk_frames = 3;                        // latent frames per chunk (the LoRA's)
-  int64_t span_chunks = 6;                         // the trained span in chunks (the LoRA's)
-  int64_t chunks = 6;                              // chunks to make; past the span needs a window
-  int64_t window = -1, sink_chunks = -1;           // model/kv_stream.h StreamSpec
-  EulerConfig euler;                               // steps, shift, guidance (cfg_scale)
-  std::vector<double> timesteps;                   // a few-step student's steps (0..1000); empty: euler's grid
+  int64_t height = 0, width = 0;          // the latent grid
+  int64_t chunk_frames = 3;               // latent frames per chunk (the LoRA's)
+  int64_t span_chunks = 6;                // the trained span in chunks (the LoRA's)
+  int64_t chunks = 6;                     // chunks to make; past the span needs a window
+  int64_t window = -1, sink_chunks = -1;  // model/kv_stream.h StreamSpec
+  EulerConfig euler;                      // steps, shift, guidance (cfg_scale)
+  std::vector<double> timesteps;          // a few-step student's steps (0..1000); empty: euler's grid
+  // A few-step student's sampler (generate/lora_file.h student_sampler "renoise", Self-Forcing's): each step's clean
+  // prediction noised afresh to the next level, the draws from the seed; false: Euler steps.
+  bool renoise = false;
   uint64_t seed = 0;                               // the noise (own conditions: per chunk; a window: the window's)
   bool side_streams = true;                        // the base's side streams (H3's audio) made with the video
   bool cache = true;                               // false: the recompute reference (no KV cache, no window)

@@ -125,7 +125,8 @@ int64_t Rollout::cache_bytes() const {
 }
 
 void sample_stream(Rollout& rollout, int64_t chunks, const ChunkNoiseFn& noise, const torch::Tensor& first_frame,
-                   const ChunkDoneFn& on_chunk, bool commit_last, const std::function<void(int64_t n)>& on_commit) {
+                   const ChunkDoneFn& on_chunk, bool commit_last, const std::function<void(int64_t n)>& on_commit,
+                   const StepNoiseFn& step_noise) {
   VDT_CHECK(chunks >= 1, "--chunks ", chunks, ": a stream makes at least one chunk");
   torch::NoGradGuard ng;
   const int64_t first = rollout.chunks_done();
@@ -133,6 +134,7 @@ void sample_stream(Rollout& rollout, int64_t chunks, const ChunkNoiseFn& noise, 
     const int64_t n = first + i;
     ChunkPlan plan;
     if (i == 0) plan.first_frame = first_frame;
+    if (step_noise) plan.renoise = [&step_noise, n](int64_t k) { return step_noise(n, k); };
     const auto chunk = rollout.run_chunk(noise(n), plan).x;
     if (on_chunk) on_chunk(n, chunk);
     if (i + 1 == chunks && !commit_last) break;

@@ -91,11 +91,15 @@ using ChunkNoiseFn = std::function<SampleState(int64_t n)>;
 // Chunk n is done (its sample); called before it is committed and before chunk n + 1 starts.
 using ChunkDoneFn = std::function<void(int64_t n, const SampleState& chunk)>;
 
+// Noise of chunk n's move after step k (ChunkPlan::renoise): a few-step student's sampler.
+using StepNoiseFn = std::function<SampleState(int64_t n, int64_t k)>;
+
 // Sampling: `chunks` more chunks, every step without autograd, each handed to on_chunk then committed at timestep 0
 // (the last one only with commit_last: a stream that continues later) and on_commit(n) called. first_frame
-// [B, C, 1, H, W], when defined, is imposed on frame 0 of the first chunk made.
+// [B, C, 1, H, W], when defined, is imposed on frame 0 of the first chunk made. With step_noise, each step's clean
+// prediction is noised afresh to the next level with it (the few-step student's sampler) instead of an Euler step.
 void sample_stream(Rollout& rollout, int64_t chunks, const ChunkNoiseFn& noise, const torch::Tensor& first_frame,
                    const ChunkDoneFn& on_chunk, bool commit_last = false,
-                   const std::function<void(int64_t n)>& on_commit = {});
+                   const std::function<void(int64_t n)>& on_commit = {}, const StepNoiseFn& step_noise = {});
 
 }  // namespace vdt

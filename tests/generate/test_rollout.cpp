@@ -203,6 +203,43 @@ TEST(Rollout, SamplingOverTheCacheEqualsSamplingOverTheRecompute) {
   EXPECT_GT(re.abs().max().item<double>(), 0.1);
 }
 
+// A few-step student's sampler (sample_stream with step noise): each step's clean prediction noised afresh to the next
+// level, (1 - sigma') x0 + sigma' noise; the last step's clean prediction is the chunk. Checked against the steps
+// evaluated one by one, and against Euler steps on the same grid (which differ).
+TEST(Rollout, AStudentsSamplerNoisesEachCleanPredictionAfresh) {
+  auto f = make_fixture("tiny");
+  torch::NoGradGuard ng;
+  RolloutConfig rc;
+  rc.grid = rollout_grid({}, {1000, 750, 500});
+  Rollout rollout({f.model->open_stream(f.spec), inputs_of(f)}, {}, rc);
+  const auto noise = chunk_noise(f, rollout.stream(), 0);
+  auto step_noise = [&](int64_t n, int64_t k) {
+    SampleState s;
+    s.video = torch::randn_like(noise.video, torch::Generator(at::detail::createCPUGenerator(100 * n + k)));
+    return s;
+  };
+  SampleState x = noise;  // by hand: predict, then mix with the step's noise at the next level
+  for (int64_t k = 0; k < 3; ++k) {
+    const auto p = rollout.predict(x, k, false, false);
+    if (k == 2) {
+      x = p.x0;
+      break;
+    }
+    const double next = rc.grid.sigmas[k + 1].item<double>();
+    x.video = (1 - next) * p.x0.video + next * step_noise(0, k).video;
+  }
+  std::vector<torch::Tensor> got;
+  auto keep = [&](int64_t, const SampleState& c) { got.push_back(c.video); };
+  sample_stream(
+      rollout, 1, [&](int64_t) { return noise; }, {}, keep, /*commit_last=*/true, {}, step_noise);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LE((got[0] - x.video).abs().max().item<double>(), 1e-6);
+  Rollout euler({f.model->open_stream(f.spec), inputs_of(f)}, {}, rc);
+  sample_stream(
+      euler, 1, [&](int64_t) { return noise; }, {}, keep);
+  EXPECT_GT((got[1] - got[0]).abs().max().item<double>(), 1e-3);
+}
+
 // A commit that keeps its graph cannot run inside checkpointed blocks (their forward runs without autograd and is
 // recomputed later); a window cannot drop chunks of a history with gradients; a step list must decrease in (0, 1000].
 TEST(Rollout, RefusesWhatCannotKeepAGraphAndBadStepLists) {

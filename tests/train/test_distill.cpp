@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "distributed/local_group.h"
 #include "model/lora.h"
+#include "generate/lora_file.h"
 #include "test_util.h"
 #include "tools/synth.h"
 #include "train/causal_test_util.h"
@@ -71,9 +72,17 @@ TEST_F(DistillTest, TrainsTinyAndWritesAFewStepStudent) {
   ASSERT_TRUE(fs::exists(c.out + "/lora_step00003_ema.safetensors"));
   const auto m = metadata(path);
   EXPECT_EQ(m.at("student"), "few-step");
-  EXPECT_EQ(m.at("student_steps"), "1000,750,500,250");
   EXPECT_EQ(m.at("objective"), "dmd");
   EXPECT_EQ(m.at("rank"), "4");
+  // What vdt sample reads (generate/lora_file.h): the student's steps on the shifted grid and its sampler.
+  const auto meta = read_lora_meta(path);
+  EXPECT_EQ(meta.student_steps, 4);
+  ASSERT_EQ(meta.student_timesteps.size(), 4u);
+  EXPECT_EQ(meta.student_timesteps[0], 1000.0);
+  EXPECT_NEAR(meta.student_timesteps[3], 625.0, 1e-9);
+  EXPECT_EQ(meta.student_sampler, "renoise");
+  EXPECT_EQ(meta.ema, 0.0);
+  EXPECT_EQ(read_lora_meta(c.out + "/lora_step00003_ema.safetensors").ema, 0.5);
   const auto lora = read_lora(path);
   EXPECT_EQ(lora.modules.size() * 2, sum.student.size());
   // The log: a row per step, the student's columns on its steps.

@@ -34,6 +34,16 @@ TEST(DistillConfig, DefaultsAreThePublishedRecipe) {
   valid().validate();
 }
 
+// --init-lora none asks for a fresh student LoRA, as vdt train causal takes it; left out too.
+TEST(DistillConfig, InitLoraNoneIsAFreshStudent) {
+  DistillConfig c;
+  EXPECT_EQ(c.init_lora_file(), "");
+  c.init_lora = "none";
+  EXPECT_EQ(c.init_lora_file(), "");
+  c.init_lora = "run/lora_step01000.safetensors";
+  EXPECT_EQ(c.init_lora_file(), "run/lora_step01000.safetensors");
+}
+
 TEST(DistillConfig, BadValuesNameTheirFlag) {
   auto bad = [](auto edit, std::initializer_list<std::string> words) {
     auto c = valid();

@@ -20,7 +20,8 @@ struct DistillConfig {
   // the base and the roles on it
   std::string data_root, text_table, model, weights;
   bool random_init = false;
-  std::string init_lora;           // the student's start: a `vdt train causal` LoRA (empty: a fresh LoRA, said loudly)
+  std::string init_lora;           // the student's start: a `vdt train causal` LoRA (empty or none: a fresh LoRA, said
+                                   // loudly)
   std::string teacher_lora;        // empty: the teacher is the base alone
   int64_t lora_rank = -1;          // the student's; -1: --init-lora's, else 32
   double lora_alpha = -1;          // -1: --init-lora's, else the rank
@@ -61,6 +62,9 @@ struct DistillConfig {
   MemoryFlags memory_flags() const;
   std::vector<int64_t> student_step_list() const;  // --student-steps parsed (an error names the flag)
   int64_t rollout_min_chunks() const { return min_chunks > 0 ? min_chunks : chunks; }
+  // --init-lora as a file: empty when a fresh student LoRA is asked for (left out, or `none` as vdt train causal takes
+  // it).
+  std::string init_lora_file() const { return init_lora == "none" ? std::string() : init_lora; }
   void validate() const;  // throws naming the flag, the value and what is expected
   std::string to_json() const;
   static const std::vector<ConfigField<DistillConfig>>& fields();

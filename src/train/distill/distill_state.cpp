@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/state_slots.h"
+#include "generate/lora_file.h"
 #include "model/denoiser_registry.h"
 #include "model/lora.h"
 #include "train/checkpoint/checkpointer.h"
@@ -32,49 +33,21 @@ void add_prefixed_optimizer(NamedTensors& out, const std::string& prefix, const 
   }
 }
 
-std::string join(const std::vector<int64_t>& v) {
-  std::string s;
-  for (const auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
 // The student (or its EMA) in the causal LoRA format: bf16 factors with kohya's per-module alpha, the causal
 // trainer's metadata, and what makes it a few-step student: its steps and the sampler they were trained with.
 void write_student(const DistillRun& r, const std::string& path, int64_t step, const NamedTensors& lora, bool ema) {
-  NamedTensors bf16;
-  for (const auto& [n, p] : lora) {
-    bf16.emplace_back(n, p.detach().to(torch::kBFloat16).to(torch::kCPU));
-    const std::string suffix = ".lora_A.weight";
-    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
-      bf16.emplace_back(n.substr(0, n.size() - suffix.size()) + ".alpha",
-                        torch::tensor(static_cast<float>(r.cfg.lora_alpha), torch::kFloat32));
-  }
-  std::string times;
-  for (const auto t : r.student_t) times += (times.empty() ? "" : ",") + py_float(t);
   const auto info = r.model->lora_base_info();
-  save_safetensors(path, bf16,
-                   {{"format", "pt"},
-                    {"base", info.base},
-                    {"model", r.cfg.model},
-                    {"text_handling", info.text_handling},
-                    {"weights", r.cfg.weights},
-                    {"step", std::to_string(step)},
-                    {"objective", "dmd"},
-                    {"span_chunks", std::to_string(r.cfg.chunks)},
-                    {"chunk_frames", std::to_string(r.cfg.chunk_frames)},
-                    {"rank", std::to_string(r.cfg.lora_rank)},
-                    {"alpha", py_float(r.cfg.lora_alpha)},
-                    {"seed", std::to_string(r.cfg.random.seed)},
-                    {"val_clips", std::to_string(r.cfg.val_clips)},
-                    {"clean_first_frame", "0"},
-                    {"picture1", r.cfg.picture1},
-                    {"student", "few-step"},
-                    {"student_steps", join(r.student_steps)},
-                    {"student_timesteps", times},
-                    {"student_shift", py_float(r.shift)},
-                    {"student_sampler", "renoise: each step's clean prediction noised afresh to the next level"},
-                    {"ema", ema ? py_float(r.cfg.ema) : "0"},
-                    {"alpha_tensors", "<module>.alpha per module (kohya): every loader applies alpha / rank"}});
+  LoraFileMeta m;
+  m.base = info.base, m.model = r.cfg.model, m.text_handling = info.text_handling, m.weights = r.cfg.weights;
+  m.step = step, m.objective = "dmd", m.span_chunks = r.cfg.chunks, m.chunk_frames = r.cfg.chunk_frames;
+  m.rank = r.cfg.lora_rank, m.alpha = r.cfg.lora_alpha, m.seed = r.cfg.random.seed, m.val_clips = r.cfg.val_clips;
+  m.picture1 = r.cfg.picture1;
+  m.student_steps = static_cast<int64_t>(r.student_t.size());
+  m.student_timesteps = r.student_t;  // on the base's shifted grid
+  m.student_cfg = 1.0;                // the teacher's guidance is distilled into the student
+  m.student_sampler = "renoise";
+  m.ema = ema ? r.cfg.ema : 0.0;
+  save_lora_file(path, m, lora);
 }
 
 void write_students(const DistillRun& r, int64_t step) {
@@ -127,12 +100,12 @@ std::string distill_lora_path(const std::string& out, int64_t step, bool ema) {
 }
 
 void resolve_lora_shapes(DistillConfig& cfg) {
-  if (!cfg.init_lora.empty()) {
-    const auto file = lora_shape_for(cfg.model, cfg.init_lora);
-    VDT_CHECK(cfg.lora_rank < 0 || cfg.lora_rank == file.rank, "--lora-rank ", cfg.lora_rank, " disagrees with ",
-              cfg.init_lora, ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out");
+  if (const auto init = cfg.init_lora_file(); !init.empty()) {
+    const auto file = lora_shape_for(cfg.model, init);
+    VDT_CHECK(cfg.lora_rank < 0 || cfg.lora_rank == file.rank, "--lora-rank ", cfg.lora_rank, " disagrees with ", init,
+              ", whose LoRA has rank ", file.rank, "\n---> HINT: leave --lora-rank out");
     VDT_CHECK(cfg.lora_alpha < 0 || cfg.lora_alpha == file.alpha, "--lora-alpha ", py_float(cfg.lora_alpha),
-              " disagrees with ", cfg.init_lora, ", whose LoRA has alpha ", py_float(file.alpha),
+              " disagrees with ", init, ", whose LoRA has alpha ", py_float(file.alpha),
               "\n---> HINT: leave --lora-alpha out");
     cfg.lora_rank = file.rank, cfg.lora_alpha = file.alpha;
   }
@@ -171,11 +144,11 @@ void resume_distill(DistillRun& r) {
             "; the state link now points at the newest sealed slot " + fs::path(ck->slot).filename().string();
     return;
   }
-  if (!cfg.init_lora.empty()) {
+  if (const auto init = cfg.init_lora_file(); !init.empty()) {
     set_active_lora(*r.model, kStudentSet);
-    load_lora(*r.model, lora_for_model(*r.model, read_lora(cfg.init_lora), cfg.init_lora), cfg.init_lora, kStudentSet);
-    r.resume_how = "fresh run, the student from " + cfg.init_lora;
-    r.lora_start = cfg.init_lora;
+    load_lora(*r.model, lora_for_model(*r.model, read_lora(init), init), init, kStudentSet);
+    r.resume_how = "fresh run, the student from " + init;
+    r.lora_start = init;
   } else {
     r.resume_how = "fresh run";
     r.lora_start = "fresh: a new student LoRA (B = 0), no --init-lora";
